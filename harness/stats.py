@@ -1,0 +1,494 @@
+"""Statistics behind every verdict: SGLang's k3 KL estimator and its tails, and the
+exact / noisy comparisons of a base and a candidate sample.
+
+Two metric kinds, as benchstat's ``assume=exact`` versus its default:
+
+* ``exact`` metrics (deterministic logprobs, fixed-workload pool peaks) are equal or not,
+  with no tolerance and no statistics; one differing value is the finding.
+* ``noisy`` metrics (throughput, accept length, k3 on a non-deterministic build) get a median
+  with a bootstrap CI per side, a Mann-Whitney U test between sides, and a practical floor
+  (asv's factor, pyperf's ``--min-speed``). The verdict is Pinpoint's three-way one:
+  *same* when the effect's CI lies inside the floor, *different* when the change is both
+  significant and beyond the floor, *unknown* when more samples would decide.
+
+Floors and thresholds are arguments, never constants here: they come from the suite or a
+baselines file. Every function is pure and deterministic for a given ``seed``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+from scipy.stats import mannwhitneyu
+
+__all__ = [
+    "Comparison",
+    "Floor",
+    "KLTails",
+    "Kind",
+    "Summary",
+    "Verdict",
+    "combine_verdicts",
+    "compare_exact",
+    "compare_noisy",
+    "k3",
+    "k3_per_token",
+    "kl_tails",
+    "pooled_tails",
+    "summarize",
+]
+
+
+class Kind(str, Enum):
+    EXACT = "exact"
+    NOISY = "noisy"
+
+
+class Verdict(str, Enum):
+    SAME = "same"
+    DIFFERENT = "different"
+    UNKNOWN = "unknown"
+
+
+# --------------------------------------------------------------------------- k3 / KL
+
+
+# Below this |r|, expm1(r) - r cancels: both terms are ~r while the result is ~r**2/2,
+# so the Taylor series is used instead (truncation error ~r**8/8! is far below one ulp).
+_SERIES_BELOW = 1e-2
+
+
+def _same_value(a: float, b: float) -> bool:
+    # NaN at the same position on both sides is the same observation, not a difference;
+    # -0.0 == 0.0 is kept equal because it is the same number and its k3 term is 0.
+    return a == b or (a != a and b != b)
+
+
+def _pair_arrays(lp_ref: Sequence[float], lp_test: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    if len(lp_ref) != len(lp_test):
+        raise ValueError(f"logprob sequences differ in length: {len(lp_ref)} vs {len(lp_test)}")
+    if len(lp_ref) == 0:
+        raise ValueError("k3 needs at least one token")
+    return np.asarray(lp_ref, dtype=np.float64), np.asarray(lp_test, dtype=np.float64)
+
+
+def _k3_terms(ref: np.ndarray, test: np.ndarray) -> np.ndarray:
+    same = (ref == test) | (np.isnan(ref) & np.isnan(test))
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = ref - test
+        terms = np.expm1(r) - r
+        small = np.abs(r) < _SERIES_BELOW
+        if small.any():
+            rs = r[small]
+            # r**2/2 + r**3/6 + ... + r**7/7!, in Horner form; never negative for |r| < 1.
+            poly = 1 / 5040
+            for c in (1 / 720, 1 / 120, 1 / 24, 1 / 6, 1 / 2):
+                poly = poly * rs + c
+            terms[small] = poly * rs * rs
+        # expm1(inf) - inf is NaN; the divergence is infinite (the test side put no mass there).
+        terms[np.isposinf(r)] = np.inf
+    # Identical values give exactly 0 even where the formula would not (both -inf gives
+    # inf - inf = NaN), so a bit-exact run reports exactly 0.0, as SGLang's 1e-9 gate assumes.
+    terms[same] = 0.0
+    return terms
+
+
+def k3_per_token(lp_ref: Sequence[float], lp_test: Sequence[float]) -> list[float]:
+    """Per-position k3 terms ``exp(r) - 1 - r`` with ``r = lp_ref - lp_test``.
+
+    ``lp_ref`` is the prefill replay, ``lp_test`` the decode, as in SGLang's
+    ``kl_test_utils``. Positions with equal values give exactly 0.0; a NaN on one side only
+    gives NaN, so a broken logprob is not hidden.
+    """
+    return _k3_terms(*_pair_arrays(lp_ref, lp_test)).tolist()
+
+
+def k3(lp_ref: Sequence[float], lp_test: Sequence[float]) -> float:
+    """SGLang's k3 estimate of KL for one prompt: the mean of the per-token terms."""
+    return float(np.mean(_k3_terms(*_pair_arrays(lp_ref, lp_test))))
+
+
+@dataclass(frozen=True)
+class KLTails:
+    """k3 is tail-dominated (a few bad tokens carry the mean), so the tails are reported too."""
+
+    mean: float
+    median: float
+    p99: float
+    max: float
+    frac_over_tau: float  # fraction of tokens whose term is strictly greater than tau
+    tau: float
+    first_divergent: int | None  # first position whose two logprobs are not equal; None if all are
+    n_tokens: int
+
+
+def _tails(terms: np.ndarray, tau: float, first_divergent: int | None) -> KLTails:
+    return KLTails(
+        mean=float(np.mean(terms)),
+        median=float(np.median(terms)),
+        p99=float(np.percentile(terms, 99)),
+        max=float(np.max(terms)),
+        frac_over_tau=float(np.count_nonzero(terms > tau)) / terms.size,
+        tau=float(tau),
+        first_divergent=first_divergent,
+        n_tokens=int(terms.size),
+    )
+
+
+def kl_tails(lp_ref: Sequence[float], lp_test: Sequence[float], tau: float) -> KLTails:
+    """Tails of the per-token k3 terms of one prompt.
+
+    ``first_divergent`` uses the same equality as :func:`compare_exact` (``==``, NaN equal to
+    NaN, no tolerance): in deterministic mode any difference at all is the finding.
+    """
+    ref, test = _pair_arrays(lp_ref, lp_test)
+    first = next(
+        (i for i, (a, b) in enumerate(zip(ref.tolist(), test.tolist())) if not _same_value(a, b)),
+        None,
+    )
+    return _tails(_k3_terms(ref, test), tau, first)
+
+
+def pooled_tails(per_prompt: Sequence[Sequence[float]], tau: float) -> KLTails:
+    """Tails over the per-token k3 terms (from :func:`k3_per_token`) of all prompts together.
+
+    Every token weighs the same, so ``mean`` is token-weighted; SGLang's gate is the mean of
+    per-prompt means, which differs when prompts differ in length (take it from :func:`k3`).
+    ``first_divergent`` is None: a term of 0.0 does not prove the two logprobs were equal
+    (the term underflows for |r| below ~1e-154), and a flat position across prompts would not
+    locate anything; locate the first divergence per prompt with :func:`kl_tails`.
+    Prompts with no tokens are skipped.
+    """
+    chunks = [np.asarray(t, dtype=np.float64) for t in per_prompt if len(t) > 0]
+    if not chunks:
+        raise ValueError("pooled_tails needs at least one token")
+    return _tails(np.concatenate(chunks), tau, None)
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class Floor:
+    """Practical floor below which a change does not matter, from the suite or baselines."""
+
+    absolute: float = 0.0  # in the metric's unit
+    relative: float = 0.0  # fraction of |base median|
+
+    def __post_init__(self) -> None:
+        if not (self.absolute >= 0.0 and self.relative >= 0.0):
+            raise ValueError(f"floor must be non-negative: absolute={self.absolute}, relative={self.relative}")
+
+    def threshold(self, base_center: float) -> float:
+        return max(self.absolute, self.relative * abs(base_center))
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float
+    ci_low: float
+    ci_high: float
+    mean: float
+    min: float
+    max: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "median": self.median,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "mean": self.mean,
+            "min": self.min,
+            "max": self.max,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Summary:
+        return cls(
+            n=int(d["n"]),
+            median=float(d["median"]),
+            ci_low=float(d["ci_low"]),
+            ci_high=float(d["ci_high"]),
+            mean=float(d["mean"]),
+            min=float(d["min"]),
+            max=float(d["max"]),
+        )
+
+
+def _noisy_array(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("need at least one sample")
+    if not np.all(np.isfinite(x)):
+        # A median or a difference of medians is meaningless with NaN or inf in the sample.
+        raise ValueError("noisy samples must be finite")
+    return x
+
+
+def _check_boot(confidence: float, n_boot: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+
+
+def _boot_medians(x: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))
+    return np.median(x[idx], axis=1)
+
+
+def _percentile_ci(boot: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.percentile(boot, [100.0 * tail, 100.0 * (1.0 - tail)])
+    return float(lo), float(hi)
+
+
+def _summary(x: np.ndarray, ci: tuple[float, float]) -> Summary:
+    return Summary(
+        n=int(x.size),
+        median=float(np.median(x)),
+        ci_low=ci[0],
+        ci_high=ci[1],
+        mean=float(np.mean(x)),
+        min=float(np.min(x)),
+        max=float(np.max(x)),
+    )
+
+
+def summarize(
+    values: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> Summary:
+    """Median with a percentile-bootstrap CI; the same ``seed`` gives the same CI."""
+    _check_boot(confidence, n_boot)
+    x = _noisy_array(values)
+    if x.size == 1:
+        v = float(x[0])
+        return _summary(x, (v, v))
+    boot = _boot_medians(x, n_boot, np.random.default_rng(seed))
+    return _summary(x, _percentile_ci(boot, confidence))
+
+
+def _exact_summary(values: Sequence[float]) -> Summary:
+    # Exact metrics have no sampling error, so the CI collapses onto the median. NaN values
+    # are left out of the statistics (they are compared, not averaged); a side with no
+    # non-NaN value has NaN statistics.
+    x = np.asarray(values, dtype=np.float64)
+    finite = x[~np.isnan(x)]
+    if finite.size == 0:
+        nan = float("nan")
+        return Summary(n=int(x.size), median=nan, ci_low=nan, ci_high=nan, mean=nan, min=nan, max=nan)
+    s = _summary(finite, (0.0, 0.0))
+    return Summary(
+        n=int(x.size), median=s.median, ci_low=s.median, ci_high=s.median, mean=s.mean, min=s.min, max=s.max
+    )
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+@dataclass(frozen=True)
+class Comparison:
+    kind: Kind
+    verdict: Verdict
+    base: Summary
+    candidate: Summary
+    effect: float  # candidate median - base median
+    ci: tuple[float, float] | None  # bootstrap CI of the effect; noisy only
+    p: float | None  # Mann-Whitney U two-sided; noisy only
+    floor: float  # the absolute threshold that was applied
+    first_difference: int | None  # exact only: first index whose values differ
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "verdict": self.verdict.value,
+            "base": self.base.to_dict(),
+            "candidate": self.candidate.to_dict(),
+            "effect": self.effect,
+            "ci": None if self.ci is None else [self.ci[0], self.ci[1]],
+            "p": self.p,
+            "floor": self.floor,
+            "first_difference": self.first_difference,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Comparison:
+        ci = d.get("ci")
+        p = d.get("p")
+        first = d.get("first_difference")
+        return cls(
+            kind=Kind(d["kind"]),
+            verdict=Verdict(d["verdict"]),
+            base=Summary.from_dict(d["base"]),
+            candidate=Summary.from_dict(d["candidate"]),
+            effect=float(d["effect"]),
+            ci=None if ci is None else (float(ci[0]), float(ci[1])),
+            p=None if p is None else float(p),
+            floor=float(d["floor"]),
+            first_difference=None if first is None else int(first),
+            note=str(d["note"]),
+        )
+
+
+def _exact_repr(v: float) -> str:
+    # repr is the shortest string that round-trips, so two values that differ in the last
+    # bit never print the same.
+    return repr(float(v))
+
+
+def compare_exact(base: Sequence[float], candidate: Sequence[float]) -> Comparison:
+    """Bit-exact comparison: equal length and every value ``==`` (NaN equal to NaN).
+
+    Never *unknown*: with no noise, one run per side decides.
+    """
+    b = [float(v) for v in base]
+    c = [float(v) for v in candidate]
+    first = next((i for i, (x, y) in enumerate(zip(b, c)) if not _same_value(x, y)), None)
+    bs, cs = _exact_summary(b), _exact_summary(c)
+
+    if first is None and len(b) == len(c):
+        verdict, note = Verdict.SAME, f"identical ({len(b)} values)"
+    elif len(b) != len(c):
+        verdict = Verdict.DIFFERENT
+        if first is None:
+            first = min(len(b), len(c))
+            note = f"lengths differ: {len(b)} vs {len(c)} values, equal up to index {first}"
+        else:
+            note = (
+                f"lengths differ: {len(b)} vs {len(c)} values; "
+                f"differs at index {first}: {_exact_repr(b[first])} vs {_exact_repr(c[first])}"
+            )
+    else:
+        assert first is not None
+        verdict = Verdict.DIFFERENT
+        note = f"differs at index {first}: {_exact_repr(b[first])} vs {_exact_repr(c[first])}"
+
+    effect = cs.median - bs.median
+    return Comparison(
+        kind=Kind.EXACT,
+        verdict=verdict,
+        base=bs,
+        candidate=cs,
+        effect=effect,
+        ci=None,
+        p=None,
+        floor=0.0,
+        first_difference=first,
+        note=note,
+    )
+
+
+def _min_mwu_p(n1: int, n2: int) -> float:
+    # The smallest two-sided p the exact Mann-Whitney test can give (complete separation,
+    # no ties). When it is not below alpha no data can be significant; benchstat's
+    # "need >= 4 samples to detect a difference at alpha level 0.05" is this bound for
+    # n1 == n2 (3 vs 3: 0.1; 4 vs 4: 0.029). It also catches what scipy's normal
+    # approximation hides: with ties, 3 vs 3 can report p = 0.047.
+    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
+
+
+def _mwu_p(x: np.ndarray, y: np.ndarray) -> float:
+    if np.all(x == x[0]) and np.all(y == x[0]):
+        # All ties: the rank variance is 0 and the test statistic undefined; nothing differs.
+        return 1.0
+    p = float(mannwhitneyu(x, y, alternative="two-sided").pvalue)
+    return 1.0 if math.isnan(p) else p
+
+
+def _g(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def compare_noisy(
+    base: Sequence[float],
+    candidate: Sequence[float],
+    floor: Floor,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    """Three-way verdict for a noisy metric.
+
+    * SAME: the bootstrap CI of ``median(candidate) - median(base)`` lies inside
+      ``[-threshold, +threshold]`` (boundaries included, so a zero floor with identical
+      constant samples is SAME; with real noise a zero floor can never give SAME).
+    * DIFFERENT: Mann-Whitney ``p < alpha``, ``|effect| > threshold`` and the CI excludes 0,
+      and the sample sizes can reach ``alpha`` at all.
+    * UNKNOWN: otherwise; more samples would decide.
+
+    ``threshold = floor.threshold(median(base))``. The two sides are resampled independently
+    from streams derived from ``seed``, so the result is reproducible.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    _check_boot(confidence, n_boot)
+    x, y = _noisy_array(base), _noisy_array(candidate)
+    bs = summarize(x, confidence=confidence, n_boot=n_boot, seed=seed)
+    cs = summarize(y, confidence=confidence, n_boot=n_boot, seed=seed)
+    effect = cs.median - bs.median
+
+    # Separate child streams: the summaries above reuse `seed` directly, and with n1 == n2 a
+    # shared stream would pair the resamples of the two sides and narrow the CI falsely.
+    rng_b, rng_c = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    diffs = _boot_medians(y, n_boot, rng_c) - _boot_medians(x, n_boot, rng_b)
+    ci = _percentile_ci(diffs, confidence)
+
+    p = _mwu_p(x, y)
+    threshold = floor.threshold(bs.median)
+    min_p = _min_mwu_p(x.size, y.size)
+    all_identical = bool(np.all(x == x[0]) and np.all(y == x[0]))
+    ci_text = f"CI [{_g(ci[0])}, {_g(ci[1])}]"
+
+    if -threshold <= ci[0] and ci[1] <= threshold:
+        verdict, note = Verdict.SAME, f"{ci_text} inside floor ±{_g(threshold)}"
+    elif min_p >= alpha and not all_identical:
+        verdict = Verdict.UNKNOWN
+        note = f"need more samples (n={x.size} vs {y.size}, p={p:.2g}; p<{alpha:g} unreachable)"
+    elif p < alpha and abs(effect) > threshold and (ci[0] > 0.0 or ci[1] < 0.0):
+        verdict = Verdict.DIFFERENT
+        note = f"p={p:.2g}, effect {effect:+.3g} beyond floor {_g(threshold)}"
+    else:
+        verdict = Verdict.UNKNOWN
+        if p >= alpha:
+            why = f"not significant (p={p:.2g})"
+        elif abs(effect) <= threshold:
+            why = f"p={p:.2g} but effect {effect:+.3g} within floor {_g(threshold)}"
+        else:
+            why = f"p={p:.2g} but {ci_text} includes 0"
+        note = f"{why}; {ci_text} not inside floor ±{_g(threshold)}"
+
+    return Comparison(
+        kind=Kind.NOISY,
+        verdict=verdict,
+        base=bs,
+        candidate=cs,
+        effect=effect,
+        ci=ci,
+        p=p,
+        floor=threshold,
+        first_difference=None,
+        note=note,
+    )
+
+
+def combine_verdicts(verdicts: Iterable[Verdict]) -> Verdict:
+    """One verdict for many metrics: any DIFFERENT wins, then any UNKNOWN; none at all is
+    UNKNOWN, because an empty check must not pass as SAME."""
+    seen = {Verdict(v) for v in verdicts}
+    if not seen:
+        return Verdict.UNKNOWN
+    if Verdict.DIFFERENT in seen:
+        return Verdict.DIFFERENT
+    if Verdict.UNKNOWN in seen:
+        return Verdict.UNKNOWN
+    return Verdict.SAME
