@@ -1,0 +1,110 @@
+"""What a revision's server understands, read from its `--help`, and features → flags.
+
+Flag spellings move between SGLang revisions (`--mamba-scheduler-strategy` became
+`--mamba-radix-cache-strategy`; `--disable-cuda-graph` gave way to per-phase backends). Each
+feature lists the spellings it accepts, newest first; the first one the revision knows wins.
+A feature with no known spelling makes the configuration "n/a at this revision".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.plan import Features
+
+_FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
+_CHOICES = re.compile(r"(--[a-z0-9][a-z0-9-]*)(?:[ =]\{([^}]*)\})")
+
+MAMBA_STRATEGY_FLAGS = ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")
+POOL_STRATEGY = {"no_buffer": "no_buffer", "static": "extra_buffer", "lazy": "extra_buffer_lazy"}
+
+
+class NotExpressible(Exception):
+    """The revision has no flag for a feature the configuration asks for."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    flags: frozenset[str]
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, help_text: str) -> Capabilities:
+        flags = frozenset(_FLAG.findall(help_text))
+        choices: dict[str, tuple[str, ...]] = {}
+        # argparse wraps long choice lists over lines; join them before matching.
+        flat = re.sub(r"\s*\n\s*", " ", help_text)
+        for flag, body in _CHOICES.findall(flat):
+            choices.setdefault(flag, tuple(c.strip() for c in body.split(",") if c.strip()))
+        return cls(flags=flags, choices=choices)
+
+    def knows(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def first_known(self, *spellings: str) -> str | None:
+        return next((s for s in spellings if s in self.flags), None)
+
+    def allows(self, flag: str, value: str) -> bool:
+        known = self.choices.get(flag)
+        return known is None or value in known
+
+    def feature_args(self, features: Features, draft_model: Path | None) -> tuple[str, ...]:
+        """The flags for `features` at this revision; raises NotExpressible with the reason."""
+        args: list[str] = []
+        if features.deterministic:
+            args += [self._need("deterministic inference", "--enable-deterministic-inference")]
+        if features.disable_radix_cache:
+            args += [self._need("disabling the radix cache", "--disable-radix-cache")]
+        if features.swa_ratio is not None:
+            args += [self._need("an SWA ratio", "--swa-full-tokens-ratio"), str(features.swa_ratio)]
+        if features.mamba_pool == "unified":
+            args += [self._need("the unified Mamba pool", "--enable-unified-memory")]
+        elif features.mamba_pool is not None:
+            flag = self._need(f"the {features.mamba_pool} Mamba pool", *MAMBA_STRATEGY_FLAGS)
+            value = POOL_STRATEGY[features.mamba_pool]
+            if not self.allows(flag, value):
+                raise NotExpressible(f"{flag} has no choice {value!r} at this revision")
+            args += [flag, value]
+        if features.mamba_track_interval is not None:
+            args += [self._need("a Mamba track interval", "--mamba-track-interval"),
+                     str(features.mamba_track_interval)]
+        spec = features.speculative
+        if spec is not None:
+            flag = self._need("speculative decoding", "--speculative-algorithm")
+            if not self.allows(flag, spec.algorithm):
+                raise NotExpressible(f"speculative algorithm {spec.algorithm} unknown at this revision")
+            args += [flag, spec.algorithm]
+            if draft_model is not None:
+                args += [self._need("a draft model", "--speculative-draft-model-path"), str(draft_model)]
+            if spec.multi_layer:
+                args += [self._need("multi-layer EAGLE", "--enable-multi-layer-eagle")]
+            for value, name, spelling in (
+                (spec.num_steps, "draft steps", "--speculative-num-steps"),
+                (spec.eagle_topk, "EAGLE top-k", "--speculative-eagle-topk"),
+                (spec.num_draft_tokens, "draft tokens", "--speculative-num-draft-tokens"),
+            ):
+                if value is not None:
+                    args += [self._need(name, spelling), str(value)]
+            if spec.block_size is not None:
+                block_flag = {"DFLASH": "--speculative-dflash-block-size",
+                              "DSPARK": "--speculative-dspark-block-size"}.get(spec.algorithm)
+                if block_flag is None:
+                    raise NotExpressible(f"block_size applies to DFLASH/DSPARK, not {spec.algorithm}")
+                args += [self._need("a draft block size", block_flag), str(spec.block_size)]
+        return tuple(args)
+
+    def check_args(self, args: tuple[str, ...]) -> None:
+        """Every literal flag in a configuration's args must exist at this revision."""
+        for a in args:
+            if a.startswith("--"):
+                flag = a.split("=", 1)[0]
+                if flag not in self.flags:
+                    raise NotExpressible(f"flag {flag} unknown at this revision")
+
+    def _need(self, what: str, *spellings: str) -> str:
+        flag = self.first_known(*spellings)
+        if flag is None:
+            raise NotExpressible(f"no flag for {what} at this revision (looked for {' / '.join(spellings)})")
+        return flag

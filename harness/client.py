@@ -1,0 +1,165 @@
+"""The SGLang native HTTP API, as the probes use it.
+
+Both SGLang and the reference server speak it. Every response is checked for shape here so
+probes never index into a malformed reply; failures raise ServerError with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import requests
+
+from harness.errors import ProbeNotApplicable, ServerError
+
+# SGLang answers a request it cannot serve with 400 and a sentence; these say "cannot", not "broken".
+_UNSUPPORTED = re.compile(r"does not support|not supported|unsupported|not yet compatible", re.I)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One /generate answer, reduced to what probes read."""
+
+    output_ids: tuple[int, ...]
+    meta: dict[str, Any]
+
+    @property
+    def output_logprobs(self) -> list[float]:
+        return [float(e[0]) for e in self.meta.get("output_token_logprobs") or []]
+
+    @property
+    def input_logprobs(self) -> list[float | None]:
+        return [None if e[0] is None else float(e[0]) for e in self.meta.get("input_token_logprobs") or []]
+
+    @property
+    def cached_tokens(self) -> int:
+        return int(self.meta.get("cached_tokens", 0) or 0)
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.meta.get("completion_tokens", len(self.output_ids)))
+
+
+@dataclass
+class SGLangClient:
+    base_url: str
+    timeout_s: float = 300.0
+    flush_retries: int = 8
+    flush_backoff_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        self._http = requests.Session()
+
+    def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> requests.Response:
+        try:
+            return self._http.request(method, self.base_url + path, json=body,
+                                      timeout=timeout or self.timeout_s)
+        except requests.Timeout:
+            raise ServerError(f"{method} {path}: no answer within {timeout or self.timeout_s:.0f} s") from None
+        except requests.ConnectionError as exc:
+            raise ServerError(f"{method} {path}: connection failed ({type(exc).__name__})") from None
+
+    def _json(self, resp: requests.Response, what: str) -> Any:
+        try:
+            return resp.json()
+        except (json.JSONDecodeError, ValueError):
+            raise ServerError(f"{what}: malformed JSON (HTTP {resp.status_code}, "
+                              f"{len(resp.content)} bytes: {resp.text[:120]!r})") from None
+
+    def generate(self, input_ids: Sequence[int] | Sequence[Sequence[int]], *,
+                 max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = True,
+                 return_logprob: bool = False, logprob_start_len: int = -1,
+                 top_logprobs_num: int = 0, sampling_seed: int | None = None) -> list[Generation]:
+        """One request, or a batch when given a list of prompts; always returns a list."""
+        batched = bool(input_ids) and isinstance(input_ids[0], (list, tuple))
+        params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                                  "ignore_eos": ignore_eos}
+        if sampling_seed is not None:
+            params["sampling_seed"] = sampling_seed
+        body: dict[str, Any] = {
+            "input_ids": [list(p) for p in input_ids] if batched else list(input_ids),
+            "sampling_params": params,
+        }
+        if return_logprob:
+            body.update(return_logprob=True, logprob_start_len=logprob_start_len,
+                        top_logprobs_num=top_logprobs_num)
+        resp = self._request("POST", "/generate", body)
+        if resp.status_code == 400 and _UNSUPPORTED.search(resp.text):
+            raise ProbeNotApplicable(_error_message(resp))
+        if resp.status_code != 200:
+            raise ServerError(f"/generate: HTTP {resp.status_code}: {_error_message(resp)}")
+        data = self._json(resp, "/generate")
+        items = data if isinstance(data, list) else [data]
+        if len(items) != (len(input_ids) if batched else 1):
+            raise ServerError(f"/generate: expected {len(input_ids) if batched else 1} answers, got {len(items)}")
+        out = []
+        for item in items:
+            if not isinstance(item, dict) or "meta_info" not in item or "output_ids" not in item:
+                raise ServerError(f"/generate: answer lacks output_ids/meta_info: {str(item)[:120]}")
+            out.append(Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"]))
+        return out
+
+    def flush_cache(self) -> None:
+        """Flush, retrying with backoff while the server reports in-flight requests (400)."""
+        delay = self.flush_backoff_s
+        for _ in range(self.flush_retries):
+            resp = self._request("POST", "/flush_cache", timeout=60)
+            if resp.status_code == 200:
+                return
+            if resp.status_code != 400:
+                raise ServerError(f"/flush_cache: HTTP {resp.status_code}: {resp.text[:200]}")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        raise ServerError(f"/flush_cache: still busy after {self.flush_retries} tries")
+
+    def server_info(self) -> dict[str, Any]:
+        # /server_info is the current name; older revisions only have /get_server_info.
+        for path in ("/server_info", "/get_server_info"):
+            resp = self._request("GET", path, timeout=30)
+            if resp.status_code == 200:
+                return self._json(resp, path)
+        raise ServerError(f"server info: HTTP {resp.status_code}")
+
+    def model_info(self) -> dict[str, Any]:
+        resp = self._request("GET", "/get_model_info", timeout=30)
+        return self._json(resp, "/get_model_info") if resp.status_code == 200 else {}
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus gauges/counters named sglang:*, summed over label sets; {} when disabled."""
+        resp = self._request("GET", "/metrics", timeout=30)
+        return parse_prometheus(resp.text) if resp.status_code == 200 else {}
+
+
+_PROM_LINE = re.compile(r"^(sglang:[A-Za-z0-9_]+)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _PROM_LINE.match(line)
+        if m:
+            try:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def _error_message(resp: requests.Response) -> str:
+    try:
+        data = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        if "message" in data:
+            return str(data["message"])
+        if isinstance(err, str):
+            return err
+    return resp.text[:300]

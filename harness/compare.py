@@ -1,0 +1,73 @@
+"""Base vs candidate, per (configuration, probe): metric comparisons and one verdict.
+
+Exact metrics (bit-exact under deterministic mode, fixed-workload peaks) compare by equality;
+noisy ones by bootstrap CI + Mann-Whitney against a practical floor. Floors and which metrics
+decide the verdict come from the suite's [probe.<name>] table, never from code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from harness import stats
+from harness.results import CellResult, ProbeComparison, Role, Status
+from harness.stats import Floor, Kind, Verdict
+
+
+def floor_for(params: dict[str, Any], metric: str, primary: bool) -> Floor:
+    per_metric = params.get("floors", {}).get(metric)
+    if per_metric is not None:
+        return Floor(absolute=float(per_metric.get("absolute", 0.0)),
+                     relative=float(per_metric.get("relative", 0.0)))
+    if primary:
+        return Floor(absolute=float(params.get("floor_abs", 0.0)),
+                     relative=float(params.get("floor_rel", 0.0)))
+    return Floor()
+
+
+def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellResult | None,
+                  params: dict[str, Any]) -> ProbeComparison:
+    if base is None or cand is None:
+        missing = "base" if base is None else "candidate"
+        return ProbeComparison(config, probe, "error", note=f"no {missing} result")
+    sides = {"base": base, "candidate": cand}
+    for status in (Status.ERROR, Status.NOT_APPLICABLE):
+        bad = [name for name, c in sides.items() if c.status == status]
+        if bad:
+            reasons = "; ".join(f"{n}: {sides[n].reason}" for n in bad)
+            return ProbeComparison(config, probe, status.value, note=reasons)
+    decisive = params.get("verdict_metrics") or ([base.primary.name] if base.primary else [])
+    comparisons: dict[str, stats.Comparison] = {}
+    for i, m in enumerate(base.metrics):
+        other = cand.metric(m.name)
+        if other is None or not m.values or not other.values:
+            continue
+        if m.kind == Kind.EXACT and other.kind == Kind.EXACT:
+            comparisons[m.name] = stats.compare_exact(m.values, other.values)
+        else:
+            comparisons[m.name] = stats.compare_noisy(
+                m.values, other.values, floor_for(params, m.name, primary=(i == 0)),
+                alpha=float(params.get("alpha", 0.05)), seed=int(params.get("seed", 0)))
+    decided = [comparisons[n].verdict for n in decisive if n in comparisons]
+    verdict = stats.combine_verdicts(decided)
+    note = "; ".join(f"{n}: {comparisons[n].note}" for n in decisive if n in comparisons)
+    return ProbeComparison(config, probe, verdict.value, comparisons, note)
+
+
+def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, Any]],
+                order: Iterable[tuple[str, str]]) -> tuple[ProbeComparison, ...]:
+    by_key = {(c.config, c.probe, c.role): c for c in cells}
+    return tuple(
+        compare_cells(config, probe, by_key.get((config, probe, Role.BASE)), by_key.get((config, probe, Role.CANDIDATE)),
+                      probe_params.get(probe, {}))
+        for config, probe in order
+    )
+
+
+def overall(comparisons: Iterable[ProbeComparison]) -> str:
+    """The run's verdict: different beats error beats unknown beats same; n/a is neutral."""
+    verdicts = {c.verdict for c in comparisons}
+    for v in (Verdict.DIFFERENT.value, "error", Verdict.UNKNOWN.value, Verdict.SAME.value):
+        if v in verdicts:
+            return v
+    return "n/a"

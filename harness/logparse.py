@@ -1,0 +1,46 @@
+"""SGLang's scheduler log lines, parsed into numbers.
+
+Pool occupancy (SWA tokens, Mamba slots) and per-round accept lengths are only reported in
+log lines, so the SWA and speculative probes read the log written during their requests.
+Older builds wrote `Prefill batch.`; some add `[iter]` — both forms are accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_BATCH = re.compile(r"(Prefill|Decode) batch(?: \[\d+\])?[.,]\s*(.*)")
+_FIELD = re.compile(r"(#?[A-Za-z][A-Za-z \-()/]*?):\s*(-?[0-9.]+(?:e[-+]?\d+)?|True|False)")
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    kind: str  # "prefill" or "decode"
+    fields: dict[str, float]
+
+    def get(self, name: str) -> float | None:
+        return self.fields.get(name)
+
+
+def parse_batch_lines(text: str) -> list[BatchLine]:
+    out = []
+    for line in text.splitlines():
+        m = _BATCH.search(line)
+        if not m:
+            continue
+        fields: dict[str, float] = {}
+        for key, value in _FIELD.findall(m.group(2)):
+            key = key.strip()
+            if value in ("True", "False"):
+                fields[key] = 1.0 if value == "True" else 0.0
+            else:
+                fields[key] = float(value)
+        out.append(BatchLine(m.group(1).lower(), fields))
+    return out
+
+
+def decode_series(text: str, name: str) -> list[float]:
+    """One field of every Decode line, in order (e.g. '#swa token', 'accept len')."""
+    return [v for line in parse_batch_lines(text) if line.kind == "decode"
+            for v in [line.get(name)] if v is not None]

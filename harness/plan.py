@@ -1,0 +1,369 @@
+"""Suite files: load (tomllib), validate, and resolve into ServerConfigs per target.
+
+A suite names configurations by *features* (deterministic, Mamba pool, speculative algorithm,
+SWA ratio), not by flag spellings: spellings differ across SGLang revisions and are chosen
+per revision by harness.capabilities. Every error names the file and the field, and is raised
+before anything is launched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+
+TARGETS = ("refserver", "sglang")
+MAMBA_POOLS = ("no_buffer", "static", "lazy", "unified")
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH", "DSPARK")
+
+_SUITE_KEYS = {"name", "description", "models", "server", "workload", "config", "probe"}
+_SERVER_KEYS = {"args", "env", "target_args", "startup_timeout_s", "request_timeout_s"}
+_WORKLOAD_KEYS = {"kind", "prompts", "prompt_len", "output_len", "seed", "vocab", "low_token", "path"}
+_CONFIG_KEYS = {
+    "name", "probes", "deterministic", "mamba_pool", "mamba_track_interval", "speculative",
+    "draft", "swa_ratio", "disable_radix_cache", "args", "env", "target_args",
+}
+_SPEC_KEYS = {
+    "algorithm", "num_steps", "eagle_topk", "num_draft_tokens", "block_size", "multi_layer",
+}
+
+
+@dataclass(frozen=True)
+class SpeculativeSpec:
+    algorithm: str
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    block_size: int | None = None  # DFLASH / DSPARK block
+    multi_layer: bool = False
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a configuration *means*; capabilities.py turns it into a revision's flags."""
+
+    deterministic: bool = False
+    mamba_pool: str | None = None
+    mamba_track_interval: int | None = None
+    speculative: SpeculativeSpec | None = None
+    swa_ratio: float | None = None
+    disable_radix_cache: bool = False
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    kind: str = "synthetic"
+    prompts: int = 8
+    prompt_len: tuple[int, int] = (48, 96)
+    output_len: int = 48
+    seed: int = 0
+    vocab: int = 500
+    low_token: int = 3  # below: bos/eos/pad ids that real models treat specially
+    path: str | None = None
+
+    def with_overrides(self, params: dict[str, Any]) -> WorkloadSpec:
+        keep = {k: v for k, v in params.items() if k in _WORKLOAD_KEYS}
+        if "prompt_len" in keep:
+            keep["prompt_len"] = tuple(keep["prompt_len"])
+        return WorkloadSpec(**{**self.__dict__, **keep})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "prompt_len": list(self.prompt_len)}
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One [[config]] of a suite, target-independent."""
+
+    name: str
+    probes: tuple[str, ...]
+    features: Features
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    target_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    draft: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A configuration resolved for one target: model path, features, extra args, env."""
+
+    name: str
+    target: str
+    model: Path
+    features: Features
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    draft_model: Path | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of what determines the server's behaviour: model config, features, args, env."""
+        h = hashlib.sha256()
+        for path in (self.model, self.draft_model):
+            cfg = path / "config.json" if path else None
+            h.update(cfg.read_bytes() if cfg and cfg.is_file() else b"-")
+        h.update(json.dumps(
+            {
+                "target": self.target,
+                "features": _features_dict(self.features),
+                "args": list(self.args),
+                "env": {k: v for k, v in sorted(self.env.items())},
+            },
+            sort_keys=True,
+        ).encode())
+        return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    path: Path
+    description: str
+    models: dict[str, Path]
+    server_args: tuple[str, ...]
+    server_env: dict[str, str]
+    target_args: dict[str, tuple[str, ...]]
+    startup_timeout_s: float
+    request_timeout_s: float
+    workload: WorkloadSpec
+    configs: tuple[ConfigSpec, ...]
+    probe_params: dict[str, dict[str, Any]]
+
+    def probe_spec(self, kind: str) -> ProbeSpec:
+        return ProbeSpec(kind, dict(self.probe_params.get(kind, {})))
+
+    def config(self, name: str) -> ConfigSpec:
+        for c in self.configs:
+            if c.name == name:
+                return c
+        raise UsageError(f"{self.path}: no [[config]] named {name!r} "
+                         f"(have: {', '.join(c.name for c in self.configs)})")
+
+    def server_config(self, spec: ConfigSpec, target: str) -> ServerConfig:
+        if target not in self.models:
+            raise UsageError(f"{self.path}: [models] has no model for target {target!r}")
+        draft = spec.draft.get(target)
+        if spec.features.speculative and not draft and target == "refserver":
+            raise UsageError(f"{self.path}: config {spec.name!r} is speculative but "
+                             f"[config.draft] has no {target!r} model")
+        return ServerConfig(
+            name=spec.name,
+            target=target,
+            model=self.models[target],
+            features=spec.features,
+            args=(*self.server_args, *self.target_args.get(target, ()), *spec.args,
+                  *spec.target_args.get(target, ())),
+            env={**self.server_env, **spec.env},
+            draft_model=_resolve_model(self.path, draft, f"config {spec.name!r} draft") if draft else None,
+        )
+
+
+def _features_dict(f: Features) -> dict[str, Any]:
+    d = dict(f.__dict__)
+    d["speculative"] = dict(f.speculative.__dict__) if f.speculative else None
+    return d
+
+
+def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> Suite:
+    """Read and validate a suite file; raise UsageError naming the file and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"suite file not found: {path}")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    _check_keys(path, "top level", raw, _SUITE_KEYS)
+    where = _Where(path)
+
+    models_raw = where.table(raw, "models")
+    models = {}
+    for target, rel in models_raw.items():
+        if target not in TARGETS:
+            raise UsageError(f"{path}: [models].{target}: unknown target (known: {', '.join(TARGETS)})")
+        models[target] = _resolve_model(path, where.string(models_raw, target, "[models]"),
+                                        f"[models].{target}")
+
+    server = where.table(raw, "server")
+    _check_keys(path, "[server]", server, _SERVER_KEYS)
+    target_args_raw = where.table(server, "target_args")
+    for t in target_args_raw:
+        if t not in TARGETS:
+            raise UsageError(f"{path}: [server.target_args].{t}: unknown target")
+
+    workload = _load_workload(where, where.table(raw, "workload"))
+
+    probe_params = where.table(raw, "probe")
+    for kind, params in probe_params.items():
+        if known_probes is not None and kind not in known_probes:
+            raise UsageError(f"{path}: [probe.{kind}]: unknown probe "
+                             f"(known: {', '.join(sorted(known_probes))})")
+        if not isinstance(params, dict):
+            raise UsageError(f"{path}: [probe.{kind}] must be a table")
+
+    configs_raw = raw.get("config", [])
+    if not isinstance(configs_raw, list) or not configs_raw:
+        raise UsageError(f"{path}: needs at least one [[config]]")
+    configs = tuple(_load_config(where, c, i, known_probes) for i, c in enumerate(configs_raw))
+    names = [c.name for c in configs]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise UsageError(f"{path}: duplicate [[config]] names: {', '.join(sorted(dup))}")
+
+    return Suite(
+        name=where.string(raw, "name", "top level", default=path.stem),
+        path=path,
+        description=where.string(raw, "description", "top level", default=""),
+        models=models,
+        server_args=where.strings(server, "args", "[server]"),
+        server_env=where.env(server, "[server]"),
+        target_args={t: where.strings(target_args_raw, t, "[server.target_args]")
+                     for t in target_args_raw},
+        startup_timeout_s=where.number(server, "startup_timeout_s", "[server]", 180.0),
+        request_timeout_s=where.number(server, "request_timeout_s", "[server]", 300.0),
+        workload=workload,
+        configs=configs,
+        probe_params=probe_params,
+    )
+
+
+def _load_workload(where: _Where, raw: dict[str, Any]) -> WorkloadSpec:
+    _check_keys(where.path, "[workload]", raw, _WORKLOAD_KEYS)
+    spec = WorkloadSpec().with_overrides(raw)
+    if spec.kind not in ("synthetic", "longbench"):
+        raise UsageError(f"{where.path}: [workload].kind: {spec.kind!r} is not synthetic|longbench")
+    lo, hi = spec.prompt_len
+    if not (0 < lo <= hi):
+        raise UsageError(f"{where.path}: [workload].prompt_len must be [min, max] with 0 < min <= max")
+    if spec.prompts < 1 or spec.output_len < 1:
+        raise UsageError(f"{where.path}: [workload].prompts and output_len must be >= 1")
+    if spec.vocab <= spec.low_token:
+        raise UsageError(f"{where.path}: [workload].vocab must exceed low_token")
+    return spec
+
+
+def _load_config(where: _Where, raw: Any, index: int,
+                 known_probes: frozenset[str] | None) -> ConfigSpec:
+    label = f"[[config]] #{index + 1}"
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where.path}: {label} must be a table")
+    _check_keys(where.path, label, raw, _CONFIG_KEYS)
+    name = where.string(raw, "name", label)
+    label = f"[[config]] {name!r}"
+    probes = where.strings(raw, "probes", label)
+    if not probes:
+        raise UsageError(f"{where.path}: {label}.probes: list at least one probe")
+    for p in probes:
+        if known_probes is not None and p not in known_probes:
+            raise UsageError(f"{where.path}: {label}.probes: unknown probe {p!r} "
+                             f"(known: {', '.join(sorted(known_probes))})")
+
+    pool = raw.get("mamba_pool")
+    if pool is not None and pool not in MAMBA_POOLS:
+        raise UsageError(f"{where.path}: {label}.mamba_pool: {pool!r} is not one of {', '.join(MAMBA_POOLS)}")
+    ratio = raw.get("swa_ratio")
+    if ratio is not None and not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
+        raise UsageError(f"{where.path}: {label}.swa_ratio must be in (0, 1]")
+    spec = None
+    if "speculative" in raw:
+        s = raw["speculative"]
+        if not isinstance(s, dict):
+            raise UsageError(f"{where.path}: {label}.speculative must be a table")
+        _check_keys(where.path, f"{label}.speculative", s, _SPEC_KEYS)
+        algo = str(s.get("algorithm", "")).upper()
+        if algo not in SPEC_ALGORITHMS:
+            raise UsageError(f"{where.path}: {label}.speculative.algorithm: {s.get('algorithm')!r} "
+                             f"is not one of {', '.join(SPEC_ALGORITHMS)}")
+        spec = SpeculativeSpec(
+            algorithm=algo,
+            num_steps=s.get("num_steps"),
+            eagle_topk=s.get("eagle_topk"),
+            num_draft_tokens=s.get("num_draft_tokens"),
+            block_size=s.get("block_size"),
+            multi_layer=bool(s.get("multi_layer", False)),
+        )
+    draft = where.table(raw, "draft")
+    for t in draft:
+        if t not in TARGETS:
+            raise UsageError(f"{where.path}: {label}.draft.{t}: unknown target")
+    target_args = where.table(raw, "target_args")
+    for t in target_args:
+        if t not in TARGETS:
+            raise UsageError(f"{where.path}: {label}.target_args.{t}: unknown target")
+    return ConfigSpec(
+        name=name,
+        probes=probes,
+        features=Features(
+            deterministic=bool(raw.get("deterministic", False)),
+            mamba_pool=pool,
+            mamba_track_interval=raw.get("mamba_track_interval"),
+            speculative=spec,
+            swa_ratio=float(ratio) if ratio is not None else None,
+            disable_radix_cache=bool(raw.get("disable_radix_cache", False)),
+        ),
+        args=where.strings(raw, "args", label),
+        env=where.env(raw, label),
+        target_args={t: where.strings(target_args, t, f"{label}.target_args") for t in target_args},
+        draft={t: str(v) for t, v in draft.items()},
+    )
+
+
+def _resolve_model(suite_path: Path, rel: str, field_name: str) -> Path:
+    model = (suite_path.parent / rel).resolve()
+    if not (model / "config.json").is_file():
+        raise UsageError(f"{suite_path}: {field_name}: model directory {model} has no config.json")
+    return model
+
+
+def _check_keys(path: Path, where: str, raw: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise UsageError(f"{path}: {where}: unknown field(s) {', '.join(unknown)} "
+                         f"(allowed: {', '.join(sorted(allowed))})")
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Typed field access that names the file and field in every error."""
+
+    path: Path
+
+    def table(self, raw: dict[str, Any], key: str) -> dict[str, Any]:
+        value = raw.get(key, {})
+        if not isinstance(value, dict):
+            raise UsageError(f"{self.path}: {key} must be a table")
+        return value
+
+    def string(self, raw: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+        value = raw.get(key, default)
+        if not isinstance(value, str):
+            raise UsageError(f"{self.path}: {where}.{key} must be a string")
+        return value
+
+    def strings(self, raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+        value = raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+            raise UsageError(f"{self.path}: {where}.{key} must be a list of strings")
+        return tuple(str(v) for v in value)
+
+    def number(self, raw: dict[str, Any], key: str, where: str, default: float) -> float:
+        value = raw.get(key, default)
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise UsageError(f"{self.path}: {where}.{key} must be a positive number")
+        return float(value)
+
+    def env(self, raw: dict[str, Any], where: str) -> dict[str, str]:
+        value = self.table(raw, "env")
+        return {str(k): str(v) for k, v in value.items()}

@@ -1,0 +1,91 @@
+"""prefill_cache_hit and decode_cache_hit: a prefix-cache hit must reproduce a cold prefill.
+
+prefill: seed the cache with each prompt (`max_new_tokens=0`), generate again (a hit), and
+compare the hit's decode logprobs with a cold replay. decode: turn 1 generates; turn 2 is
+prompt + turn-1 output + one suffix token, so its hit covers decode-written state.
+A prompt counts only if it really hit (SGLang's rule); if fewer than `min_hit_fraction` of
+prompts hit, the result is vacuous and says so rather than reporting a match.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from harness.errors import ProbeNotApplicable, VacuousResult
+from harness.probes.base import ProbeContext, ProbeKind
+from harness.probes.common import batches, cold_replay, kl_metric
+from harness.results import Metric, ProbeOutput
+from harness.stats import Kind
+from harness.workloads import suffix_token
+
+
+def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequence[int],
+             total_steps: int) -> ProbeOutput:
+    """Generate `turn2` (expected to hit), keep the real hits, compare them with cold replays."""
+    batch = int(ctx.param("batch_size", len(turn2)))
+    outputs, lps, cached = [], [], []
+    for chunk in batches(list(turn2), batch):
+        for gen in ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
+                                       return_logprob=True, logprob_start_len=-1):
+            outputs.append(gen.output_ids)
+            lps.append(gen.output_logprobs)
+            cached.append(gen.cached_tokens)
+    ctx.advance(total_steps - 1, total_steps)
+    hits = [i for i, (c, m) in enumerate(zip(cached, min_hit)) if c > m]
+    fraction = len(hits) / len(turn2)
+    floor = float(ctx.param("min_hit_fraction", 0.5))
+    facts = {"hit_fraction": fraction, "min_hit_fraction": floor,
+             "hit_lengths": [cached[i] for i in hits]}
+    if fraction < floor or not hits:
+        raise VacuousResult(f"only {len(hits)}/{len(turn2)} prompts hit the prefix cache "
+                            f"(need {floor:.0%}); cached_tokens={cached}")
+    sequences = [list(turn2[i]) + list(outputs[i]) for i in hits]
+    replay = cold_replay(ctx.client, sequences, [len(outputs[i]) for i in hits], batch)
+    ctx.advance(total_steps, total_steps)
+    metric, kl_facts, per = kl_metric(replay, [lps[i] for i in hits],
+                                      deterministic=ctx.deterministic,
+                                      tau=float(ctx.param("tau", 1e-6)),
+                                      threshold=ctx.param("threshold", None))
+    hit_metric = Metric("hit_fraction", Kind.EXACT, (fraction,), better="higher", headline="first")
+    samples = tuple(
+        {"prompt_len": len(turn2[i]), "cached_tokens": cached[i], "output_ids": list(outputs[i]),
+         "hit_logprobs": lps[i], "replay_logprobs": r, **x}
+        for i, r, x in zip(hits, replay, per)
+    )
+    return ProbeOutput(samples=samples, metrics=(metric, hit_metric), facts={**kl_facts, **facts})
+
+
+def _require_cache(ctx: ProbeContext) -> None:
+    if ctx.server_info.get("disable_radix_cache"):
+        raise ProbeNotApplicable("the radix cache is disabled on this server "
+                                 "(disable_radix_cache in /server_info)")
+
+
+def run_prefill(ctx: ProbeContext) -> ProbeOutput:
+    _require_cache(ctx)
+    prompts = list(ctx.workload.prompts)
+    ctx.client.flush_cache()
+    for chunk in batches(prompts, int(ctx.param("batch_size", len(prompts)))):
+        ctx.client.generate(list(chunk), max_new_tokens=0)
+    ctx.advance(1, 3)
+    return _hit_run(ctx, prompts, [0] * len(prompts), 3)
+
+
+def run_decode(ctx: ProbeContext) -> ProbeOutput:
+    _require_cache(ctx)
+    prompts = list(ctx.workload.prompts)
+    suffix = suffix_token(ctx.workload.spec)
+    ctx.client.flush_cache()
+    turn2 = []
+    for chunk in batches(prompts, int(ctx.param("batch_size", len(prompts)))):
+        for p, gen in zip(chunk, ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len)):
+            turn2.append(list(p) + list(gen.output_ids) + [suffix])
+    ctx.advance(1, 3)
+    # A decode hit must reach past the prompt into tokens written by decode.
+    return _hit_run(ctx, turn2, [len(p) + 1 for p in prompts], 3)
+
+
+PREFILL_PROBE = ProbeKind("prefill_cache_hit", run_prefill,
+                          "prefix-cache hit on a seeded prompt vs cold prefill")
+DECODE_PROBE = ProbeKind("decode_cache_hit", run_decode,
+                         "turn-2 hit on decode-written tokens vs cold prefill")

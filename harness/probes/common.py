@@ -1,0 +1,61 @@
+"""Pieces the logprob probes share: cold replay and the k3 metric with its tails."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from harness import stats
+from harness.client import SGLangClient
+from harness.results import Metric
+from harness.stats import Kind
+
+
+def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    size = max(1, int(size))
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails: Sequence[int],
+                batch_size: int) -> list[list[float]]:
+    """Flush, then prefill each sequence (no decode) and return the logprobs of its last
+    `tail` tokens: the reference a decode or a cache hit must reproduce."""
+    client.flush_cache()
+    out: list[list[float]] = []
+    for chunk, chunk_tails in zip(batches(sequences, batch_size), batches(tails, batch_size)):
+        gens = client.generate(list(chunk), max_new_tokens=0, return_logprob=True, logprob_start_len=0)
+        for gen, tail in zip(gens, chunk_tails):
+            lps = gen.input_logprobs
+            if len(lps) < tail or any(v is None for v in lps[len(lps) - tail:]):
+                raise ValueError(f"replay returned {len(lps)} input logprobs, needed the last {tail}")
+            out.append([float(v) for v in lps[len(lps) - tail:]])
+    return out
+
+
+def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,
+              deterministic: bool, tau: float, threshold: float | None,
+              name: str = "k3") -> tuple[Metric, dict[str, Any], list[dict[str, Any]]]:
+    """Per-prompt k3 as a metric (exact under deterministic mode), pooled tails as facts."""
+    per_prompt = [stats.k3(r, t) for r, t in zip(refs, tests)]
+    tails = stats.pooled_tails([stats.k3_per_token(r, t) for r, t in zip(refs, tests)], tau)
+    firsts = [stats.kl_tails(r, t, tau).first_divergent for r, t in zip(refs, tests)]
+    diverged = [f for f in firsts if f is not None]
+    mean = sum(per_prompt) / len(per_prompt) if per_prompt else 0.0
+    facts: dict[str, Any] = {
+        "k3_mean": mean,
+        "k3_median": tails.median,
+        "k3_p99": tails.p99,
+        "k3_max": tails.max,
+        "frac_over_tau": tails.frac_over_tau,
+        "tau": tau,
+        "tokens": tails.n_tokens,
+        "prompts": len(per_prompt),
+        "prompts_diverged": len(diverged),
+        "first_divergent": min(diverged) if diverged else None,
+    }
+    if threshold is not None:
+        facts["threshold"] = threshold
+        facts["passes_threshold"] = mean < threshold
+    metric = Metric(name=name, kind=Kind.EXACT if deterministic else Kind.NOISY,
+                    values=tuple(per_prompt), better="lower", headline="mean")
+    per_sample = [{"k3": k, "first_divergent": f} for k, f in zip(per_prompt, firsts)]
+    return metric, facts, per_sample

@@ -1,0 +1,41 @@
+"""determinism: one prompt at batch sizes 1..N must give one unique output (and logprobs).
+
+The other rows of each batch are different prompts of other lengths, so a kernel whose
+reduction order depends on the batch shape shows up as a second unique output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from harness.probes.base import ProbeContext, ProbeKind
+from harness.results import Metric, ProbeOutput
+from harness.stats import Kind
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    sizes = [int(b) for b in ctx.param("batch_sizes", [1, 2, 3, 4, 6, 8])]
+    prompts = list(ctx.workload.prompts)
+    target, fillers = prompts[0], prompts[1:] or prompts
+    with_logprobs = bool(ctx.param("logprobs", True))
+    samples, signatures = [], []
+    for i, size in enumerate(sizes):
+        batch = [target] + [fillers[j % len(fillers)] for j in range(size - 1)]
+        gen = ctx.client.generate(batch, max_new_tokens=ctx.workload.output_len,
+                                  return_logprob=with_logprobs)[0]
+        record = {"output_ids": list(gen.output_ids),
+                  "logprobs": gen.output_logprobs if with_logprobs else None}
+        signature = hashlib.sha256(json.dumps(record).encode()).hexdigest()[:16]
+        signatures.append(signature)
+        samples.append({"batch_size": size, "signature": signature, **record})
+        ctx.advance(i + 1, len(sizes))
+    unique = len(set(signatures))
+    first_other = next((s["batch_size"] for s in samples if s["signature"] != signatures[0]), None)
+    facts = {"unique_outputs": unique, "batch_sizes": sizes, "first_differing_batch_size": first_other,
+             "compares": "output ids + logprobs" if with_logprobs else "output ids"}
+    metric = Metric("unique_outputs", Kind.EXACT, (float(unique),), better="lower", headline="first")
+    return ProbeOutput(samples=tuple(samples), metrics=(metric,), facts=facts)
+
+
+PROBE = ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs")

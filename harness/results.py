@@ -1,0 +1,276 @@
+"""Immutable result objects that round-trip through JSON.
+
+A probe yields a ProbeOutput (raw samples + named metrics); the runner wraps it in a
+CellResult with the revision, configuration and metadata; a RunResult gathers the cells of
+one base-vs-candidate run with their comparisons. Renderers and `detcheck report` read only
+these objects, so a fresh run and a stored one print through the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from harness.stats import Comparison, Kind
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, Enum):
+    OK = "ok"
+    ERROR = "error"
+    NOT_APPLICABLE = "n/a"
+
+
+class Role(str, Enum):
+    BASE = "base"
+    CANDIDATE = "candidate"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One measured quantity: per-prompt (or per-run) values and how to compare them."""
+
+    name: str
+    kind: Kind
+    values: tuple[float, ...]
+    unit: str = ""
+    # "lower" / "higher" is better; None when only equality matters (bit-exact metrics).
+    better: str | None = None
+    # The number a reviewer reads in the table: "median", "mean", "max", "sum" or "first".
+    headline: str = "median"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind.value,
+            "values": list(self.values),
+            "unit": self.unit,
+            "better": self.better,
+            "headline": self.headline,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Metric:
+        return cls(
+            name=d["name"],
+            kind=Kind(d["kind"]),
+            values=tuple(float(v) for v in d["values"]),
+            unit=d.get("unit", ""),
+            better=d.get("better"),
+            headline=d.get("headline", "median"),
+        )
+
+    def headline_value(self) -> float | None:
+        if not self.values:
+            return None
+        vals = sorted(self.values)
+        if self.headline == "mean":
+            return sum(vals) / len(vals)
+        if self.headline == "max":
+            return vals[-1]
+        if self.headline == "sum":
+            return sum(vals)
+        if self.headline == "first":
+            return self.values[0]
+        mid = len(vals) // 2
+        return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    """What a probe returns: raw per-request samples, metrics (first = primary), extras."""
+
+    samples: tuple[dict[str, Any], ...]
+    metrics: tuple[Metric, ...]
+    # Small derived facts a report shows as-is (hit fraction, peak, first divergent position).
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RevisionInfo:
+    ref: str
+    sha: str | None  # None for an installed package with no git checkout
+    subject: str = ""
+    version: str = ""
+
+    @property
+    def short(self) -> str:
+        return self.sha[:12] if self.sha else (self.version or self.ref)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RevisionInfo:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One probe of one configuration on one revision."""
+
+    config: str
+    probe: str
+    role: Role
+    revision: RevisionInfo
+    status: Status
+    config_fingerprint: str
+    workload_fingerprint: str
+    samples: tuple[dict[str, Any], ...] = ()
+    metrics: tuple[Metric, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""  # error message or the n/a reason
+    log_tail: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def metric(self, name: str) -> Metric | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+    @property
+    def primary(self) -> Metric | None:
+        return self.metrics[0] if self.metrics else None
+
+    def with_role(self, role: Role) -> CellResult:
+        return dataclasses.replace(self, role=role)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "config": self.config,
+            "probe": self.probe,
+            "role": self.role.value,
+            "revision": self.revision.to_dict(),
+            "status": self.status.value,
+            "config_fingerprint": self.config_fingerprint,
+            "workload_fingerprint": self.workload_fingerprint,
+            "reason": self.reason,
+            "facts": self.facts,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "samples": list(self.samples),
+            "log_tail": self.log_tail,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CellResult:
+        return cls(
+            schema=d["schema"],
+            config=d["config"],
+            probe=d["probe"],
+            role=Role(d["role"]),
+            revision=RevisionInfo.from_dict(d["revision"]),
+            status=Status(d["status"]),
+            config_fingerprint=d["config_fingerprint"],
+            workload_fingerprint=d["workload_fingerprint"],
+            reason=d.get("reason", ""),
+            facts=d.get("facts", {}),
+            metrics=tuple(Metric.from_dict(m) for m in d.get("metrics", [])),
+            samples=tuple(d.get("samples", [])),
+            log_tail=d.get("log_tail", ""),
+            metadata=d.get("metadata", {}),
+        )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One server start: the unit the pipeline tries to minimise."""
+
+    config: str
+    role: Role
+    sha: str | None
+    port: int
+    startup_s: float
+    ok: bool
+    args: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["role"] = self.role.value
+        d["args"] = list(self.args)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Launch:
+        return cls(**{**d, "role": Role(d["role"]), "args": tuple(d.get("args", ()))})
+
+
+@dataclass(frozen=True)
+class ProbeComparison:
+    """Base vs candidate for one (configuration, probe): a comparison per shared metric."""
+
+    config: str
+    probe: str
+    verdict: str  # a stats.Verdict value, or "n/a" / "error" when a side has no result
+    metrics: dict[str, Comparison] = field(default_factory=dict)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "probe": self.probe,
+            "verdict": self.verdict,
+            "note": self.note,
+            "metrics": {k: c.to_dict() for k, c in self.metrics.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProbeComparison:
+        return cls(
+            config=d["config"],
+            probe=d["probe"],
+            verdict=d["verdict"],
+            note=d.get("note", ""),
+            metrics={k: Comparison.from_dict(c) for k, c in d.get("metrics", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything one `detcheck run` produced; the document `report` re-renders."""
+
+    suite: str
+    target: str
+    base: RevisionInfo
+    candidate: RevisionInfo
+    cells: tuple[CellResult, ...]
+    comparisons: tuple[ProbeComparison, ...]
+    launches: tuple[Launch, ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def cell(self, config: str, probe: str, role: Role) -> CellResult | None:
+        return next(
+            (c for c in self.cells if c.config == config and c.probe == probe and c.role == role),
+            None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "suite": self.suite,
+            "target": self.target,
+            "base": self.base.to_dict(),
+            "candidate": self.candidate.to_dict(),
+            "metadata": self.metadata,
+            "launches": [l.to_dict() for l in self.launches],
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        return cls(
+            schema=d["schema"],
+            suite=d["suite"],
+            target=d["target"],
+            base=RevisionInfo.from_dict(d["base"]),
+            candidate=RevisionInfo.from_dict(d["candidate"]),
+            metadata=d.get("metadata", {}),
+            launches=tuple(Launch.from_dict(l) for l in d.get("launches", [])),
+            comparisons=tuple(ProbeComparison.from_dict(c) for c in d.get("comparisons", [])),
+            cells=tuple(CellResult.from_dict(c) for c in d.get("cells", [])),
+        )

@@ -1,0 +1,92 @@
+"""Revisions: a git ref resolved to a sha and checked out as a cached worktree.
+
+Worktrees live under the cache directory keyed by repo and sha and are reused across runs.
+The user's own checkout is never touched: `git worktree add --detach` only adds a directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.results import RevisionInfo
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("DETCHECK_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "detcheck")
+    return Path(root)
+
+
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} in {repo}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A revision to run: `repo` + `ref` resolved to `sha`, or an installed package (no repo)."""
+
+    ref: str
+    sha: str | None
+    repo: Path | None = None
+    subject: str = ""
+
+    @classmethod
+    def resolve(cls, repo: str | Path, ref: str) -> Revision:
+        repo = Path(repo).resolve()
+        if not repo.is_dir():
+            raise UsageError(f"--repo {repo}: not a directory")
+        inside = subprocess.run(["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
+                                capture_output=True, text=True)
+        if inside.returncode != 0:
+            raise UsageError(f"--repo {repo}: not a git repository")
+        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UsageError(f"git ref {ref!r} does not resolve to a commit in {repo}")
+        sha = proc.stdout.strip()
+        subject = git(repo, "log", "-1", "--format=%s", sha)
+        return cls(ref=ref, sha=sha, repo=repo, subject=subject)
+
+    @classmethod
+    def installed(cls, label: str = "installed") -> Revision:
+        return cls(ref=label, sha=None)
+
+    def short(self) -> str:
+        return self.sha[:12] if self.sha else self.ref
+
+    @property
+    def info(self) -> RevisionInfo:
+        return RevisionInfo(ref=self.ref, sha=self.sha, subject=self.subject)
+
+    def checkout(self) -> Path | None:
+        """The worktree for this sha (created once, then reused); None when installed."""
+        if self.repo is None or self.sha is None:
+            return None
+        repo_key = hashlib.sha256(str(self.repo).encode()).hexdigest()[:10]
+        root = cache_dir() / "worktrees" / f"{self.repo.name}-{repo_key}"
+        path = root / self.sha[:12]
+        if (path / ".git").exists() and git(path, "rev-parse", "HEAD", check=False) == self.sha:
+            return path
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"worktree directory {root} is not writable: {exc.strerror}") from None
+        if not os.access(root, os.W_OK):
+            raise UsageError(f"worktree directory {root} is not writable")
+        git(self.repo, "worktree", "prune")
+        if path.exists():
+            # A half-made worktree from an interrupted run: remove and redo it.
+            git(self.repo, "worktree", "remove", "--force", str(path), check=False)
+            if path.exists():
+                shutil.rmtree(path)
+        git(self.repo, "worktree", "add", "--detach", "--force", str(path), self.sha)
+        return path

@@ -1,0 +1,147 @@
+"""ServerProcess: one inference server as a process group, with its log on disk.
+
+The server gets its own session (process group) so that teardown reaches the scheduler and
+detokenizer children SGLang forks, and nothing else. Its stdout+stderr go to a log file the
+probes read (SGLang reports pool occupancy only in log lines).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import requests
+
+from harness.errors import LaunchError
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port the OS considers free now; the launch retries if someone takes it first."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass
+class ServerProcess:
+    """A launched server. Use as a context manager so the group is always torn down."""
+
+    argv: Sequence[str]
+    env: dict[str, str]
+    log_path: Path
+    port: int
+    cwd: Path | None = None
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+    startup_s: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                list(self.argv),
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def wait_healthy(self, timeout_s: float, poll_s: float = 0.25,
+                     on_tick: Callable[[float], None] | None = None) -> float:
+        """Poll /health_generate until 200; fail fast if the process exits. Returns seconds."""
+        assert self.proc is not None
+        t0 = time.monotonic()
+        while True:
+            elapsed = time.monotonic() - t0
+            code = self.proc.poll()
+            if code is not None:
+                raise LaunchError(f"server exited with code {code} before becoming healthy",
+                                  self.log_tail(), exit_code=code)
+            if elapsed > timeout_s:
+                raise LaunchError(f"server not healthy after {timeout_s:.0f} s", self.log_tail())
+            try:
+                r = requests.get(self.url + "/health_generate", timeout=min(30.0, timeout_s))
+                if r.status_code == 200:
+                    self.startup_s = time.monotonic() - t0
+                    return self.startup_s
+            except requests.RequestException:
+                pass
+            if on_tick:
+                on_tick(elapsed)
+            time.sleep(poll_s)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the group, then SIGKILL whatever is left of it."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            # The leader is gone; children may linger in the group: always finish with SIGKILL.
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            break
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log_since(self, offset: int) -> str:
+        """Log text written after byte `offset` (probes mark offsets around their requests)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log_since(max(0, self.log_size() - 64 * 1024))
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

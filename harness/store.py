@@ -1,0 +1,93 @@
+"""ResultStore: one JSON file per cell, keyed so identical work is never redone.
+
+Key = target, revision sha, configuration fingerprint, workload fingerprint, probe, harness
+version. Writes are atomic (temp file + rename in the same directory), so a crash leaves
+either the old file or the new one. A file that does not parse, or carries another schema,
+is reported as corrupt with its path, never silently used or overwritten unseen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.errors import CorruptResult
+from harness.results import SCHEMA_VERSION, CellResult, Status
+
+
+@dataclass(frozen=True)
+class CellKey:
+    target: str
+    sha: str
+    config_fingerprint: str
+    workload_fingerprint: str
+    probe: str
+    harness_version: str = __version__
+
+    def relpath(self) -> Path:
+        return Path(self.target, self.sha[:12],
+                    f"{self.probe}-{self.config_fingerprint}-{self.workload_fingerprint}"
+                    f"-v{self.harness_version}.json")
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, allow_nan=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_json(path: Path, what: str = "result") -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CorruptResult(f"{path}: corrupt {what} file ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise CorruptResult(f"{path}: corrupt {what} file (not UTF-8)") from None
+
+
+def load_cell(path: Path) -> CellResult:
+    data = read_json(path, "cell")
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise CorruptResult(f"{path}: schema {found!r}, expected {SCHEMA_VERSION}")
+    try:
+        return CellResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptResult(f"{path}: corrupt cell file (bad field: {exc})") from None
+
+
+@dataclass(frozen=True)
+class ResultStore:
+    root: Path
+
+    def path(self, key: CellKey) -> Path:
+        return self.root / key.relpath()
+
+    def get(self, key: CellKey) -> CellResult | None:
+        """The stored cell, or None. Errors are not cached: a failed cell is tried again."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        cell = load_cell(path)
+        return cell if cell.status != Status.ERROR else None
+
+    def put(self, key: CellKey, cell: CellResult) -> Path:
+        path = self.path(key)
+        atomic_write_json(path, cell.to_dict())
+        return path

@@ -1,0 +1,89 @@
+"""How to start a server for a revision: real SGLang, or the CPU reference server.
+
+Both are started as `python -m <module>` with the revision's package directory in front of
+PYTHONPATH, so the worktree's code runs, not whatever is installed. The harness never imports
+either: it learns their flags from `--help` and talks to them over HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.plan import ServerConfig
+from harness.server import HOST
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# Launch failures that mean "this revision refuses this combination" (a result: n/a), as
+# opposed to a crash (an error). Phrases SGLang uses in its argument checks.
+REJECTION = re.compile(
+    r"unsupported with spec|not yet compatible|is not supported|does not support|"
+    r"unrecognized arguments|invalid choice|must be in \(0, 1\]",
+    re.I,
+)
+
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
+
+
+def is_secret(name: str) -> bool:
+    return bool(_SECRET.search(name))
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """What may be written to results: secret-named values never leave the process."""
+    return {k: ("<redacted>" if is_secret(k) else v) for k, v in env.items()}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    module: str
+    # Where the importable package lives inside a checkout (SGLang: python/sglang).
+    package_dir: str = "python"
+    python: str = sys.executable
+
+    def pythonpath(self, worktree: Path | None) -> str | None:
+        if worktree is not None:
+            return str(worktree / self.package_dir)
+        if self.name == "refserver":
+            return str(PROJECT_ROOT / "fixtures")
+        return None  # installed SGLang: whatever the interpreter imports
+
+    def env(self, worktree: Path | None, extra: dict[str, str]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(extra)
+        front = self.pythonpath(worktree)
+        if front:
+            env["PYTHONPATH"] = front + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def help_argv(self) -> list[str]:
+        return [self.python, "-m", self.module, "--help"]
+
+    def launch_argv(self, config: ServerConfig, feature_args: tuple[str, ...], port: int) -> list[str]:
+        return [self.python, "-m", self.module, "--model-path", str(config.model),
+                "--host", HOST, "--port", str(port), *feature_args, *config.args]
+
+    def read_help(self, worktree: Path | None, extra_env: dict[str, str], timeout_s: float = 300) -> tuple[int, str]:
+        proc = subprocess.run(self.help_argv(), env=self.env(worktree, extra_env), cwd=worktree,
+                              capture_output=True, text=True, timeout=timeout_s)
+        return proc.returncode, proc.stdout + proc.stderr
+
+
+TARGETS = {
+    "sglang": Target("sglang", "sglang.launch_server"),
+    "refserver": Target("refserver", "refserver"),
+}
+
+
+def get_target(name: str, python: str | None = None) -> Target:
+    base = TARGETS[name]
+    return base if python is None else Target(base.name, base.module, base.package_dir, python)
