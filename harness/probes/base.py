@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from harness.client import SGLangClient
 from harness.plan import ServerConfig
-from harness.results import ProbeOutput
+from harness.results import Metric, ProbeOutput
 from harness.server import ServerProcess
 from harness.workloads import Workload
 
@@ -39,3 +39,29 @@ class ProbeKind:
     # Server flags the probe needs on top of the configuration's (the union over a
     # configuration's probes is passed at launch, so one server serves them all).
     server_args: tuple[str, ...] = ()
+    # One line for a table cell, from a cell's facts and primary metric.
+    describe: Callable[[dict[str, Any], Metric | None], str] | None = None
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """Numbers for tables: exact zero stays 0, small values in scientific notation."""
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if x == 0:
+            return "0"
+        if abs(x) < 1e-3 or abs(x) >= 1e6:
+            return f"{x:.{digits - 1}e}"
+        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return str(x)
+
+
+def describe_default(facts: dict[str, Any], primary: Metric | None) -> str:
+    if primary is None:
+        return "–"
+    unit = f" {primary.unit}" if primary.unit else ""
+    return f"{primary.name} {fmt(primary.headline_value())}{unit}"

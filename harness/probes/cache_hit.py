@@ -13,7 +13,7 @@ from typing import Sequence
 
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.probes.base import ProbeContext, ProbeKind
-from harness.probes.common import batches, cold_replay, kl_metric
+from harness.probes.common import batches, cold_replay, describe_kl, kl_metric
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 from harness.workloads import suffix_token
@@ -86,6 +86,6 @@ def run_decode(ctx: ProbeContext) -> ProbeOutput:
 
 
 PREFILL_PROBE = ProbeKind("prefill_cache_hit", run_prefill,
-                          "prefix-cache hit on a seeded prompt vs cold prefill")
+                          "prefix-cache hit on a seeded prompt vs cold prefill", describe=describe_kl)
 DECODE_PROBE = ProbeKind("decode_cache_hit", run_decode,
-                         "turn-2 hit on decode-written tokens vs cold prefill")
+                         "turn-2 hit on decode-written tokens vs cold prefill", describe=describe_kl)

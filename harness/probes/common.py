@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from harness import stats
 from harness.client import SGLangClient
+from harness.probes.base import fmt
 from harness.results import Metric
 from harness.stats import Kind
 
@@ -59,3 +60,13 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
                     values=tuple(per_prompt), better="lower", headline="mean")
     per_sample = [{"k3": k, "first_divergent": f} for k, f in zip(per_prompt, firsts)]
     return metric, facts, per_sample
+
+
+def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
+    text = (f"k3 {fmt(facts.get('k3_mean'))} (max {fmt(facts.get('k3_max'))}, "
+            f"{fmt(facts.get('frac_over_tau', 0) * 100, 2)}% > τ)")
+    if facts.get("first_divergent") is not None:
+        text += f", first diff @{facts['first_divergent']}"
+    if "hit_fraction" in facts:
+        text += f", hit {facts['hit_fraction']:.0%}"
+    return text

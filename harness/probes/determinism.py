@@ -38,4 +38,12 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     return ProbeOutput(samples=tuple(samples), metrics=(metric,), facts=facts)
 
 
-PROBE = ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs")
+def describe(facts: dict, primary) -> str:
+    text = f"{facts.get('unique_outputs')} unique over batch sizes {facts.get('batch_sizes')}"
+    if facts.get("first_differing_batch_size") is not None:
+        text += f" (first differs at {facts['first_differing_batch_size']})"
+    return text
+
+
+PROBE = ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs",
+                  describe=describe)

@@ -8,7 +8,7 @@ deterministic inference the two must agree bit for bit.
 from __future__ import annotations
 
 from harness.probes.base import ProbeContext, ProbeKind
-from harness.probes.common import batches, cold_replay, kl_metric
+from harness.probes.common import batches, cold_replay, describe_kl, kl_metric
 from harness.results import ProbeOutput
 
 
@@ -37,4 +37,5 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     return ProbeOutput(samples=samples, metrics=(metric,), facts=facts)
 
 
-PROBE = ProbeKind("kl", run, "decode vs cold prefill replay (k3 on sampled-token logprobs)")
+PROBE = ProbeKind("kl", run, "decode vs cold prefill replay (k3 on sampled-token logprobs)",
+                  describe=describe_kl)

@@ -1,0 +1,52 @@
+"""detcheck: deterministic-inference validation for SGLang revisions.
+
+Exit codes: 0 same (or nothing differs), 1 a probe differs or failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from harness import __version__
+from harness.commands import demo, report, run
+from harness.errors import CorruptResult, UsageError
+
+COMMANDS = (run, report, demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="detcheck", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"detcheck {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        module.add_parser(sub)
+    return parser
+
+
+def _terminate(signum, frame):
+    # SIGTERM unwinds like Ctrl-C, so every `finally` stops its server and saves results.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"detcheck: error: {exc}", file=sys.stderr)
+        return 2
+    except CorruptResult as exc:
+        print(f"detcheck: corrupt result: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("detcheck: interrupted; servers stopped, finished cells are in the store "
+              "(run again to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

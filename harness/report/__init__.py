@@ -1,0 +1,1 @@
+"""Renderers over RunResult: the same tables whether results are fresh or stored."""

@@ -1,0 +1,90 @@
+"""Rich console output: the verdict table, and progress bars while a run is going."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.report.rows import headline, launches_text, rows
+from harness.results import CellResult, Launch, RunResult, Status
+
+VERDICT_STYLE = {"same": "green", "different": "bold red", "unknown": "yellow",
+                 "n/a": "dim", "error": "bold magenta"}
+
+
+class ConsoleReport:
+    def __init__(self, result: RunResult):
+        self.result = result
+
+    def table(self) -> Table:
+        r = self.result
+        t = Table(title=f"detcheck {r.suite} ({r.target}): {r.candidate.ref} vs {r.base.ref}",
+                  caption=f"verdict: {headline(r)} · {launches_text(r)}", show_lines=False)
+        for col in ("configuration", "probe", "base", "candidate", "verdict", "comparison"):
+            t.add_column(col, overflow="fold")
+        for row in rows(r):
+            style = VERDICT_STYLE.get(row.verdict, "")
+            t.add_row(row.config, row.probe, row.base, row.candidate,
+                      f"[{style}]{row.verdict}[/]" if style else row.verdict, row.note)
+        return t
+
+    def print(self, console: Console | None = None) -> None:
+        console = console or Console()
+        console.print(self.table())
+        for c in self.result.cells:
+            if c.status == Status.ERROR:
+                console.print(f"[magenta]error[/] {c.config}/{c.probe} ({c.role.value}): {c.reason}")
+
+
+class ConsoleObserver:
+    """Progress while the pipeline runs: overall cells, the current launch, the current probe."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=self.console, transient=False)
+        self._overall = None
+        self._task = None
+
+    def begin(self, total_cells: int) -> None:
+        self.progress.start()
+        self._overall = self.progress.add_task("cells", total=total_cells)
+
+    def _replace_task(self, description: str, total: float | None) -> int:
+        if self._task is not None:
+            self.progress.remove_task(self._task)
+        self._task = self.progress.add_task(description, total=total)
+        return self._task
+
+    def launching(self, config: str, role: str, ref: str) -> Callable[[float], None]:
+        task = self._replace_task(f"  launch {config} @ {role} ({ref})", None)
+        return lambda elapsed: self.progress.update(task, description=f"  launch {config} @ {role} ({ref}) {elapsed:.0f}s")
+
+    def launched(self, launch: Launch) -> None:
+        state = f"up in {launch.startup_s:.1f}s" if launch.ok else "[red]failed[/]"
+        self.progress.console.print(f"server {launch.config} @ {launch.role.value}: {state}")
+
+    def probing(self, config: str, role: str, probe: str) -> Callable[[int, int], None]:
+        task = self._replace_task(f"  {probe} {config} @ {role}", 1)
+        return lambda done, total: self.progress.update(task, completed=done, total=total)
+
+    def cell_done(self, cell: CellResult, reused: bool) -> None:
+        if self._overall is not None:
+            self.progress.advance(self._overall)
+        if reused:
+            self.progress.console.print(f"reused {cell.config}/{cell.probe} @ {cell.role.value} from the store")
+        elif cell.status != Status.OK:
+            self.progress.console.print(f"{cell.config}/{cell.probe} @ {cell.role.value}: "
+                                        f"{cell.status.value}: {cell.reason[:200]}")
+
+    def message(self, text: str) -> None:
+        self.progress.console.print(text)
+
+    def end(self) -> None:
+        if self._task is not None:
+            self.progress.remove_task(self._task)
+            self._task = None
+        self.progress.stop()

@@ -1,0 +1,42 @@
+"""One way out for every command: write report.md next to results.json, print a format."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.report.console import ConsoleReport
+from harness.report.markdown import MarkdownReport
+from harness.results import RunResult
+
+FORMATS = ("console", "md", "json")
+
+
+def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], str]:
+    """Draw the plots a result has (SWA curves); an empty dict where there are none."""
+    if out_dir is None:
+        return {}
+    try:
+        from harness.report import plot
+    except ImportError:
+        return {}
+    return plot.draw_all(result, out_dir)
+
+
+def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None) -> None:
+    stream = stream or sys.stdout
+    plots = plots_for(result, out_dir)
+    markdown = MarkdownReport(result, plots).render()
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.md").write_text(markdown)
+    if fmt == "md":
+        stream.write(markdown)
+    elif fmt == "json":
+        json.dump(result.to_dict(), stream, indent=1)
+        stream.write("\n")
+    else:
+        ConsoleReport(result).print(Console(file=stream, width=200))

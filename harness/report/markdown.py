@@ -1,0 +1,112 @@
+"""The PR-ready Markdown report: verdict table, collapsible details, provenance footer."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from harness.probes.base import fmt
+from harness.report.rows import VERDICT_MARK, comparison_text, headline, launches_text, rows
+from harness.results import CellResult, Role, RunResult, Status
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Iterable[str], body: Iterable[Iterable[str]]) -> list[str]:
+    header = list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_esc(str(c)) for c in row) + " |" for row in body]
+    return lines
+
+
+def _rev(label: str, info) -> str:
+    subject = f" — {info.subject}" if info.subject else ""
+    return f"{label} `{info.ref}` ({info.short}){subject}"
+
+
+class MarkdownReport:
+    """Renders a RunResult; `plots` maps (config, probe) to image paths relative to the report."""
+
+    def __init__(self, result: RunResult, plots: dict[tuple[str, str], str] | None = None):
+        self.result = result
+        self.plots = plots or {}
+
+    def render(self) -> str:
+        r = self.result
+        out = [f"## detcheck `{r.suite}` on {r.target}: candidate vs base",
+               "",
+               f"**Verdict: {headline(r)}**",
+               "",
+               f"Base: {_rev('', r.base).strip()}  ",
+               f"Candidate: {_rev('', r.candidate).strip()}",
+               ""]
+        out += _table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
+                      ((row.config, f"`{row.probe}`", row.base, row.candidate,
+                        VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r)))
+        for (config, probe), path in self.plots.items():
+            out += ["", f"![{config} {probe}]({path})"]
+        out += ["", "<details><summary>Details: metrics, per-request samples, failures</summary>", ""]
+        for comp in r.comparisons:
+            out += self._details(comp.config, comp.probe)
+        out += ["</details>", ""]
+        out += self._footer()
+        return "\n".join(out) + "\n"
+
+    def _details(self, config: str, probe: str) -> list[str]:
+        r = self.result
+        base, cand = r.cell(config, probe, Role.BASE), r.cell(config, probe, Role.CANDIDATE)
+        comp = next(c for c in r.comparisons if c.config == config and c.probe == probe)
+        out = [f"#### {config} / `{probe}`", ""]
+        if comp.metrics:
+            out += _table(("metric", "kind", "base", "candidate", "comparison", "verdict"),
+                          ((name, c.kind.value, _summary(c.base), _summary(c.candidate),
+                            comparison_text(c), c.verdict.value) for name, c in comp.metrics.items()))
+            out.append("")
+        for side, cell in (("base", base), ("candidate", cand)):
+            if cell is None:
+                continue
+            if cell.status != Status.OK:
+                out += [f"**{side}: {cell.status.value}** — {_esc(cell.reason)}", ""]
+                if cell.log_tail:
+                    out += ["```", *cell.log_tail.splitlines()[-15:], "```", ""]
+        out += self._facts(base, cand)
+        return out
+
+    def _facts(self, base: CellResult | None, cand: CellResult | None) -> list[str]:
+        keys: list[str] = []
+        for cell in (base, cand):
+            for k, v in (cell.facts if cell else {}).items():
+                if k not in keys and not isinstance(v, (list, dict)):
+                    keys.append(k)
+        if not keys:
+            return []
+        get = lambda c, k: fmt(c.facts.get(k)) if c and k in c.facts else "–"
+        return _table(("fact", "base", "candidate"), ((k, get(base, k), get(cand, k)) for k in keys)) + [""]
+
+    def _footer(self) -> list[str]:
+        r = self.result
+        meta = r.metadata
+        out = ["<details><summary>Provenance</summary>", ""]
+        out.append(f"- {launches_text(r)}")
+        for role, info in ((Role.BASE, r.base), (Role.CANDIDATE, r.candidate)):
+            out.append(f"- {role.value}: `{info.sha or info.ref}` {info.subject}")
+        cell = next((c for c in r.cells if c.metadata.get("server_argv")), None)
+        if cell is not None:
+            m = cell.metadata
+            env = ", ".join(f"{k}" for k in (m.get("gpu_name"), m.get("torch")) if k)
+            if env:
+                out.append(f"- environment: {env}; machine {m.get('machine', '?')}")
+            out.append(f"- server args ({cell.config}): `{' '.join(m['server_argv'])}`")
+        if meta.get("command"):
+            out.append(f"- command: `{meta['command']}`")
+        out.append(f"- detcheck {meta.get('harness_version', '?')}, "
+                   f"{meta.get('started_at', '?')} → {meta.get('finished_at', '?')}")
+        out += ["", "</details>"]
+        return out
+
+
+def _summary(s) -> str:
+    if s.n == 1 or s.ci_low == s.ci_high:
+        return f"{fmt(s.median)} (n={s.n})"
+    return f"{fmt(s.median)} [{fmt(s.ci_low)}, {fmt(s.ci_high)}] (n={s.n})"

@@ -1,0 +1,77 @@
+"""The table model both renderers print: one Row per (configuration, probe)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.compare import overall
+from harness.probes import PROBES
+from harness.probes.base import describe_default, fmt
+from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
+from harness.stats import Comparison, Kind
+
+VERDICT_MARK = {"same": "✅ same", "different": "❌ different", "unknown": "❔ unknown",
+                "n/a": "➖ n/a", "error": "⚠️ error"}
+
+
+@dataclass(frozen=True)
+class Row:
+    config: str
+    probe: str
+    base: str
+    candidate: str
+    verdict: str
+    note: str
+
+
+def cell_text(cell: CellResult | None) -> str:
+    if cell is None:
+        return "–"
+    if cell.status == Status.NOT_APPLICABLE:
+        return "n/a"
+    if cell.status == Status.ERROR:
+        return "error"
+    kind = PROBES.get(cell.probe)
+    describe = (kind.describe if kind and kind.describe else None) or describe_default
+    return describe(cell.facts, cell.primary)
+
+
+def comparison_text(c: Comparison) -> str:
+    if c.kind == Kind.EXACT:
+        return c.note
+    ci = f"[{fmt(c.ci[0])}, {fmt(c.ci[1])}]" if c.ci else "–"
+    p = fmt(c.p) if c.p is not None else "–"
+    return f"Δ median {fmt(c.effect)} (95% CI {ci}), p={p}, floor ±{fmt(c.floor)}"
+
+
+def rows(result: RunResult) -> list[Row]:
+    out = []
+    for comp in result.comparisons:
+        base = result.cell(comp.config, comp.probe, Role.BASE)
+        cand = result.cell(comp.config, comp.probe, Role.CANDIDATE)
+        out.append(Row(comp.config, comp.probe, cell_text(base), cell_text(cand),
+                       comp.verdict, _row_note(comp)))
+    return out
+
+
+def _row_note(comp: ProbeComparison) -> str:
+    if comp.metrics:
+        primary = next(iter(comp.metrics))
+        return comparison_text(comp.metrics[primary])
+    return comp.note
+
+
+def headline(result: RunResult) -> str:
+    verdict = overall(result.comparisons)
+    counts: dict[str, int] = {}
+    for c in result.comparisons:
+        counts[c.verdict] = counts.get(c.verdict, 0) + 1
+    parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    return f"{verdict} ({parts})"
+
+
+def launches_text(result: RunResult) -> str:
+    ok = sum(1 for l in result.launches if l.ok)
+    configs = {c.config for c in result.cells}
+    return (f"{len(result.launches)} server launches ({ok} healthy) for {len(configs)} "
+            f"configurations × 2 revisions")
