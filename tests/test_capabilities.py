@@ -1,0 +1,70 @@
+"""Feature → flag mapping per revision, from `--help` text."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.capabilities import Capabilities, NotExpressible
+from harness.plan import Features, SpeculativeSpec
+
+NEW_HELP = """
+usage: launch_server [-h] --model-path MODEL_PATH
+  --mamba-radix-cache-strategy {auto,no_buffer,extra_buffer,extra_buffer_lazy}
+                        Strategy.
+  --mamba-scheduler-strategy {auto,no_buffer,extra_buffer,extra_buffer_lazy}
+  --enable-unified-memory
+  --speculative-algorithm {EAGLE,EAGLE3,NEXTN,STANDALONE,NGRAM,DFLASH,
+                        DSPARK}
+  --speculative-draft-model-path SPECULATIVE_DRAFT_MODEL_PATH
+  --speculative-num-steps N  --speculative-eagle-topk K --speculative-num-draft-tokens T
+  --speculative-dflash-block-size B
+  --enable-deterministic-inference  --swa-full-tokens-ratio R --mamba-track-interval I
+"""
+OLD_HELP = """
+  --mamba-scheduler-strategy {auto,no_buffer,extra_buffer}
+  --speculative-algorithm {EAGLE,EAGLE3,NEXTN}
+  --enable-deterministic-inference
+"""
+
+
+def test_new_spelling_preferred():
+    caps = Capabilities.parse(NEW_HELP)
+    args = caps.feature_args(Features(mamba_pool="lazy", deterministic=True), None)
+    assert args == ("--enable-deterministic-inference", "--mamba-radix-cache-strategy", "extra_buffer_lazy")
+
+
+def test_old_spelling_used_when_new_is_absent():
+    caps = Capabilities.parse(OLD_HELP)
+    assert caps.feature_args(Features(mamba_pool="static"), None) == ("--mamba-scheduler-strategy", "extra_buffer")
+
+
+def test_choice_missing_is_not_expressible():
+    caps = Capabilities.parse(OLD_HELP)
+    with pytest.raises(NotExpressible, match="extra_buffer_lazy"):
+        caps.feature_args(Features(mamba_pool="lazy"), None)
+    with pytest.raises(NotExpressible, match="DFLASH"):
+        caps.feature_args(Features(speculative=SpeculativeSpec("DFLASH")), None)
+    with pytest.raises(NotExpressible, match="unified"):
+        caps.feature_args(Features(mamba_pool="unified"), None)
+
+
+def test_wrapped_choice_list_is_joined():
+    caps = Capabilities.parse(NEW_HELP)
+    assert "DSPARK" in caps.choices["--speculative-algorithm"]
+
+
+def test_speculative_flags(tmp_path):
+    caps = Capabilities.parse(NEW_HELP)
+    spec = SpeculativeSpec("DFLASH", block_size=8)
+    args = caps.feature_args(Features(speculative=spec), tmp_path)
+    assert args == ("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", str(tmp_path),
+                    "--speculative-dflash-block-size", "8")
+    with pytest.raises(NotExpressible, match="block_size applies"):
+        caps.feature_args(Features(speculative=SpeculativeSpec("EAGLE", block_size=4)), None)
+
+
+def test_unknown_literal_flag():
+    caps = Capabilities.parse(OLD_HELP)
+    caps.check_args(("--enable-deterministic-inference", "1"))
+    with pytest.raises(NotExpressible, match="--decode-log-interval unknown"):
+        caps.check_args(("--decode-log-interval", "1"))

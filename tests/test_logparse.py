@@ -1,0 +1,36 @@
+"""SGLang log lines → numbers (both the current and the older `Prefill batch.` form)."""
+
+from __future__ import annotations
+
+from harness.client import parse_prometheus
+from harness.logparse import decode_series, parse_batch_lines
+
+LOG = """\
+[2026-11-30 10:00:00] Prefill batch, #new-seq: 1, #new-token: 12, #cached-token: 4, full token usage: 0.00, swa token usage: 0.01, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 123.4
+[2026-11-30 10:00:01] Decode batch, #running-req: 1, #full token: 40, full token usage: 0.00, #swa token: 33, swa token usage: 0.02, accept len: 3.25, accept rate: 0.75, cuda graph: True, gen throughput (token/s): 55.1, #queue-req: 0
+[2026-11-30 10:00:01 TP0] Decode batch [17], #running-req: 1, #full token: 41, full token usage: 0.00, #swa token: 35, swa token usage: 0.02, cuda graph: True, gen throughput (token/s): 56.0, #queue-req: 0
+[2026-11-30 10:00:02] Prefill batch. #new-seq: 2, #new-token: 7, #cached-token: 0, token usage: 0.10, #running-req: 1, #queue-req: 0
+unrelated line with #swa token: 999
+"""
+
+
+def test_prefill_and_decode_fields():
+    lines = parse_batch_lines(LOG)
+    assert [l.kind for l in lines] == ["prefill", "decode", "decode", "prefill"]
+    assert lines[0].get("#cached-token") == 4
+    assert lines[1].get("accept len") == 3.25
+    assert lines[1].get("cuda graph") == 1.0
+    assert lines[3].get("#new-seq") == 2
+
+
+def test_decode_series_ignores_other_lines():
+    assert decode_series(LOG, "#swa token") == [33, 35]
+    assert decode_series(LOG, "accept len") == [3.25]
+
+
+def test_prometheus_sums_label_sets():
+    text = ('# HELP sglang:cached_tokens_total x\n'
+            'sglang:cached_tokens_total{cache_source="device"} 5.0\n'
+            'sglang:cached_tokens_total{cache_source="host"} 2.0\n'
+            'sglang:swa_used_tokens 381\nother_metric 1\n')
+    assert parse_prometheus(text) == {"sglang:cached_tokens_total": 7.0, "sglang:swa_used_tokens": 381.0}

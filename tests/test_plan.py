@@ -1,0 +1,89 @@
+"""Suite loading: valid suites resolve; every malformed field is named in the error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UsageError
+from harness.plan import load_suite
+from harness.probes import known_probes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MINIMAL = """
+name = "t"
+[models]
+refserver = "{model}"
+[[config]]
+name = "a"
+probes = ["kl"]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text('{"vocab_size": 100}')
+    path = tmp_path / "suite.toml"
+    path.write_text(text.replace("{model}", str(model)))
+    return path
+
+
+def test_default_suite_loads_and_resolves_per_target():
+    suite = load_suite(ROOT / "suites" / "default.toml", known_probes())
+    assert suite.name == "default"
+    cfg = suite.server_config(suite.config("deterministic"), "sglang")
+    assert "--load-format" in cfg.args and "--random-seed" in cfg.args
+    assert cfg.features.deterministic
+    assert len(cfg.fingerprint) == 16
+
+
+def test_fingerprint_changes_with_args(tmp_path):
+    suite = load_suite(write(tmp_path, MINIMAL), known_probes())
+    a = suite.server_config(suite.configs[0], "refserver")
+    b = a.__class__(**{**a.__dict__, "args": ("--x",)})
+    assert a.fingerprint != b.fingerprint
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("bogus = 1\n", "unknown field(s) bogus"),
+    ("[workload]\nprompt_len = [10, 5]\n", "prompt_len"),
+    ("[workload]\nkind = 'web'\n", "[workload].kind"),
+    ("[probe.nope]\nx = 1\n", "[probe.nope]: unknown probe"),
+    ("[[config]]\nname = 'a'\nprobes = ['kl']\n", "duplicate [[config]] names: a"),
+    ("[[config]]\nname = 'b'\nprobes = ['klx']\n", "unknown probe 'klx'"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\nmamba_pool = 'huge'\n", "mamba_pool"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\nswa_ratio = 1.5\n", "swa_ratio must be in (0, 1]"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\nspeculative = {algorithm = 'MAGIC'}\n", "speculative.algorithm"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\ncolour = 'red'\n", "unknown field(s) colour"),
+])
+def test_bad_fields_are_named(tmp_path, extra, message):
+    path = write(tmp_path, MINIMAL + extra)
+    with pytest.raises(UsageError) as err:
+        load_suite(path, known_probes())
+    assert message in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_missing_model_dir_is_named(tmp_path):
+    path = tmp_path / "suite.toml"
+    path.write_text(MINIMAL.replace("{model}", str(tmp_path / "nowhere")))
+    with pytest.raises(UsageError, match="has no config.json"):
+        load_suite(path, known_probes())
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        load_suite(bad)
+    with pytest.raises(UsageError, match="suite file not found"):
+        load_suite(tmp_path / "absent.toml")
+
+
+def test_probe_params_override_workload(tmp_path):
+    suite = load_suite(write(tmp_path, MINIMAL + "[probe.kl]\nprompts = 3\noutput_len = 7\n"), known_probes())
+    spec = suite.workload.with_overrides(suite.probe_spec("kl").params)
+    assert (spec.prompts, spec.output_len) == (3, 7)
