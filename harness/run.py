@@ -16,7 +16,6 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from harness import __version__
 from harness.capabilities import Capabilities, NotExpressible
@@ -30,7 +29,7 @@ from harness.results import CellResult, Launch, ProbeOutput, RevisionInfo, Role,
 from harness.revisions import Revision, cache_dir
 from harness.server import ServerProcess, free_port
 from harness.store import CellKey, ResultStore, atomic_write_json
-from harness.targets import REJECTION, Target, get_target, redact_env
+from harness.targets import REJECTION, Target, get_target, redact_argv, redact_env
 from harness.observer import QuietObserver, RunObserver
 from harness.workloads import Workload, build as build_workload
 
@@ -95,6 +94,10 @@ def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
     plans = plan(suite, req)
     runner = CellRunner(suite, req, get_target(req.target, req.python), ResultStore(req.store_root),
                         observer)
+    # Check both revisions out before any launch: a bad ref or an unwritable worktree
+    # directory is bad input (exit 2), not a failure discovered half way through a suite.
+    req.base.checkout()
+    req.candidate.checkout()
     observer.begin(sum(2 * len(p.probes) for p in plans))
     try:
         for i, cp in enumerate(plans):
@@ -156,49 +159,61 @@ class CellRunner:
                              getattr(exc, "log_tail", ""))
             return
         env = {**cp.server.env, **self.req.role_env.get(role, {})}
-        for probe, cell in self._serve(cp, role, rev, worktree, feature_args + _dedupe(probe_args), env, todo):
-            self._store(keys[probe], cell)
+        self._serve(cp, role, rev, worktree, feature_args + _dedupe(probe_args), env, todo, keys)
 
     def _serve(self, cp: ConfigPlan, role: Role, rev: Revision, worktree: Path | None,
-               args: tuple[str, ...], env: dict[str, str], todo: list[str]) -> Iterator[tuple[str, CellResult]]:
-        """Launch once, run every pending probe, always stop the server."""
+               args: tuple[str, ...], env: dict[str, str], todo: list[str], keys: dict) -> None:
+        """Launch once, run every pending probe, store each cell at once; always stop the server."""
         log_path = self.req.out_dir / "logs" / f"{_safe(cp.spec.name)}-{role.value}-{rev.short()}.log"
         on_tick = self.observer.launching(cp.spec.name, role.value, rev.ref)
+        server: ServerProcess | None = None
+        try:
+            server, launch_exc = self._launch(cp, worktree, args, env, log_path, on_tick)
+            launch = Launch(cp.spec.name, role, rev.sha, server.port, server.startup_s,
+                            launch_exc is None, tuple(_display_argv(server.argv)))
+            self.launches.append(launch)
+            self.observer.launched(launch)
+            meta = self._metadata(rev, worktree, env, server, launch)
+            if launch_exc is not None:
+                status, reason = _launch_failure(launch_exc)
+                for probe in todo:
+                    self._store(keys[probe], self._cell(cp, role, rev, probe, status, reason,
+                                                        launch_exc.log_tail, meta))
+                return
+            client = SGLangClient(server.url, timeout_s=self.suite.request_timeout_s)
+            info = _safe_call(client.server_info) or {}
+            meta = {**meta, "server_version": info.get("version"),
+                    "max_total_num_tokens": info.get("max_total_num_tokens")}
+            for probe in todo:
+                self._store(keys[probe], self._probe(cp, role, rev, probe, client, server, info, meta))
+        finally:
+            if server is not None:
+                server.stop()
+
+    def _launch(self, cp: ConfigPlan, worktree: Path | None, args: tuple[str, ...], env: dict[str, str],
+                log_path: Path, on_tick) -> tuple[ServerProcess, LaunchError | None]:
+        """Start and wait for health; a port taken between choosing and binding gets another try."""
         server, launch_exc = None, None
-        for _attempt in range(3):  # a port taken between choosing and binding: pick another
+        for _attempt in range(3):
+            if server is not None:
+                server.stop()
             port = free_port()
             argv = self.target.launch_argv(cp.server, args, port)
             server = ServerProcess(argv, self.target.env(worktree, env), log_path, port, cwd=worktree)
+            server.start()
             try:
-                server.start()
                 server.wait_healthy(self.suite.startup_timeout_s, on_tick=on_tick)
-                launch_exc = None
-                break
+                return server, None
             except LaunchError as exc:
-                server.stop()
                 launch_exc = exc
                 if "address already in use" not in exc.log_tail.lower():
                     break
+            except BaseException:  # Ctrl-C / SIGTERM while waiting: leave no server behind
+                server.stop()
+                raise
         assert server is not None
-        launch = Launch(cp.spec.name, role, rev.sha, server.port, server.startup_s,
-                        launch_exc is None, tuple(_display_argv(server.argv)))
-        self.launches.append(launch)
-        self.observer.launched(launch)
-        base_meta = self._metadata(rev, worktree, env, server, launch)
-        if launch_exc is not None:
-            status, reason = _launch_failure(launch_exc)
-            for probe in todo:
-                yield probe, self._cell(cp, role, rev, probe, status, reason, launch_exc.log_tail, base_meta)
-            return
-        try:
-            client = SGLangClient(server.url, timeout_s=self.suite.request_timeout_s)
-            info = _safe_call(client.server_info) or {}
-            meta = {**base_meta, "server_version": info.get("version"),
-                    "max_total_num_tokens": info.get("max_total_num_tokens")}
-            for probe in todo:
-                yield probe, self._probe(cp, role, rev, probe, client, server, info, meta)
-        finally:
-            server.stop()
+        server.stop()
+        return server, launch_exc
 
     def _probe(self, cp: ConfigPlan, role: Role, rev: Revision, probe: str, client: SGLangClient,
                server: ServerProcess, info: dict, meta: dict) -> CellResult:
@@ -325,8 +340,8 @@ def _dedupe(args: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _display_argv(argv) -> list[str]:
-    """The argv as recorded: interpreter path dropped (it differs per machine)."""
-    return list(argv[1:])
+    """The argv as recorded: interpreter path dropped (it differs per machine), secrets masked."""
+    return redact_argv(list(argv[1:]))
 
 
 def _safe(name: str) -> str:

@@ -34,6 +34,21 @@ def is_secret(name: str) -> bool:
     return bool(_SECRET.search(name))
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """`--api-key X` / `--hf-token=X`: the value after a secret-named flag is masked."""
+    out = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if arg.startswith("--") and eq and is_secret(flag):
+            out.append(f"{flag}=<redacted>")
+        elif i > 0 and argv[i - 1].startswith("--") and "=" not in argv[i - 1] and is_secret(argv[i - 1]) \
+                and not arg.startswith("--"):
+            out.append("<redacted>")
+        else:
+            out.append(arg)
+    return out
+
+
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """What may be written to results: secret-named values never leave the process."""
     return {k: ("<redacted>" if is_secret(k) else v) for k, v in env.items()}

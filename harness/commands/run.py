@@ -42,6 +42,9 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", type=Path, default=None,
                    help="result store reused across runs (default: $DETCHECK_CACHE_DIR/store)")
     p.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run in --out: finished cells come from the store, "
+                        "only the rest is launched")
     p.add_argument("--config", action="append", default=[], metavar="NAME",
                    help="run only this configuration (repeatable)")
     p.add_argument("--probe", action="append", default=[], metavar="NAME",
@@ -66,6 +69,12 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
 
 
 def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
+    if getattr(args, "resume", False):
+        if args.fresh:
+            raise UsageError("--resume and --fresh contradict each other")
+        if args.out is None or not (args.out / "results.json").is_file():
+            raise UsageError("--resume needs --out pointing at an earlier run's directory "
+                             "(one with results.json)")
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     return RunRequest(
         suite_path=suite, target=args.target, base=base, candidate=candidate,

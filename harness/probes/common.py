@@ -1,11 +1,14 @@
-"""Pieces the logprob probes share: cold replay and the k3 metric with its tails."""
+"""Pieces probes share: batching, cold replay and the k3 metric with its tails, and the SWA
+pool curve read from Decode log lines."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from harness import stats
 from harness.client import SGLangClient
+from harness.logparse import parse_batch_lines
 from harness.probes.base import fmt
 from harness.results import Metric
 from harness.stats import Kind
@@ -70,3 +73,36 @@ def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
     if "hit_fraction" in facts:
         text += f", hit {facts['hit_fraction']:.0%}"
     return text
+
+
+@dataclass(frozen=True)
+class SwaCurve:
+    """SWA pool occupancy per Decode line: one point per decode step (per verify round under
+    speculative decoding), against the tokens generated up to and including that step."""
+
+    generated: tuple[int, ...]
+    held: tuple[int, ...]  # `#swa token`
+    usage: tuple[float, ...]  # `swa token usage`
+
+    def __bool__(self) -> bool:
+        return bool(self.held)
+
+
+def swa_curve(log_text: str) -> SwaCurve:
+    """The `#swa token` curve of the Decode lines in `log_text` (logged at interval 1).
+
+    A step generates `accept len` tokens per running request under speculative decoding and one
+    without; their running sum is the x axis. Lines without `#swa token` (no SWA pool) are skipped.
+    """
+    generated, held, usage, total = [], [], [], 0.0
+    for line in parse_batch_lines(log_text):
+        if line.kind != "decode":
+            continue
+        total += (line.get("accept len") or 1.0) * (line.get("#running-req") or 1.0)
+        swa = line.get("#swa token")
+        if swa is None:
+            continue
+        generated.append(round(total))
+        held.append(int(swa))
+        usage.append(line.get("swa token usage") or 0.0)
+    return SwaCurve(tuple(generated), tuple(held), tuple(usage))

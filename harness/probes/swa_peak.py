@@ -1,0 +1,116 @@
+"""swa_peak: how many tokens a long generation holds in the sliding-window (SWA) KV pool.
+
+Each prompt generates `output_len` tokens (past the window) alone on a flushed server, logged
+at `--decode-log-interval 1`; the `#swa token` field of every Decode line is the curve. A healthy
+server evicts out-of-window tokens every SGLANG_SWA_EVICTION_INTERVAL steps, so the curve is a
+sawtooth under a plateau near the window; a path that skips eviction holds every generated
+token (slope 1). The `sglang:swa_used_tokens` gauge is read after each request as a cross-check
+(it is a snapshot taken at the last log line, so it can miss the peak). No logprobs are asked
+for: DFLASH and DSPARK reject them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from harness.errors import ProbeNotApplicable
+from harness.probes.base import ProbeContext, ProbeKind, fmt
+from harness.probes.common import SwaCurve, swa_curve
+from harness.results import Metric, ProbeOutput
+from harness.stats import Kind
+
+GAUGE = "sglang:swa_used_tokens"
+
+
+def growth_slope(curve: SwaCurve) -> float | None:
+    """Least-squares slope of held vs generated tokens over the second half of the curve:
+    about 1 when nothing is evicted, about 0 when the pool is bounded."""
+    half = len(curve.held) // 2
+    x, y = curve.generated[half:], curve.held[half:]
+    if len(set(x)) < 2:
+        return None
+    return float(np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)[0])
+
+
+def plateau(curve: SwaCurve) -> float:
+    """Median held tokens over the second half of the curve."""
+    return float(statistics.median(curve.held[len(curve.held) // 2:]))
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    prompts = list(ctx.workload.prompts)
+    samples: list[dict[str, Any]] = []
+    for i, prompt in enumerate(prompts):
+        ctx.client.flush_cache()
+        mark = ctx.server.log_size()
+        gen = ctx.client.generate(prompt, max_new_tokens=ctx.workload.output_len)[0]
+        curve = swa_curve(ctx.server.log_since(mark))
+        if not curve:
+            raise ProbeNotApplicable("no `#swa token` in the Decode log lines: this server has no "
+                                     "sliding-window pool (or does not log at interval 1)")
+        gauge = ctx.client.metrics().get(GAUGE)
+        samples.append({
+            "prompt_len": len(prompt),
+            "completion_tokens": gen.completion_tokens,
+            "retractions": int(gen.meta.get("num_retractions", 0) or 0),
+            "peak": max(curve.held),
+            "plateau": plateau(curve),
+            "slope": growth_slope(curve),
+            "peak_usage": max(curve.usage),
+            "gauge_swa_used_tokens": None if gauge is None else int(gauge),
+            "log_last_swa_tokens": curve.held[-1],
+            "generated": list(curve.generated),
+            "swa_tokens": list(curve.held),
+        })
+        ctx.advance(i + 1, len(prompts))
+    return ProbeOutput(samples=tuple(samples), metrics=_metrics(samples), facts=_facts(samples))
+
+
+def _metrics(samples: list[dict[str, Any]]) -> tuple[Metric, ...]:
+    return (
+        Metric("swa_peak", Kind.EXACT, tuple(float(s["peak"]) for s in samples), unit="tokens",
+               better="lower", headline="max"),
+        Metric("swa_plateau", Kind.EXACT, tuple(s["plateau"] for s in samples), unit="tokens",
+               better="lower", headline="max"),
+        Metric("retractions", Kind.EXACT, tuple(float(s["retractions"]) for s in samples),
+               better="lower", headline="sum"),
+    )
+
+
+def _facts(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    top = max(samples, key=lambda s: s["peak"])
+    slopes = [s["slope"] for s in samples if s["slope"] is not None]
+    gauges = [s["gauge_swa_used_tokens"] for s in samples]
+    return {
+        "swa_peak": top["peak"],
+        "swa_plateau": max(s["plateau"] for s in samples),
+        "growth_slope": max(slopes) if slopes else None,
+        "retractions": sum(s["retractions"] for s in samples),
+        "swa_peak_usage": max(s["peak_usage"] for s in samples),
+        "generated_tokens": sum(s["completion_tokens"] for s in samples),
+        "requests": len(samples),
+        "decode_lines": sum(len(s["swa_tokens"]) for s in samples),
+        "gauge_swa_used_tokens": gauges[-1],
+        # The gauge is set when a log line is written, so after a request it should equal the
+        # last logged value; None when the server runs without --enable-metrics.
+        "gauge_matches_log": (None if any(g is None for g in gauges) else
+                              all(s["gauge_swa_used_tokens"] == s["log_last_swa_tokens"] for s in samples)),
+    }
+
+
+def describe(facts: dict[str, Any], primary: Metric | None) -> str:
+    text = f"peak {fmt(facts.get('swa_peak'))} (plateau {fmt(facts.get('swa_plateau'))}"
+    if facts.get("growth_slope") is not None:
+        text += f", slope {facts['growth_slope']:.2f}"
+    text += f") over {fmt(facts.get('generated_tokens'))} tok"
+    retractions = facts.get("retractions") or 0
+    if retractions:
+        text += f", {retractions} retraction{'s' if retractions != 1 else ''}"
+    return text
+
+
+PROBE = ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",
+                  server_args=("--decode-log-interval", "1", "--enable-metrics"), describe=describe)
