@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from harness.client import SGLangClient
 from harness.compare import compare_run
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, UsageError, VacuousResult
 from harness.metadata import host_metadata, interpreter_metadata
-from harness.plan import ConfigSpec, ServerConfig, Suite, load_suite
+from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.results import CellResult, Launch, ProbeOutput, RevisionInfo, Role, RunResult, Status
 from harness.revisions import Revision, cache_dir
@@ -52,6 +53,11 @@ class RunRequest:
     role_env: dict[Role, dict[str, str]] = field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     command_line: str = ""
+    # Base and candidate servers at the same time (an entry with a GPU set per role); the
+    # observer must then be thread-safe (QuietObserver is).
+    parallel_roles: bool = False
+    # Prompts per workload × this: bisect re-measures an *unknown* verdict with more samples.
+    workload_scale: int = 1
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,8 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
         server = suite.server_config(spec, req.target)
         if req.extra_args:
             server = dataclasses.replace(server, args=(*server.args, *req.extra_args))
-        workloads = {p: build_workload(suite.workload.with_overrides(suite.probe_spec(p).params))
+        workloads = {p: build_workload(_scaled(suite.workload.with_overrides(suite.probe_spec(p).params),
+                                               req.workload_scale))
                      for p in probes}
         plans.append(ConfigPlan(spec, server, probes, workloads))
     if not plans:
@@ -101,6 +108,10 @@ def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
     observer.begin(sum(2 * len(p.probes) for p in plans))
     try:
         for i, cp in enumerate(plans):
+            if req.parallel_roles:
+                runner.run_roles_at_once(cp, role_order(i))
+                runner.save_partial()
+                continue
             for role in role_order(i):
                 runner.run_config(cp, role)
                 runner.save_partial()
@@ -127,10 +138,23 @@ class CellRunner:
         self.launches: list[Launch] = []
         self.host = host_metadata()
         self._interp: dict[str | None, dict] = {}
+        self._live: dict[int, ServerProcess] = {}  # started and not yet stopped, by id()
         self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     def revision(self, role: Role) -> Revision:
         return self.req.base if role == Role.BASE else self.req.candidate
+
+    def run_roles_at_once(self, cp: ConfigPlan, roles: tuple[Role, ...]) -> None:
+        """Each role in its own thread; an interrupt stops every server in flight first."""
+        with ThreadPoolExecutor(len(roles)) as pool:
+            futures = [pool.submit(self.run_config, cp, role) for role in roles]
+            try:
+                for f in futures:
+                    f.result()
+            except BaseException:
+                for server in list(self._live.values()):
+                    self._stop(server)
+                raise
 
     # -- one configuration on one revision ---------------------------------------------
     def run_config(self, cp: ConfigPlan, role: Role) -> None:
@@ -188,7 +212,7 @@ class CellRunner:
                 self._store(keys[probe], self._probe(cp, role, rev, probe, client, server, info, meta))
         finally:
             if server is not None:
-                server.stop()
+                self._stop(server)
 
     def _launch(self, cp: ConfigPlan, worktree: Path | None, args: tuple[str, ...], env: dict[str, str],
                 log_path: Path, on_tick) -> tuple[ServerProcess, LaunchError | None]:
@@ -196,11 +220,12 @@ class CellRunner:
         server, launch_exc = None, None
         for _attempt in range(3):
             if server is not None:
-                server.stop()
+                self._stop(server)
             port = free_port()
             argv = self.target.launch_argv(cp.server, args, port)
             server = ServerProcess(argv, self.target.env(worktree, env), log_path, port, cwd=worktree)
             server.start()
+            self._live[id(server)] = server
             try:
                 server.wait_healthy(self.suite.startup_timeout_s, on_tick=on_tick)
                 return server, None
@@ -209,11 +234,15 @@ class CellRunner:
                 if "address already in use" not in exc.log_tail.lower():
                     break
             except BaseException:  # Ctrl-C / SIGTERM while waiting: leave no server behind
-                server.stop()
+                self._stop(server)
                 raise
         assert server is not None
-        server.stop()
+        self._stop(server)
         return server, launch_exc
+
+    def _stop(self, server: ServerProcess) -> None:
+        server.stop()
+        self._live.pop(id(server), None)
 
     def _probe(self, cp: ConfigPlan, role: Role, rev: Revision, probe: str, client: SGLangClient,
                server: ServerProcess, info: dict, meta: dict) -> CellResult:
@@ -315,6 +344,10 @@ def _launch_failure(exc: LaunchError) -> tuple[Status, str]:
     if match and exc.exit_code is not None:
         return Status.NOT_APPLICABLE, f"n/a at this revision: rejected at launch: {match.strip()[-240:]}"
     return Status.ERROR, f"launch failed: {exc}"
+
+
+def _scaled(spec: WorkloadSpec, factor: int) -> WorkloadSpec:
+    return spec if factor == 1 else dataclasses.replace(spec, prompts=spec.prompts * factor)
 
 
 def _order_of(cells: list[CellResult]) -> list[tuple[str, str]]:
