@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from harness.probes.base import ProbeContext, ProbeKind
-from harness.probes import cache_hit, determinism, kl
+from harness.probes import accept_length, cache_hit, determinism, kl, swa_peak, throughput
 
 PROBES: dict[str, ProbeKind] = {
     p.name: p
-    for p in (kl.PROBE, cache_hit.PREFILL_PROBE, cache_hit.DECODE_PROBE, determinism.PROBE)
+    for p in (kl.PROBE, cache_hit.PREFILL_PROBE, cache_hit.DECODE_PROBE, determinism.PROBE,
+              swa_peak.PROBE, accept_length.PROBE, throughput.PROBE)
 }
 
 

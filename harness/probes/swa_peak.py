@@ -4,19 +4,22 @@ Each prompt generates `output_len` tokens (past the window) alone on a flushed s
 at `--decode-log-interval 1`; the `#swa token` field of every Decode line is the curve. A healthy
 server evicts out-of-window tokens every SGLANG_SWA_EVICTION_INTERVAL steps, so the curve is a
 sawtooth under a plateau near the window; a path that skips eviction holds every generated
-token (slope 1). The `sglang:swa_used_tokens` gauge is read after each request as a cross-check
-(it is a snapshot taken at the last log line, so it can miss the peak). No logprobs are asked
-for: DFLASH and DSPARK reject them.
+token (slope 1). While the request runs, the `sglang:swa_used_tokens` gauge is polled as a
+cross-check: gauges are set when a log line is written, so every scrape must lie within the
+logged curve, and scrapes alone would miss the peak. No logprobs are asked for: DFLASH and
+DSPARK reject them.
 """
-
 from __future__ import annotations
 
 import statistics
-from typing import Any
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
-from harness.errors import ProbeNotApplicable
+from harness.client import SGLangClient
+from harness.errors import ProbeNotApplicable, ServerError
 from harness.probes.base import ProbeContext, ProbeKind, fmt
 from harness.probes.common import SwaCurve, swa_curve
 from harness.results import Metric, ProbeOutput
@@ -40,28 +43,57 @@ def plateau(curve: SwaCurve) -> float:
     return float(statistics.median(curve.held[len(curve.held) // 2:]))
 
 
+@contextmanager
+def gauge_poll(client: SGLangClient, every_s: float) -> Iterator[list[float]]:
+    """Scrape the SWA gauge every `every_s` seconds while the block runs (on its own connection);
+    yields the list the values land in (empty when the server runs without --enable-metrics)."""
+    seen: list[float] = []
+    stop = threading.Event()
+    scraper = SGLangClient(client.base_url, timeout_s=10)
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                value = scraper.metrics().get(GAUGE)
+            except ServerError:
+                return
+            if value is None:
+                return
+            seen.append(value)
+            stop.wait(every_s)
+
+    thread = threading.Thread(target=poll, name="swa-gauge", daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join()
+
+
 def run(ctx: ProbeContext) -> ProbeOutput:
     prompts = list(ctx.workload.prompts)
     samples: list[dict[str, Any]] = []
     for i, prompt in enumerate(prompts):
         ctx.client.flush_cache()
         mark = ctx.server.log_size()
-        gen = ctx.client.generate(prompt, max_new_tokens=ctx.workload.output_len)[0]
+        with gauge_poll(ctx.client, float(ctx.param("gauge_poll_s", 0.1))) as gauge:
+            gen = ctx.client.generate(prompt, max_new_tokens=ctx.workload.output_len)[0]
         curve = swa_curve(ctx.server.log_since(mark))
         if not curve:
             raise ProbeNotApplicable("no `#swa token` in the Decode log lines: this server has no "
                                      "sliding-window pool (or does not log at interval 1)")
-        gauge = ctx.client.metrics().get(GAUGE)
         samples.append({
             "prompt_len": len(prompt),
             "completion_tokens": gen.completion_tokens,
+            "finish_reason": (gen.meta.get("finish_reason") or {}).get("type"),
             "retractions": int(gen.meta.get("num_retractions", 0) or 0),
             "peak": max(curve.held),
             "plateau": plateau(curve),
             "slope": growth_slope(curve),
             "peak_usage": max(curve.usage),
-            "gauge_swa_used_tokens": None if gauge is None else int(gauge),
-            "log_last_swa_tokens": curve.held[-1],
+            "gauge_scrapes": len(gauge),
+            "gauge_max": int(max(gauge)) if gauge else None,
             "generated": list(curve.generated),
             "swa_tokens": list(curve.held),
         })
@@ -81,23 +113,23 @@ def _metrics(samples: list[dict[str, Any]]) -> tuple[Metric, ...]:
 
 
 def _facts(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    top = max(samples, key=lambda s: s["peak"])
+    peak = max(s["peak"] for s in samples)
     slopes = [s["slope"] for s in samples if s["slope"] is not None]
-    gauges = [s["gauge_swa_used_tokens"] for s in samples]
+    gauges = [s["gauge_max"] for s in samples if s["gauge_max"] is not None]
     return {
-        "swa_peak": top["peak"],
+        "swa_peak": peak,
         "swa_plateau": max(s["plateau"] for s in samples),
         "growth_slope": max(slopes) if slopes else None,
         "retractions": sum(s["retractions"] for s in samples),
         "swa_peak_usage": max(s["peak_usage"] for s in samples),
         "generated_tokens": sum(s["completion_tokens"] for s in samples),
         "requests": len(samples),
+        "aborted": sum(s["finish_reason"] == "abort" for s in samples),
         "decode_lines": sum(len(s["swa_tokens"]) for s in samples),
-        "gauge_swa_used_tokens": gauges[-1],
-        # The gauge is set when a log line is written, so after a request it should equal the
-        # last logged value; None when the server runs without --enable-metrics.
-        "gauge_matches_log": (None if any(g is None for g in gauges) else
-                              all(s["gauge_swa_used_tokens"] == s["log_last_swa_tokens"] for s in samples)),
+        # Gauges are set at log lines, so no scrape may exceed the logged peak; None when the
+        # server runs without --enable-metrics.
+        "gauge_max": max(gauges) if gauges else None,
+        "gauge_within_log": max(gauges) <= peak if gauges else None,
     }
 
 
@@ -109,6 +141,8 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     retractions = facts.get("retractions") or 0
     if retractions:
         text += f", {retractions} retraction{'s' if retractions != 1 else ''}"
+    if facts.get("aborted"):
+        text += f", {facts['aborted']} aborted"
     return text
 
 

@@ -1,0 +1,107 @@
+"""accept_length: speculative-decoding accept length on a shared-prefix multi-turn workload.
+
+Turn 1 generates from each prompt; turn 2 sends prompt + turn-1 output + a short new suffix (the
+start of the next prompt, as a user's follow-up), so its prefix-cache hit reaches into tokens
+that decode wrote, past a track-interval boundary on a recurrent model: the draft and target
+must then resume from restored state. Per request: completion tokens, `spec_verify_ct`,
+`spec_accept_length` (completion tokens / verify rounds, bonus token included). The accept
+length is a noisy metric (median, bootstrap CI, Mann-Whitney, the suite's floor). No logprobs
+are asked for: DFLASH and DSPARK reject them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Sequence
+
+from harness.client import Generation
+from harness.errors import ProbeNotApplicable, VacuousResult
+from harness.probes.base import ProbeContext, ProbeKind, fmt
+from harness.probes.common import batches
+from harness.results import Metric, ProbeOutput
+from harness.stats import Kind
+
+
+def _generate(ctx: ProbeContext, prompts: Sequence[Sequence[int]], batch: int) -> list[Generation]:
+    out: list[Generation] = []
+    for chunk in batches(list(prompts), batch):
+        out += ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
+                                   temperature=float(ctx.param("temperature", 0.0)))
+    missing = [g for g in out if "spec_verify_ct" not in g.meta]
+    if missing:
+        raise ProbeNotApplicable("no speculative decoding on this server "
+                                 "(meta_info has no spec_verify_ct)")
+    return out
+
+
+def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> dict[str, Any]:
+    verify = int(gen.meta["spec_verify_ct"])
+    length = gen.meta.get("spec_accept_length")
+    return {
+        "repeat": repeat,
+        "turn": turn,
+        "prompt_len": len(prompt),
+        "cached_tokens": gen.cached_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "spec_verify_ct": verify,
+        "accept_length": float(length) if length is not None else gen.completion_tokens / max(verify, 1),
+        "accept_rate": gen.meta.get("spec_accept_rate"),
+    }
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    prompts = list(ctx.workload.prompts)
+    batch = int(ctx.param("batch_size", len(prompts)))
+    suffix_len = int(ctx.param("suffix_len", 8))
+    repeats = int(ctx.param("repeats", 1))
+    samples: list[dict[str, Any]] = []
+    turn2_hits = 0
+    for rep in range(repeats):
+        ctx.client.flush_cache()
+        first = _generate(ctx, prompts, batch)
+        samples += [_sample(1, rep, p, g) for p, g in zip(prompts, first)]
+        follow = [list(p) + list(g.output_ids) + list(prompts[(i + 1) % len(prompts)][:suffix_len])
+                  for i, (p, g) in enumerate(zip(prompts, first))]
+        second = _generate(ctx, follow, batch)
+        samples += [_sample(2, rep, p, g) for p, g in zip(follow, second)]
+        # A turn-2 hit that reaches past the turn-1 prompt reuses decode-written tokens.
+        turn2_hits += sum(g.cached_tokens > len(p) for p, g in zip(prompts, second))
+        ctx.advance(rep + 1, repeats)
+    hit_fraction = turn2_hits / (len(prompts) * repeats)
+    floor = float(ctx.param("min_hit_fraction", 0.0))
+    if hit_fraction < floor:
+        raise VacuousResult(f"only {hit_fraction:.0%} of turn-2 requests hit the cache past the "
+                            f"turn-1 prompt (need {floor:.0%}); raise output_len past the track interval")
+    metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in samples),
+                    better="higher", headline="median")
+    return ProbeOutput(samples=tuple(samples), metrics=(metric,),
+                       facts=_facts(ctx, samples, hit_fraction))
+
+
+def _facts(ctx: ProbeContext, samples: list[dict[str, Any]], hit_fraction: float) -> dict[str, Any]:
+    tokens = sum(s["completion_tokens"] for s in samples)
+    verifies = sum(s["spec_verify_ct"] for s in samples)
+    by_turn = {t: [s["accept_length"] for s in samples if s["turn"] == t] for t in (1, 2)}
+    states = (ctx.client.server_info().get("internal_states") or [{}])[0]
+    return {
+        "requests": len(samples),
+        "completion_tokens": tokens,
+        "verify_calls": verifies,
+        "aggregate_accept_length": tokens / verifies if verifies else None,
+        "turn1_median": statistics.median(by_turn[1]),
+        "turn2_median": statistics.median(by_turn[2]),
+        "turn2_hit_fraction": hit_fraction,
+        # Cumulative since the last flush, folded in at decode-log boundaries (SGLang's counter).
+        "server_avg_accept_length": states.get("avg_spec_accept_length"),
+    }
+
+
+def describe(facts: dict[str, Any], primary: Metric | None) -> str:
+    median = primary.headline_value() if primary else None
+    return (f"accept {fmt(median)} (turn 1 {fmt(facts.get('turn1_median'))}, turn 2 "
+            f"{fmt(facts.get('turn2_median'))}; {fmt(facts.get('verify_calls'))} verifies for "
+            f"{fmt(facts.get('completion_tokens'))} tok)")
+
+
+PROBE = ProbeKind("accept_length", run,
+                  "speculative accept length, shared-prefix multi-turn (noisy)", describe=describe)

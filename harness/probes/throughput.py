@@ -1,0 +1,102 @@
+"""throughput: output tokens per second at fixed input/output lengths and several concurrencies.
+
+At each level `c` of `concurrency`, `c` clients (threads) send `requests_per_client` requests
+each, back to back; tok/s = completion tokens / wall time of the level. Levels are interleaved
+within each of `repeats` rounds, so drift spreads over all of them. Each level is a noisy
+metric `tok_s_c<c>` (the highest level first: it decides the verdict unless the suite names
+`verdict_metrics`). Retractions (`meta_info.num_retractions`) and, where the log has them,
+the SWA pool's peak usage per level are recorded as in a PR's throughput table. The probe adds
+no log flags (logging every step costs throughput on a GPU): the peak is sampled at whatever
+`--decode-log-interval` the server runs with (1 when it shares a server with swa_peak).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+from harness.client import Generation, SGLangClient
+from harness.probes.base import ProbeContext, ProbeKind, fmt
+from harness.probes.common import swa_curve
+from harness.results import Metric, ProbeOutput
+from harness.stats import Kind
+
+
+def metric_name(level: int) -> str:
+    return f"tok_s_c{level}"
+
+
+def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> dict[str, Any]:
+    clients = [SGLangClient(ctx.client.base_url, timeout_s=ctx.client.timeout_s) for _ in range(level)]
+
+    def one(i: int) -> Generation:
+        return clients[i % level].generate(prompts[i % len(prompts)],
+                                           max_new_tokens=ctx.workload.output_len)[0]
+
+    n = level * int(ctx.param("requests_per_client", 1))
+    ctx.client.flush_cache()
+    mark = ctx.server.log_size()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=level) as pool:
+        gens = list(pool.map(one, range(n)))
+    wall = time.perf_counter() - t0
+    curve = swa_curve(ctx.server.log_since(mark))
+    tokens = sum(g.completion_tokens for g in gens)
+    return {
+        "concurrency": level,
+        "requests": n,
+        "completion_tokens": tokens,
+        "wall_s": wall,
+        "tok_s": tokens / wall,
+        "retractions": sum(int(g.meta.get("num_retractions", 0) or 0) for g in gens),
+        "swa_peak_usage": max(curve.usage) if curve else None,
+        "swa_peak_tokens": max(curve.held) if curve else None,
+    }
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    levels = sorted({int(c) for c in ctx.param("concurrency", [1, 4, 8])})
+    repeats = int(ctx.param("repeats", 3))
+    prompts = list(ctx.workload.prompts)
+    for _ in range(int(ctx.param("warmup", 1))):
+        ctx.client.generate(prompts[0], max_new_tokens=ctx.workload.output_len)
+    samples = []
+    for rep in range(repeats):
+        for level in levels:
+            samples.append({"repeat": rep, **_level(ctx, level, prompts)})
+            ctx.advance(len(samples), repeats * len(levels))
+    ordered = [levels[-1], *levels[:-1]]
+    metrics = tuple(
+        Metric(metric_name(c), Kind.NOISY, tuple(s["tok_s"] for s in samples if s["concurrency"] == c),
+               unit="tok/s", better="higher", headline="median")
+        for c in ordered
+    )
+    return ProbeOutput(samples=tuple(samples), metrics=metrics, facts=_facts(samples, levels))
+
+
+def _facts(samples: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
+    facts: dict[str, Any] = {"concurrency": levels, "repeats": len(samples) // len(levels),
+                             "retractions": sum(s["retractions"] for s in samples)}
+    for c in levels:
+        rows = [s for s in samples if s["concurrency"] == c]
+        facts[f"{metric_name(c)}_median"] = statistics.median(s["tok_s"] for s in rows)
+        usages = [s["swa_peak_usage"] for s in rows if s["swa_peak_usage"] is not None]
+        if usages:
+            facts[f"swa_peak_usage_c{c}"] = max(usages)
+    return facts
+
+
+def describe(facts: dict[str, Any], primary: Metric | None) -> str:
+    levels = facts.get("concurrency") or []
+    parts = [f"c{c} {fmt(facts.get(f'{metric_name(c)}_median'))}" for c in levels]
+    text = " · ".join(parts) + " tok/s"
+    usage = [facts[f"swa_peak_usage_c{c}"] for c in levels if f"swa_peak_usage_c{c}" in facts]
+    if usage:
+        text += f", SWA peak usage {max(usage):.2f}"
+    return text + f", {fmt(facts.get('retractions'))} retractions"
+
+
+PROBE = ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
+                  describe=describe)

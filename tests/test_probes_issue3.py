@@ -1,0 +1,129 @@
+"""swa_peak / accept_length / throughput pieces without a server: the SWA curve from log lines,
+growth slope and plateau, describe strings, and the SWA plot files."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.probes import PROBES, accept_length, swa_peak, throughput
+from harness.probes.common import swa_curve
+from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
+from harness.report import plot
+from harness.report.markdown import MarkdownReport
+from harness.stats import Kind
+
+# SGLang 0.5.16 hybrid-SWA Decode lines at --decode-log-interval 1 under DFLASH: one line per
+# verify round; eviction every 4 rounds (SGLANG_SWA_EVICTION_INTERVAL=4) with a window of 8.
+LOG = """\
+[2026-11-30 10:00:00] Prefill batch, #new-seq: 1, #new-token: 20, #cached-token: 0, full token usage: 0.01, swa token usage: 0.05, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 410.2
+[2026-11-30 10:00:00] Decode batch, #running-req: 1, #full token: 24, full token usage: 0.01, #swa token: 24, swa token usage: 0.06, accept len: 3.00, accept rate: 0.50, cuda graph: False, gen throughput (token/s): 31.0, #queue-req: 0
+[2026-11-30 10:00:00] Decode batch, #running-req: 1, #full token: 26, full token usage: 0.01, #swa token: 10, swa token usage: 0.03, accept len: 2.00, accept rate: 0.25, cuda graph: False, gen throughput (token/s): 30.1, #queue-req: 0
+[2026-11-30 10:00:00] Decode batch, #running-req: 1, #full token: 30, full token usage: 0.01, #swa token: 14, swa token usage: 0.04, accept len: 4.00, accept rate: 0.75, cuda graph: False, gen throughput (token/s): 33.4, #queue-req: 0
+[2026-11-30 10:00:01] Decode batch, #running-req: 1, #full token: 31, full token usage: 0.01, #swa token: 15, swa token usage: 0.04, accept len: 1.00, accept rate: 0.00, cuda graph: False, gen throughput (token/s): 29.9, #queue-req: 0
+[2026-11-30 10:00:01] Decode batch, #running-req: 1, #full token: 34, full token usage: 0.01, #swa token: 18, swa token usage: 0.05, accept len: 3.00, accept rate: 0.50, cuda graph: False, gen throughput (token/s): 31.2, #queue-req: 0
+[2026-11-30 10:00:01 TP0] Decode batch [41], #running-req: 1, #full token: 37, full token usage: 0.01, #swa token: 11, swa token usage: 0.03, accept len: 3.00, accept rate: 0.50, cuda graph: False, gen throughput (token/s): 31.0, #queue-req: 0
+INFO:     127.0.0.1:50112 - "POST /generate HTTP/1.1" 200 OK
+[2026-11-30 10:00:01] Decode batch, #running-req: 1, #full token: 39, full token usage: 0.01, #swa token: 13, swa token usage: 0.03, accept len: 2.00, accept rate: 0.25, cuda graph: False, gen throughput (token/s): 30.0, #queue-req: 0
+[2026-11-30 10:00:01] Decode batch, #running-req: 1, #full token: 43, full token usage: 0.01, #swa token: 17, swa token usage: 0.04, accept len: 4.00, accept rate: 0.75, cuda graph: False, gen throughput (token/s): 33.0, #queue-req: 0
+"""
+
+PLAIN_LOG = "\n".join(
+    f"[t] Decode batch, #running-req: 2, #full token: {100 + 2 * i}, full token usage: 0.10, "
+    f"#swa token: {60 + 2 * i}, swa token usage: 0.{20 + i:02d}, cuda graph: False, "
+    f"gen throughput (token/s): 10.0, #queue-req: 0"
+    for i in range(6)
+)
+
+
+def test_curve_from_spec_log_sums_accept_lengths():
+    curve = swa_curve(LOG)
+    assert curve.held == (24, 10, 14, 15, 18, 11, 13, 17)
+    assert curve.generated == (3, 5, 9, 10, 13, 16, 18, 22)
+    assert curve.usage[0] == 0.06
+    assert max(curve.held) == 24
+
+
+def test_curve_without_spec_counts_one_token_per_running_request():
+    curve = swa_curve(PLAIN_LOG)
+    assert curve.generated == (2, 4, 6, 8, 10, 12)
+    assert curve.held == (60, 62, 64, 66, 68, 70)
+    assert swa_peak.growth_slope(curve) == pytest.approx(1.0)
+
+
+def test_no_swa_field_is_an_empty_curve():
+    log = "[t] Decode batch, #running-req: 1, #token: 40, token usage: 0.01, cuda graph: False, gen throughput (token/s): 1.0, #queue-req: 0"
+    assert not swa_curve(log)
+    assert not swa_curve("")
+
+
+def test_bounded_curve_has_flat_slope_and_plateau():
+    curve = swa_curve(LOG)
+    assert abs(swa_peak.growth_slope(curve)) < 0.5
+    assert swa_peak.plateau(curve) == 15.0  # median of (18, 11, 13, 17)
+
+
+def test_describe_strings():
+    swa = PROBES["swa_peak"].describe(
+        {"swa_peak": 650, "swa_plateau": 420.0, "growth_slope": 1.0, "generated_tokens": 600,
+         "retractions": 1}, None)
+    assert swa == "peak 650 (plateau 420, slope 1.00) over 600 tok, 1 retraction"
+    metric = Metric("accept_length", Kind.NOISY, (2.0, 3.0, 4.0), better="higher")
+    acc = PROBES["accept_length"].describe(
+        {"turn1_median": 3.0, "turn2_median": 2.5, "verify_calls": 40, "completion_tokens": 120}, metric)
+    assert acc == "accept 3 (turn 1 3, turn 2 2.5; 40 verifies for 120 tok)"
+    tput = PROBES["throughput"].describe(
+        {"concurrency": [1, 4], "tok_s_c1_median": 50.25, "tok_s_c4_median": 150.5,
+         "swa_peak_usage_c4": 0.14, "retractions": 0}, None)
+    assert tput == "c1 50.2 · c4 150 tok/s, SWA peak usage 0.14, 0 retractions"
+
+
+def test_probes_registered_with_their_server_flags():
+    assert PROBES["swa_peak"].server_args == ("--decode-log-interval", "1", "--enable-metrics")
+    assert PROBES["accept_length"].server_args == ()
+    assert throughput.metric_name(8) == "tok_s_c8"
+    assert accept_length.PROBE is PROBES["accept_length"]
+
+
+# --------------------------------------------------------------------------- plots
+
+REV = {Role.BASE: RevisionInfo("main", "a" * 40), Role.CANDIDATE: RevisionInfo("pr", "b" * 40)}
+
+
+def _swa_cell(role: Role, log: str, config: str = "dflash") -> CellResult:
+    curve = swa_curve(log)
+    sample = {"generated": list(curve.generated), "swa_tokens": list(curve.held)}
+    return CellResult(config=config, probe="swa_peak", role=role, revision=REV[role], status=Status.OK,
+                      config_fingerprint="f", workload_fingerprint="w", samples=(sample,),
+                      metrics=(Metric("swa_peak", Kind.EXACT, (float(max(curve.held)),)),),
+                      facts={"swa_peak": max(curve.held)})
+
+
+def _result(cells: tuple[CellResult, ...]) -> RunResult:
+    keys = dict.fromkeys((c.config, c.probe) for c in cells)
+    comps = tuple(ProbeComparison(config, probe, "different") for config, probe in keys)
+    return RunResult(suite="swa", target="refserver", base=REV[Role.BASE], candidate=REV[Role.CANDIDATE],
+                     cells=cells, comparisons=comps, launches=())
+
+
+def test_draw_all_writes_png_and_svg_per_swa_comparison(tmp_path):
+    cells = (_swa_cell(Role.BASE, LOG), _swa_cell(Role.CANDIDATE, PLAIN_LOG))
+    plots = plot.draw_all(_result(cells), tmp_path)
+    assert plots == {("dflash", "swa_peak"): "plots/dflash-swa_peak.png"}
+    png, svg = tmp_path / "plots/dflash-swa_peak.png", tmp_path / "plots/dflash-swa_peak.svg"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in svg.read_text() and "<dc:date>" not in svg.read_text()
+    first = (png.read_bytes(), svg.read_bytes())
+    plot.draw_all(_result(cells), tmp_path)
+    assert (png.read_bytes(), svg.read_bytes()) == first  # same result, same files
+    assert "![dflash swa_peak](plots/dflash-swa_peak.png)" in MarkdownReport(_result(cells), plots).render()
+
+
+def test_draw_all_skips_failed_sides_and_other_probes(tmp_path):
+    failed = dataclasses.replace(_swa_cell(Role.BASE, LOG), status=Status.ERROR, samples=())
+    other = dataclasses.replace(_swa_cell(Role.BASE, LOG, "plain"), probe="kl")
+    plots = plot.draw_all(_result((failed, _swa_cell(Role.CANDIDATE, LOG), other)), tmp_path)
+    assert list(plots) == [("dflash", "swa_peak")]
+    assert not (tmp_path / "plots" / "plain-kl.png").exists()
+    assert plot.draw_all(_result((failed,)), tmp_path / "none") == {}
