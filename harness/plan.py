@@ -26,7 +26,7 @@ _SERVER_KEYS = {"args", "env", "target_args", "startup_timeout_s", "request_time
 _WORKLOAD_KEYS = {"kind", "prompts", "prompt_len", "output_len", "seed", "vocab", "low_token", "path"}
 _CONFIG_KEYS = {
     "name", "probes", "deterministic", "mamba_pool", "mamba_track_interval", "speculative",
-    "draft", "swa_ratio", "disable_radix_cache", "args", "env", "target_args",
+    "draft", "model", "swa_ratio", "disable_radix_cache", "args", "env", "target_args",
 }
 _SPEC_KEYS = {
     "algorithm", "num_steps", "eagle_topk", "num_draft_tokens", "block_size", "multi_layer",
@@ -93,6 +93,7 @@ class ConfigSpec:
     env: dict[str, str] = field(default_factory=dict)
     target_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     draft: dict[str, str] = field(default_factory=dict)
+    model: dict[str, str] = field(default_factory=dict)  # per target, in place of [models]
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class Suite:
                          f"(have: {', '.join(c.name for c in self.configs)})")
 
     def server_config(self, spec: ConfigSpec, target: str) -> ServerConfig:
-        if target not in self.models:
+        if target not in self.models and target not in spec.model:
             raise UsageError(f"{self.path}: [models] has no model for target {target!r}")
         draft = spec.draft.get(target)
         if spec.features.speculative and not draft and target == "refserver":
@@ -161,7 +162,8 @@ class Suite:
         return ServerConfig(
             name=spec.name,
             target=target,
-            model=self.models[target],
+            model=(_resolve_model(self.path, spec.model[target], f"config {spec.name!r} model")
+                   if target in spec.model else self.models[target]),
             features=spec.features,
             args=(*self.server_args, *self.target_args.get(target, ()), *spec.args,
                   *spec.target_args.get(target, ())),
@@ -294,10 +296,11 @@ def _load_config(where: _Where, raw: Any, index: int,
             block_size=s.get("block_size"),
             multi_layer=bool(s.get("multi_layer", False)),
         )
-    draft = where.table(raw, "draft")
-    for t in draft:
-        if t not in TARGETS:
-            raise UsageError(f"{where.path}: {label}.draft.{t}: unknown target")
+    draft, model = where.table(raw, "draft"), where.table(raw, "model")
+    for key, table in (("draft", draft), ("model", model)):
+        for t in table:
+            if t not in TARGETS:
+                raise UsageError(f"{where.path}: {label}.{key}.{t}: unknown target")
     target_args = where.table(raw, "target_args")
     for t in target_args:
         if t not in TARGETS:
@@ -317,6 +320,7 @@ def _load_config(where: _Where, raw: Any, index: int,
         env=where.env(raw, label),
         target_args={t: where.strings(target_args, t, f"{label}.target_args") for t in target_args},
         draft={t: str(v) for t, v in draft.items()},
+        model={t: str(v) for t, v in model.items()},
     )
 
 
