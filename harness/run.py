@@ -52,6 +52,8 @@ class RunRequest:
     # Extra server environment per role, e.g. CUDA_VISIBLE_DEVICES on a multi-GPU entry.
     role_env: dict[Role, dict[str, str]] = field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
+    # Extra server environment for every configuration (part of its fingerprint, unlike role_env).
+    extra_env: dict[str, str] = field(default_factory=dict)
     command_line: str = ""
     # Base and candidate servers at the same time (an entry with a GPU set per role); the
     # observer must then be thread-safe (QuietObserver is).
@@ -81,6 +83,8 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
         server = suite.server_config(spec, req.target)
         if req.extra_args:
             server = dataclasses.replace(server, args=(*server.args, *req.extra_args))
+        if req.extra_env:
+            server = dataclasses.replace(server, env={**server.env, **req.extra_env})
         workloads = {p: build_workload(_scaled(suite.workload.with_overrides(suite.probe_spec(p).params),
                                                req.workload_scale))
                      for p in probes}
