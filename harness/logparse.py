@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 
 _BATCH = re.compile(r"(Prefill|Decode) batch(?: \[\d+\])?[.,]\s*(.*)")
-_FIELD = re.compile(r"(#?[A-Za-z][A-Za-z \-()/]*?):\s*(-?[0-9.]+(?:e[-+]?\d+)?|True|False)")
+# A number is not followed by another dot or digit: text glued onto a line by another writer
+# (an access-log "INFO: 127.0.0.1:...") must not parse as a field.
+_FIELD = re.compile(r"(#?[A-Za-z][A-Za-z \-()/]*?):\s*(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\d.])|True|False)")
 
 
 @dataclass(frozen=True)
