@@ -16,6 +16,7 @@ from harness.observer import QuietObserver
 from harness.revisions import Revision, cache_dir
 from harness.run import RunRequest, execute
 from harness.compare import overall
+from harness.commands.baseline import print_gate
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_revision_args(p)
     p.add_argument("--suite", required=True, type=Path, help="suite TOML file (see suites/)")
     add_execution_args(p)
+    p.add_argument("--baseline", type=Path, default=None, metavar="FILE",
+                   help="also gate each candidate cell on this baselines file (see `detcheck baseline`)")
     p.set_defaults(func=run)
 
 
@@ -54,6 +57,9 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
                         "use --server-arg=--flag for dashes)")
+    p.add_argument("--parallel", action="store_true",
+                   help="run the base and candidate servers of a configuration at the same time "
+                        "(needs memory for two servers; matrix entries with 2+ GPUs give each its own)")
     p.add_argument("--format", choices=FORMATS, default="console", help="what to print at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -81,12 +87,15 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
         extra_args=tuple(args.server_arg),
+        parallel_roles=getattr(args, "parallel", False),
         command_line=shlex.join(["detcheck", *sys.argv[1:]]),
     )
 
 
 def observer_for(args: argparse.Namespace):
-    return QuietObserver() if args.no_progress or args.format == "json" else ConsoleObserver()
+    # Progress bars are drawn from one thread; parallel roles report through the quiet observer.
+    quiet = args.no_progress or args.format == "json" or getattr(args, "parallel", False)
+    return QuietObserver() if quiet else ConsoleObserver()
 
 
 def exit_code(verdict: str) -> int:
@@ -101,4 +110,7 @@ def run(args: argparse.Namespace) -> int:
     emit(result, args.format, req.out_dir)
     if args.format == "console":
         print(f"results: {req.out_dir / 'results.json'}  report: {req.out_dir / 'report.md'}")
-    return exit_code(overall(result.comparisons))
+    code = exit_code(overall(result.comparisons))
+    if args.baseline:
+        code = max(code, print_gate(args.baseline, result, sys.stderr if args.format == "json" else None))
+    return code
