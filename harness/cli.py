@@ -10,10 +10,10 @@ import signal
 import sys
 
 from harness import __version__
-from harness.commands import demo, make_model, report, run
+from harness.commands import baseline, bisect, compare, demo, make_model, matrix, report, run
 from harness.errors import CorruptResult, UsageError
 
-COMMANDS = (run, report, demo, make_model)
+COMMANDS = (run, compare, report, demo, bisect, matrix, baseline, make_model)
 
 
 def build_parser() -> argparse.ArgumentParser:

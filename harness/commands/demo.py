@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.commands import bisect
 from harness.commands.run import observer_for
 from harness.demo import SCENARIOS, build_repo, check_expected
 from harness.report.emit import FORMATS, emit
@@ -22,8 +23,9 @@ from harness.store import atomic_write_json
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run a scenario end to end on the CPU reference server",
                        description=__doc__)
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="cache",
-                   help="which planted regression to catch (default: cache)")
+    p.add_argument("--scenario", choices=sorted([*SCENARIOS, "bisect"]), default="cache",
+                   help="which planted regression to catch (default: cache); bisect: find the "
+                        "commit that planted it in a history of 34")
     p.add_argument("--reverse", action="store_true",
                    help="base has the regression, candidate fixes it")
     p.add_argument("--json", type=Path, default=None, help="also write the results JSON here")
@@ -31,10 +33,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help="ignore stored cells from earlier demo runs")
     p.add_argument("--format", choices=FORMATS, default="console")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--seed", type=int, default=0, help="bisect: where the regression is planted")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scenario == "bisect":
+        return bisect.demo(args)
     scenario = SCENARIOS[args.scenario]
     with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
         repo = build_repo(scenario, Path(tmp), reverse=args.reverse)

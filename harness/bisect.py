@@ -1,0 +1,398 @@
+"""Bisect: the first commit between a good and a bad revision whose probe verdict flips.
+
+`git bisect run` drives the search in a worktree of its own under the cache directory, so
+the user's checkout (and any bisect of theirs: bisect state is per worktree) is untouched.
+It runs with `--no-checkout`: git only moves BISECT_HEAD, and the pipeline checks each commit
+out once, in the per-sha worktree `detcheck run` uses too.
+
+The predicate (`detcheck bisect-step`) is one good-vs-commit run of the normal pipeline, so
+the good endpoint is measured once and every commit's cells land in the store: a re-run, or
+a bisect after `detcheck run`, reuses them. Its exit code is git's protocol: 0 same as good,
+1 different, 125 cannot be tested (checkout, `--help` or launch failed, n/a at that
+revision, or still *unknown* with the most prompts allowed), 128 the good endpoint itself
+failed (aborts the bisect). An *unknown* verdict is measured again with twice the prompts.
+
+The culprit is confirmed as in Pinpoint and SGLang #25647: the bad endpoint with that commit
+reverted must compare *same* to good.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from harness.errors import UsageError
+from harness.fixture_repo import FixtureRepo
+from harness.results import Role, RunResult, Status
+from harness.revisions import Revision, cache_dir, git
+from harness.plan import load_suite
+from harness.probes import known_probes
+from harness.run import RunRequest, execute, plan
+from harness.targets import PROJECT_ROOT
+from harness.stats import Verdict, combine_verdicts
+
+SAME, DIFFERENT, SKIP, ABORT = 0, 1, 125, 128
+SESSION_FILE = "session.json"
+LOG_FILE = "evaluations.jsonl"
+
+
+@dataclass(frozen=True)
+class BisectSpec:
+    """What every evaluation of one bisect shares; saved so the predicate can load it."""
+
+    repo: Path
+    good: str  # full sha
+    suite: Path
+    probes: tuple[str, ...]
+    configs: tuple[str, ...] = ()
+    target: str = "refserver"
+    store_root: Path = Path()
+    session_dir: Path = Path()
+    max_scale: int = 8  # an unknown verdict doubles the prompts up to this multiple
+    python: str | None = None
+
+    def save(self) -> Path:
+        self.session_dir.mkdir(parents=True, exist_ok=True)
+        path = self.session_dir / SESSION_FILE
+        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        path.write_text(json.dumps(data, indent=1))
+        return path
+
+    @classmethod
+    def load(cls, session_dir: Path) -> BisectSpec:
+        path = session_dir / SESSION_FILE
+        if not path.is_file():
+            raise UsageError(f"{session_dir}: no bisect session here ({SESSION_FILE} missing)")
+        d = json.loads(path.read_text())
+        return cls(**{**d, "repo": Path(d["repo"]), "suite": Path(d["suite"]),
+                      "store_root": Path(d["store_root"]), "session_dir": Path(d["session_dir"]),
+                      "probes": tuple(d["probes"]), "configs": tuple(d["configs"])})
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One commit judged against good: what git was told, and whether anything launched."""
+
+    phase: str  # endpoint / step / confirm
+    sha: str
+    subject: str
+    verdict: str  # same / different / unknown / skip / abort
+    exit_code: int
+    launches: int  # servers started for this commit (0: every cell came from the store)
+    scale: int  # prompts multiple of the run that decided
+    note: str = ""
+
+    @property
+    def source(self) -> str:
+        if self.launches:
+            return f"measured ({self.launches} launch{'es' if self.launches > 1 else ''})"
+        return "not launched" if self.exit_code in (SKIP, ABORT) else "reused"
+
+    def line(self, label: str) -> str:
+        scale = f" ×{self.scale} prompts" if self.scale > 1 else ""
+        note = f"  {self.note}" if self.note else ""
+        return (f"{label:<9} {self.sha[:12]}  {self.verdict:<9} exit {self.exit_code:<3} "
+                f"{self.source}{scale}  {self.subject[:60]!r}{note}")
+
+
+def evaluate(spec: BisectSpec, sha: str, phase: str = "step") -> Evaluation:
+    """Judge one commit against good through the pipeline; log it in the session."""
+    subject = git(spec.repo, "log", "-1", "--format=%s", sha, check=False)
+    launches, scale = 0, 1
+    while True:
+        try:
+            result = execute(_request(spec, sha, scale))
+        except UsageError as exc:  # the commit cannot be checked out
+            ev = Evaluation(phase, sha, subject, "skip", SKIP, launches, scale, f"cannot check out: {exc}")
+            break
+        launches += len(result.launches)
+        verdict, code, note = judge(result)
+        if code is not None:
+            ev = Evaluation(phase, sha, subject, verdict, code, launches, scale, note)
+            break
+        if scale * 2 > spec.max_scale:
+            ev = Evaluation(phase, sha, subject, "unknown", SKIP, launches, scale,
+                            f"still unknown with {scale}× prompts ({note}); skipped")
+            break
+        scale *= 2
+    with open(spec.session_dir / LOG_FILE, "a") as f:
+        f.write(json.dumps(asdict(ev)) + "\n")
+    return ev
+
+
+def _request(spec: BisectSpec, sha: str, scale: int) -> RunRequest:
+    return RunRequest(
+        suite_path=spec.suite, target=spec.target,
+        base=Revision.resolve(spec.repo, spec.good), candidate=Revision.resolve(spec.repo, sha),
+        out_dir=spec.session_dir / "runs" / f"{sha[:12]}-x{scale}", store_root=spec.store_root,
+        python=spec.python, only_configs=spec.configs, only_probes=spec.probes,
+        workload_scale=scale, command_line=f"detcheck bisect-step --commit {sha}",
+    )
+
+
+def judge(result: RunResult) -> tuple[str, int | None, str]:
+    """(verdict, exit code, note); the code is None when more samples would decide."""
+    verdicts: list[Verdict] = []
+    notes: list[str] = []
+    for comp in result.comparisons:
+        good = result.cell(comp.config, comp.probe, Role.BASE)
+        cell = result.cell(comp.config, comp.probe, Role.CANDIDATE)
+        where = f"{comp.config}/{comp.probe}"
+        if good is None or good.status != Status.OK:
+            reason = good.reason if good else "no result"
+            return "abort", ABORT, f"good endpoint cannot be measured: {where}: {reason}"
+        if cell is None or cell.status == Status.NOT_APPLICABLE:
+            return "skip", SKIP, f"{where}: {cell.reason if cell else 'no result'}"
+        if cell.status == Status.ERROR:
+            served = any(l.ok and l.role == Role.CANDIDATE and l.config == comp.config
+                         for l in result.launches)
+            if not served:  # never ran: cannot be tested, which is not a verdict on the code
+                return "skip", SKIP, f"{where}: {_first_line(cell.reason)}"
+            # The good endpoint served this probe: failing it is a change in behaviour.
+            verdicts.append(Verdict.DIFFERENT)
+            notes.append(f"{where}: failed on a running server: {_first_line(cell.reason)}")
+            continue
+        verdicts.append(Verdict(comp.verdict))
+        if comp.verdict != Verdict.SAME.value:
+            notes.append(f"{where}: {comp.note}")
+    verdict = combine_verdicts(verdicts)
+    note = "; ".join(notes)[:300]
+    if verdict == Verdict.UNKNOWN:
+        return verdict.value, None, note
+    return verdict.value, DIFFERENT if verdict == Verdict.DIFFERENT else SAME, note
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:200]
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class Outcome:
+    good: Revision
+    bad: Revision
+    commits: int  # in good..bad, the candidates for the first bad commit
+    bound: int  # ⌈log2 N⌉ + 2 evaluations
+    endpoint: Evaluation | None = None
+    steps: list[Evaluation] = field(default_factory=list)
+    first_bad: tuple[str, str] | None = None  # (sha, subject)
+    candidates: tuple[str, ...] = ()  # when skipped commits leave several possibilities
+    confirm: Evaluation | None = None
+    confirm_note: str = ""
+    problem: str = ""
+
+    @property
+    def launches(self) -> int:
+        evs = [e for e in (self.endpoint, *self.steps, self.confirm) if e is not None]
+        return sum(e.launches for e in evs)
+
+    @property
+    def confirmed(self) -> bool | None:
+        """True same-after-revert, False still differs, None not checked."""
+        if self.confirm is None or self.confirm.exit_code not in (SAME, DIFFERENT):
+            return None
+        return self.confirm.exit_code == SAME
+
+    @property
+    def ok(self) -> bool:
+        return self.first_bad is not None and self.confirmed is not False
+
+
+def session_dir_for(repo: Path, good: str, bad: str) -> Path:
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", repo.name)
+    return cache_dir() / "bisect" / f"{key}-{good[:8]}-{bad[:8]}"
+
+
+def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print) -> Outcome:
+    good = Revision.resolve(spec.repo, spec.good)
+    bad = Revision.resolve(spec.repo, bad_ref)
+    if good.sha == bad.sha:
+        raise UsageError("--good and --bad are the same commit")
+    if subprocess.run(["git", "-C", str(spec.repo), "merge-base", "--is-ancestor", good.sha, bad.sha]).returncode:
+        raise UsageError(f"--good {good.ref} is not an ancestor of --bad {bad.ref}")
+    plan(load_suite(spec.suite, known_probes()), _request(spec, bad.sha, 1))  # bad input: exit 2 now
+    n = int(git(spec.repo, "rev-list", "--count", f"{good.sha}..{bad.sha}"))
+    out = Outcome(good, bad, n, math.ceil(math.log2(n)) + 2)
+    spec.save()
+    (spec.session_dir / LOG_FILE).unlink(missing_ok=True)
+    say(f"bisect {spec.repo.name}: {n} commits after good {good.short()} up to bad {bad.short()}; "
+        f"probe {', '.join(spec.probes)} of {spec.suite.name}; at most ⌈log2 {n}⌉ + 2 = {out.bound} steps")
+
+    out.endpoint = evaluate(spec, bad.sha, phase="endpoint")
+    say(out.endpoint.line("endpoint"))
+    if out.endpoint.exit_code != DIFFERENT:
+        out.problem = {SAME: "the bad endpoint compares same to good: nothing to bisect"}.get(
+            out.endpoint.exit_code, f"the bad endpoint cannot be judged ({out.endpoint.note})")
+        say(out.problem)
+        return out
+
+    with _worktree(spec, bad.sha) as wt:
+        _bisect_run(spec, wt, good.sha, bad.sha, out, say)
+        if out.first_bad is not None:
+            _confirm(spec, wt, bad, out, say)
+    return out
+
+
+def _bisect_run(spec: BisectSpec, wt: Path, good: str, bad: str, out: Outcome,
+                say: Callable[[str], None]) -> None:
+    predicate = [sys.executable, "-m", "harness.cli", "bisect-step", "--session", str(spec.session_dir)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    try:
+        git(wt, "bisect", "start", "--no-checkout", bad, good)
+        proc = subprocess.Popen(["git", "-C", str(wt), "bisect", "run", *predicate], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("step "):
+                say(line.rstrip("\n"))
+        proc.wait()
+    finally:
+        git(wt, "bisect", "reset", check=False)
+    out.steps = [e for e in read_log(spec.session_dir) if e.phase == "step"]
+    text = "\n".join(lines)
+    found = re.search(r"^([0-9a-f]{40}) is the first bad commit", text, re.M)
+    if found:
+        sha = found.group(1)
+        out.first_bad = (sha, git(spec.repo, "log", "-1", "--format=%s", sha))
+        say(f"first bad commit: {sha[:12]} {out.first_bad[1]!r}")
+    elif "could be any of" in text:
+        out.candidates = tuple(re.findall(r"^([0-9a-f]{40})$", text.split("could be any of:")[1], re.M))
+        out.problem = ("skipped commits hide the first bad commit; it is one of: "
+                       + ", ".join(c[:12] for c in out.candidates))
+    else:
+        tail = "\n".join(lines[-8:])
+        out.problem = f"git bisect run stopped (exit {proc.returncode}):\n{tail}"
+    steps = out.steps
+    skipped = sum(1 for e in steps if e.exit_code == SKIP)
+    measured = sum(1 for e in steps if e.launches)
+    say(f"evaluations: {len(steps)} steps ({skipped} skipped, {measured} measured, "
+        f"{len(steps) - measured} from the store), bound ⌈log2 {out.commits}⌉ + 2 = {out.bound}")
+    if out.problem:
+        say(out.problem)
+
+
+def _confirm(spec: BisectSpec, wt: Path, bad: Revision, out: Outcome, say: Callable[[str], None]) -> None:
+    """Revert the culprit on top of bad (a commit only this worktree sees) and compare."""
+    assert out.first_bad is not None
+    culprit = out.first_bad[0]
+    git(wt, "checkout", "-q", "--detach", bad.sha)
+    # Fixed identity and date: the same revert gets the same sha, so a re-run reuses its cells.
+    date = git(spec.repo, "log", "-1", "--format=%cI", bad.sha)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "detcheck", "GIT_AUTHOR_EMAIL": "detcheck@localhost",
+           "GIT_COMMITTER_NAME": "detcheck", "GIT_COMMITTER_EMAIL": "detcheck@localhost",
+           "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    proc = subprocess.run(["git", "-C", str(wt), "-c", "commit.gpgsign=false", "revert", "--no-edit", culprit],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        git(wt, "revert", "--abort", check=False)
+        out.confirm_note = (f"could not confirm: reverting {culprit[:12]} on bad does not apply cleanly "
+                            f"({_first_line(proc.stderr or proc.stdout)})")
+        say(out.confirm_note)
+        return
+    revert = git(wt, "rev-parse", "HEAD")
+    out.confirm = evaluate(spec, revert, phase="confirm")
+    say(out.confirm.line("confirm"))
+    if out.confirmed:
+        out.confirm_note = f"confirmed: bad with {culprit[:12]} reverted compares same to good"
+    elif out.confirmed is False:
+        out.confirm_note = (f"not confirmed: bad with {culprit[:12]} reverted still differs from good "
+                            "(another commit in the range changes it too)")
+    else:
+        out.confirm_note = f"could not confirm: the revert cannot be judged ({out.confirm.note})"
+    say(out.confirm_note)
+
+
+class _worktree:
+    """The bisect's own worktree, made at bad and removed afterwards (with its bisect state)."""
+
+    def __init__(self, spec: BisectSpec, bad: str):
+        self.repo, self.path, self.bad = spec.repo, spec.session_dir / "worktree", bad
+
+    def __enter__(self) -> Path:
+        self._remove()
+        git(self.repo, "worktree", "add", "-q", "--detach", str(self.path), self.bad)
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        if self.path.exists():
+            git(self.path, "bisect", "reset", check=False)
+            git(self.repo, "worktree", "remove", "--force", str(self.path), check=False)
+        git(self.repo, "worktree", "prune", check=False)
+
+
+def read_log(session_dir: Path) -> list[Evaluation]:
+    path = session_dir / LOG_FILE
+    if not path.is_file():
+        return []
+    return [Evaluation(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def step(session_dir: Path, commit: str | None) -> int:
+    """The predicate: judge BISECT_HEAD (or `commit`), print one line, return git's exit code."""
+    spec = BisectSpec.load(session_dir)
+    sha = commit or git(Path.cwd(), "rev-parse", "BISECT_HEAD")
+    sha = git(spec.repo, "rev-parse", "--verify", f"{sha}^{{commit}}")
+    n = sum(1 for e in read_log(session_dir) if e.phase == "step") + 1
+    ev = evaluate(spec, sha, phase="step")
+    print(ev.line(f"step {n}"), flush=True)
+    return ev.exit_code
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+@dataclass(frozen=True)
+class DemoHistory:
+    path: Path
+    good: str
+    bad: str
+    culprit: str
+    unbuildable: str
+
+
+def build_demo_history(root: Path, seed: int, commits: int = 33, regression: str = "cache") -> DemoHistory:
+    """A fixture repo: good, then `commits` commits of notes with one planted regression at a
+    seeded position and one unbuildable commit (undone by the next one).
+
+    The unbuildable commit sits where git first looks (the range's midpoint), so the skip path
+    always runs; the regression is anywhere it cannot be hidden by that skip.
+    """
+    repo = FixtureRepo.create(root / "refserver-bisect")
+    good = repo.head()
+    mid = commits // 2  # git's first pick in a linear range of `commits` candidates
+    rng = random.Random(seed)
+    planted = rng.choice([i for i in range(1, commits + 1) if i not in (mid, mid + 1)])
+    shas: dict[str, str] = {}
+    for i in range(1, commits + 1):
+        if i == planted:
+            repo.edit(regression)
+            shas["culprit"] = repo.commit(f"prefix cache: restore state on hit (planted regression: {regression})")
+        elif i == mid:
+            repo.edit("unbuildable")
+            shas["unbuildable"] = repo.commit("server: reorganise imports (planted: fails at import)")
+        elif i == mid + 1:
+            repo.edit("unbuildable", undo=True)
+            repo.commit("server: fix the import")
+        else:
+            repo.note(f"docs: changelog entry {i}")
+    bad = repo.head()
+    first = git(repo.path, "rev-list", "--bisect", bad, f"^{good}")
+    if first != shas["unbuildable"]:
+        raise RuntimeError(f"git's first bisect pick is {first[:12]}, not the unbuildable commit")
+    return DemoHistory(repo.path, good, bad, shas["culprit"], shas["unbuildable"])

@@ -1,0 +1,170 @@
+"""The hardware matrix (matrix.toml): which suites run on which machines, with what flags.
+
+Each [[entry]] becomes one nox session `validate(<name>)` and one `detcheck matrix run
+<name>`. An entry with two or more GPUs runs base and candidate servers at the same time,
+each on its own half of the GPUs (CUDA_VISIBLE_DEVICES per role); one GPU interleaves them.
+
+Loaded with the standard library only: noxfile.py imports this before anything is installed.
+Every error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.plan import TARGETS
+
+_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "suites", "target", "server_args", "env"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    name: str
+    gpu: str  # GPU kind as nvidia-smi names it, matched as a substring ("H200"); "" for CPU
+    gpus: int
+    suites: tuple[Path, ...]
+    target: str = "sglang"
+    server_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def parallel(self) -> bool:
+        """Base and candidate at once, each on half of the GPUs."""
+        return self.gpus >= 2
+
+    def missing(self, gpu_names: list[str] | None) -> str | None:
+        """Why this machine cannot run the entry (`gpu_names` None: no nvidia-smi); None if it can."""
+        if self.gpus == 0:
+            return None
+        if gpu_names is None:
+            return f"needs {self.gpus}× {self.gpu or 'GPU'}; this machine has no nvidia-smi"
+        fitting = [n for n in gpu_names if self.gpu.lower() in n.lower()]
+        if len(fitting) < self.gpus:
+            found = ", ".join(sorted(set(gpu_names))) or "none"
+            return f"needs {self.gpus}× {self.gpu or 'GPU'}; this machine has {len(fitting)} (GPUs: {found})"
+        return None
+
+    def gpu_env(self, visible: str | None = None) -> dict[str, dict[str, str]]:
+        """CUDA_VISIBLE_DEVICES per role ("base"/"candidate"); `visible` is the caller's own
+        CUDA_VISIBLE_DEVICES, whose devices are the ones split."""
+        devices = [d.strip() for d in (visible or "").split(",") if d.strip()] or [str(i) for i in range(self.gpus)]
+        devices = devices[: self.gpus]
+        if not devices:
+            return {}
+        if not self.parallel:
+            return {role: {"CUDA_VISIBLE_DEVICES": ",".join(devices)} for role in ("base", "candidate")}
+        half = len(devices) // 2
+        return {"base": {"CUDA_VISIBLE_DEVICES": ",".join(devices[:half])},
+                "candidate": {"CUDA_VISIBLE_DEVICES": ",".join(devices[half:2 * half])}}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    entries: tuple[MatrixEntry, ...]
+
+    def entry(self, name: str) -> MatrixEntry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise UsageError(f"{self.path}: no [[entry]] named {name!r} "
+                         f"(have: {', '.join(e.name for e in self.entries)})")
+
+
+def load_matrix(path: str | Path) -> Matrix:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"matrix file not found: {path}")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(raw) - {"entry"})
+    if unknown:
+        raise UsageError(f"{path}: top level: unknown field(s) {', '.join(unknown)} (allowed: entry)")
+    items = raw.get("entry")
+    if not isinstance(items, list) or not items:
+        raise UsageError(f"{path}: needs at least one [[entry]]")
+    entries = tuple(_entry(path, item, i) for i, item in enumerate(items))
+    seen: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        if e.name in seen:
+            raise UsageError(f"{path}: [[entry]] #{i + 1}.name: duplicate name {e.name!r} "
+                             f"(also [[entry]] #{seen[e.name] + 1}); nox session names must be unique")
+        seen[e.name] = i
+    return Matrix(path, entries)
+
+
+def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
+    where = f"{path}: [[entry]] #{index + 1}"
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where} must be a table")
+    unknown = sorted(set(raw) - _ENTRY_KEYS)
+    if unknown:
+        raise UsageError(f"{where}: unknown field(s) {', '.join(unknown)} "
+                         f"(allowed: {', '.join(sorted(_ENTRY_KEYS))})")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UsageError(f"{where}.name: must be a string of letters, digits, '_', '.', '-'")
+    where = f"{path}: [[entry]] {name!r}"
+    gpus = raw.get("gpus", 0)
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+        raise UsageError(f"{where}.gpus: must be an integer >= 0")
+    gpu = raw.get("gpu", "")
+    if not isinstance(gpu, str) or (gpus > 0 and not gpu):
+        raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
+    target = raw.get("target", "sglang")
+    if target not in TARGETS:
+        raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGETS)}")
+    suites = _strings(where, raw, "suites")
+    if not suites:
+        raise UsageError(f"{where}.suites: list at least one suite file")
+    resolved = []
+    for s in suites:
+        suite = (path.parent / s).resolve()
+        if not suite.is_file():
+            raise UsageError(f"{where}.suites: {s!r} not found (looked at {suite})")
+        resolved.append(suite)
+    env = raw.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, (str, int, float)) for v in env.values()):
+        raise UsageError(f"{where}.env: must be a table of strings")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise UsageError(f"{where}.description: must be a string")
+    return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
+                       server_args=_strings(where, raw, "server_args"),
+                       env={str(k): str(v) for k, v in env.items()}, description=description)
+
+
+def _strings(where: str, raw: dict, key: str) -> tuple[str, ...]:
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}.{key}: must be a list of strings")
+    return tuple(value)
+
+
+def gpu_names() -> list[str] | None:
+    """This machine's GPUs as nvidia-smi names them; None without nvidia-smi (or if it fails)."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    names = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:  # only the GPUs this process may use
+        names = names[: len([d for d in visible.split(",") if d.strip()])]
+    return names

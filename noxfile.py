@@ -1,0 +1,75 @@
+"""nox sessions: validate(<entry>) per matrix.toml entry, plus tests, demo, lint, bench.
+
+    nox                                         tests, lint, demo
+    nox -l --json -t matrix                     the hardware matrix for CI (validate sessions are
+                                                not default, so a bare `nox -l` marks them skipped)
+    nox -s "validate(h200x1)" -- --repo ../sglang --base main --candidate HEAD [--baseline F]
+
+Sessions run in the current environment (the harness installed with its test extra): the
+GPU machines have no network to build virtualenvs from. A validate session on a machine
+without the entry's GPUs is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from harness.demo import SCENARIOS  # noqa: E402  (standard library + harness only)
+from harness.matrix import gpu_names, load_matrix  # noqa: E402
+
+nox.options.default_venv_backend = "none"
+PY = sys.executable
+MATRIX = load_matrix(ROOT / "matrix.toml")
+USAGE = 'nox -s "validate(<entry>)" -- --repo PATH --base REF --candidate REF [--baseline FILE]'
+
+
+@nox.session(default=False)
+@nox.parametrize("entry", [
+    nox.param(e.name, id=e.name, tags=["matrix", "gpu" if e.gpus else "cpu", e.target])
+    for e in MATRIX.entries
+])
+def validate(session: nox.Session, entry: str) -> None:
+    """Base vs candidate over every suite of one matrix.toml entry."""
+    reason = MATRIX.entry(entry).missing(gpu_names())
+    if reason:
+        session.skip(reason)
+    if not session.posargs:
+        session.error(f"which revisions? {USAGE}")
+    session.run(PY, "-m", "harness.cli", "matrix", "run", entry, "--no-progress", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """pytest: unit and end-to-end tests against the reference server."""
+    session.run(PY, "-m", "pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session
+@nox.parametrize("scenario", sorted([*SCENARIOS, "bisect"]))
+def demo(session: nox.Session, scenario: str) -> None:
+    """detcheck demo: catch a planted regression on the CPU reference server."""
+    session.run(PY, "-m", "harness.cli", "demo", "--scenario", scenario, "--no-progress")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff when installed; otherwise every file must at least compile."""
+    paths = ["harness", "tests", "benchmarks", "fixtures", "noxfile.py"]
+    if shutil.which("ruff"):
+        session.run("ruff", "check", *paths, external=True)
+    else:
+        session.log("ruff is not installed: checking that every file compiles")
+        session.run(PY, "-m", "compileall", "-q", *paths)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Print the harness's figures: launches, overhead, cached re-run, KL maths, bisect steps."""
+    session.run(PY, str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
