@@ -4,10 +4,11 @@ Each prompt generates `output_len` tokens (past the window) alone on a flushed s
 at `--decode-log-interval 1`; the `#swa token` field of every Decode line is the curve. A healthy
 server evicts out-of-window tokens every SGLANG_SWA_EVICTION_INTERVAL steps, so the curve is a
 sawtooth under a plateau near the window; a path that skips eviction holds every generated
-token (slope 1). While the request runs, the `sglang:swa_used_tokens` gauge is polled as a
-cross-check: gauges are set when a log line is written, so every scrape must lie within the
-logged curve, and scrapes alone would miss the peak. No logprobs are asked for: DFLASH and
-DSPARK reject them.
+token (slope 1). The peak is over Decode lines: a Prefill line gives only a usage fraction, and
+just after a prefill the pool holds the whole prompt until the first eviction. While the request
+runs, the `sglang:swa_used_tokens` gauge is polled as a cross-check: gauges are set when a log
+line is written, so no scrape may exceed the larger of the logged peak and the prompt, and the
+scrapes alone would miss the peak. No logprobs are asked for: DFLASH and DSPARK reject them.
 """
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def _metrics(samples: list[dict[str, Any]]) -> tuple[Metric, ...]:
 def _facts(samples: list[dict[str, Any]]) -> dict[str, Any]:
     peak = max(s["peak"] for s in samples)
     slopes = [s["slope"] for s in samples if s["slope"] is not None]
-    gauges = [s["gauge_max"] for s in samples if s["gauge_max"] is not None]
+    scraped = [s for s in samples if s["gauge_max"] is not None]
     return {
         "swa_peak": peak,
         "swa_plateau": max(s["plateau"] for s in samples),
@@ -126,17 +127,17 @@ def _facts(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "requests": len(samples),
         "aborted": sum(s["finish_reason"] == "abort" for s in samples),
         "decode_lines": sum(len(s["swa_tokens"]) for s in samples),
-        # Gauges are set at log lines, so no scrape may exceed the logged peak; None when the
-        # server runs without --enable-metrics.
-        "gauge_max": max(gauges) if gauges else None,
-        "gauge_within_log": max(gauges) <= peak if gauges else None,
+        # None when the server runs without --enable-metrics.
+        "gauge_max": max(s["gauge_max"] for s in scraped) if scraped else None,
+        "gauge_within_log": (all(s["gauge_max"] <= max(s["peak"], s["prompt_len"]) for s in scraped)
+                             if scraped else None),
     }
 
 
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     text = f"peak {fmt(facts.get('swa_peak'))} (plateau {fmt(facts.get('swa_plateau'))}"
     if facts.get("growth_slope") is not None:
-        text += f", slope {facts['growth_slope']:.2f}"
+        text += f", slope {round(facts['growth_slope'], 2) + 0.0:.2f}"  # + 0.0: no "-0.00"
     text += f") over {fmt(facts.get('generated_tokens'))} tok"
     retractions = facts.get("retractions") or 0
     if retractions:
