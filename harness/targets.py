@@ -28,20 +28,28 @@ REJECTION = re.compile(
 )
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
+# Flags are matched by whole word: --api-key and --hf-token are secret, --max-total-tokens is not.
+_SECRET_FLAG_WORDS = {"token", "key", "secret", "password", "apikey"}
 
 
 def is_secret(name: str) -> bool:
+    """Environment variable names: any mention of TOKEN, KEY, SECRET or PASSWORD."""
     return bool(_SECRET.search(name))
+
+
+def is_secret_flag(flag: str) -> bool:
+    return any(word in _SECRET_FLAG_WORDS for word in re.split(r"[-_]+", flag.lower().lstrip("-")))
 
 
 def redact_argv(argv: list[str]) -> list[str]:
     """`--api-key X` / `--hf-token=X`: the value after a secret-named flag is masked."""
     out = []
     for i, arg in enumerate(argv):
-        flag, eq, value = arg.partition("=")
-        if arg.startswith("--") and eq and is_secret(flag):
+        flag, eq, _value = arg.partition("=")
+        previous = argv[i - 1] if i > 0 else ""
+        if arg.startswith("--") and eq and is_secret_flag(flag):
             out.append(f"{flag}=<redacted>")
-        elif i > 0 and argv[i - 1].startswith("--") and "=" not in argv[i - 1] and is_secret(argv[i - 1]) \
+        elif previous.startswith("--") and "=" not in previous and is_secret_flag(previous) \
                 and not arg.startswith("--"):
             out.append("<redacted>")
         else:

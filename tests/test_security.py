@@ -1,0 +1,19 @@
+"""Secrets never reach results: secret-named env values and flag values are masked."""
+
+from __future__ import annotations
+
+from harness.targets import redact_argv, redact_env
+
+
+def test_secret_flags_masked_and_token_counts_kept():
+    argv = ["--max-total-tokens", "100", "--api-key", "s3cr3t", "--hf-token=abc",
+            "--speculative-num-draft-tokens", "4", "--port", "1"]
+    assert redact_argv(argv) == ["--max-total-tokens", "100", "--api-key", "<redacted>",
+                                 "--hf-token=<redacted>", "--speculative-num-draft-tokens", "4",
+                                 "--port", "1"]
+
+
+def test_secret_env_names_masked():
+    env = {"HF_TOKEN": "x", "OPENAI_API_KEY": "y", "MY_SECRET": "z", "PATH": "/bin"}
+    assert redact_env(env) == {"HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>",
+                               "MY_SECRET": "<redacted>", "PATH": "/bin"}

@@ -1,0 +1,88 @@
+"""The SGLang target end to end, without a GPU: a git repo whose python/sglang/launch_server.py
+hands over to the reference server. This exercises what the H200 runs rely on — worktrees per
+revision, PYTHONPATH=<worktree>/python in front, `--help` capability probing, the launch argv —
+with real processes and real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import ROOT, detcheck
+
+SHIM = '''import runpy, sys
+sys.argv[0] = "sglang.launch_server"
+runpy.run_module("refserver", run_name="__main__")
+'''
+
+SUITE = """
+name = "shim"
+[models]
+sglang = "{model}"
+[server]
+args = ["--random-seed", "7"]
+[server.target_args]
+sglang = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backend", "triton",
+          "--mem-fraction-static", "0.1"]
+[server.env]
+HF_TOKEN = "hunter2"
+[workload]
+prompts = 3
+prompt_len = [20, 30]
+output_len = 8
+[[config]]
+name = "det"
+deterministic = true
+probes = ["kl"]
+[[config]]
+name = "only-in-a-future-revision"
+probes = ["kl"]
+args = ["--flag-from-the-future"]
+"""
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+def make_sglang_repo(root: Path) -> Path:
+    repo = root / "sglang"
+    (repo / "python" / "sglang").mkdir(parents=True)
+    (repo / "python" / "sglang" / "__init__.py").write_text('__version__ = "shim"\n')
+    (repo / "python" / "sglang" / "launch_server.py").write_text(SHIM)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate")
+    return repo
+
+
+def test_sglang_target_runs_each_worktree(tmp_path):
+    repo = make_sglang_repo(tmp_path)
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SUITE.replace("{model}", str(ROOT / "fixtures/refmodels/hybrid")))
+    out = tmp_path / "out"
+    env = {"PYTHONPATH": str(ROOT / "fixtures")}  # where the shim finds the reference server
+    proc = detcheck("run", "--target", "sglang", "--repo", str(repo), "--base", "main~1",
+                    "--candidate", "main", "--suite", str(suite), "--out", str(out), "--format", "json",
+                    env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "results.json").read_text())
+    verdicts = {(c["config"], c["probe"]): c["verdict"] for c in result["comparisons"]}
+    assert verdicts == {("det", "kl"): "same", ("only-in-a-future-revision", "kl"): "n/a"}
+    na = [c for c in result["cells"] if c["config"] == "only-in-a-future-revision"]
+    assert all("--flag-from-the-future unknown at this revision" in c["reason"] for c in na)
+    # One launch per (configuration, revision) that can run; none for the n/a configuration.
+    assert [(l["config"], l["role"]) for l in result["launches"]] == [("det", "base"), ("det", "candidate")]
+    cells = [c for c in result["cells"] if c["config"] == "det"]
+    for cell in cells:
+        meta = cell["metadata"]
+        # The server imported sglang from the revision's worktree, not from anywhere else.
+        assert meta["sglang_path"].startswith(os.environ["DETCHECK_CACHE_DIR"])
+        assert cell["revision"]["sha"][:12] in meta["sglang_path"]
+        assert "--enable-deterministic-inference" in meta["server_argv"]
+        assert "hunter2" not in json.dumps(cell)
+    assert cells[0]["revision"]["sha"] != cells[1]["revision"]["sha"]
