@@ -278,8 +278,9 @@ def _bisect_run(spec: BisectSpec, wt: Path, good: str, bad: str, out: Outcome,
     steps = out.steps
     skipped = sum(1 for e in steps if e.exit_code == SKIP)
     measured = sum(1 for e in steps if e.launches)
-    say(f"evaluations: {len(steps)} steps ({skipped} skipped, {measured} measured, "
-        f"{len(steps) - measured} from the store), bound ⌈log2 {out.commits}⌉ + 2 = {out.bound}")
+    reused = sum(1 for e in steps if e.source == "reused")
+    say(f"evaluations: {len(steps)} steps ({measured} measured, {reused} from the store, {skipped} skipped), "
+        f"bound ⌈log2 {out.commits}⌉ + 2 = {out.bound}")
     if out.problem:
         say(out.problem)
 

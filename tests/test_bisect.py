@@ -1,0 +1,163 @@
+"""Bisect end to end: a real fixture repo, real `git bisect run`, real reference servers.
+
+One history (17 commits after good: a planted cache regression and an unbuildable commit) is
+bisected once per module; the tests read its transcript, re-run it, and call the predicate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, detcheck
+from harness import bisect as bisect_mod
+from harness.bisect import ABORT, DIFFERENT, SAME, SKIP, BisectSpec, build_demo_history, evaluate
+from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
+                             Status)
+
+SUITE = ROOT / "suites" / "default.toml"
+COMMITS = 17
+ARGS = ["--suite", str(SUITE), "--probe", "prefill_cache_hit", "--config", "deterministic"]
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bisect")
+    h = build_demo_history(root, seed=5, commits=COMMITS)
+    return h, {"DETCHECK_CACHE_DIR": str(root / "cache")}, root / "store"
+
+
+@pytest.fixture(scope="module")
+def first_run(history):
+    """`detcheck run` good vs bad first, so the bisect can reuse its endpoint cells."""
+    h, env, store = history
+    run = detcheck("run", "--repo", str(h.path), "--base", h.good, "--candidate", h.bad, *ARGS,
+                   "--store", str(store), "--out", str(store.parent / "run"), "--no-progress",
+                   "--format", "json", env=env)
+    bis = detcheck("bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad, *ARGS,
+                   "--store", str(store), env=env)
+    return run, bis
+
+
+def test_finds_the_planted_commit_within_the_bound(history, first_run):
+    h, _, _ = history
+    run, bis = first_run
+    assert run.returncode == 1, run.stderr  # the endpoints differ
+    assert bis.returncode == 0, bis.stdout + bis.stderr
+    out = bis.stdout
+    assert f"first bad commit: {h.culprit[:12]}" in out
+    steps = re.findall(r"^step (\d+) ", out, re.M)
+    assert 0 < len(steps) <= math.ceil(math.log2(COMMITS)) + 2
+    assert "confirmed: bad with" in out and "compares same to good" in out
+
+
+def test_skips_the_unbuildable_commit(history, first_run):
+    h, _, _ = history
+    line = next(l for l in first_run[1].stdout.splitlines() if l.startswith("step") and h.unbuildable[:12] in l)
+    assert "skip" in line and "exit 125" in line and "not launched" in line
+
+
+def test_reuses_the_cells_of_an_earlier_run(first_run):
+    endpoint = next(l for l in first_run[1].stdout.splitlines() if l.startswith("endpoint"))
+    assert "different" in endpoint and "reused" in endpoint
+
+
+def test_a_rerun_launches_no_server(history, first_run):
+    h, env, store = history
+    again = detcheck("bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad, *ARGS,
+                     "--store", str(store), env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"first bad commit: {h.culprit[:12]}" in again.stdout
+    assert "servers launched: 0" in again.stdout
+    assert "measured (" not in again.stdout
+
+
+def test_leaves_the_users_checkout_alone(history, first_run):
+    h, _, _ = history
+    git = lambda *a: subprocess.run(["git", "-C", str(h.path), *a], capture_output=True, text=True).stdout
+    assert git("rev-parse", "HEAD").strip() == h.bad
+    assert git("status", "--porcelain") == ""
+    assert "/bisect/" not in git("worktree", "list")  # the bisect worktree is gone
+    assert not git("for-each-ref", "refs/bisect")
+
+
+def _session(history, monkeypatch) -> Path:
+    h, env, _ = history
+    monkeypatch.setenv("DETCHECK_CACHE_DIR", env["DETCHECK_CACHE_DIR"])
+    return bisect_mod.session_dir_for(h.path, h.good, h.bad)
+
+
+@pytest.mark.parametrize("which, code", [("before_culprit", SAME), ("culprit", DIFFERENT),
+                                         ("unbuildable", SKIP)])
+def test_predicate_exit_codes(history, first_run, monkeypatch, which, code):
+    h, env, _ = history
+    sha = {"before_culprit": _parent_of(h, h.culprit), "culprit": h.culprit,
+           "unbuildable": h.unbuildable}[which]
+    step = detcheck("bisect-step", "--session", str(_session(history, monkeypatch)), "--commit", sha, env=env)
+    assert step.returncode == code, step.stdout + step.stderr
+    assert sha[:12] in step.stdout
+
+
+def test_predicate_aborts_when_the_good_endpoint_fails(history, first_run, monkeypatch, tmp_path):
+    """git bisect stops on 128+: a broken good endpoint must not read as "bad"."""
+    h, env, _ = history
+    spec = BisectSpec.load(_session(history, monkeypatch))
+    broken = dataclasses.replace(spec, good=h.unbuildable, session_dir=tmp_path)
+    broken.save()
+    step = detcheck("bisect-step", "--session", str(tmp_path), "--commit", h.bad, env=env)
+    assert step.returncode == ABORT, step.stdout + step.stderr
+    assert "good endpoint cannot be measured" in step.stdout
+
+
+def test_bad_input_is_exit_2(history):
+    h, env, _ = history
+    reversed_range = detcheck("bisect", "--repo", str(h.path), "--good", h.bad, "--bad", h.good, *ARGS, env=env)
+    assert reversed_range.returncode == 2 and "not an ancestor" in reversed_range.stderr
+    unknown = detcheck("bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad,
+                       "--suite", str(SUITE), "--probe", "nope", env=env)
+    assert unknown.returncode == 2 and "unknown probe" in unknown.stderr
+
+
+def _parent_of(h, sha: str) -> str:
+    return subprocess.run(["git", "-C", str(h.path), "rev-parse", f"{sha}^"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+# --------------------------------------------------------------------------- unknown → more prompts
+
+
+def _result(verdict: str, launches: int = 1) -> RunResult:
+    rev = RevisionInfo("r", "0" * 40)
+    cell = lambda role: CellResult("c", "p", role, rev, Status.OK, "cfg", "wl")
+    return RunResult("s", "refserver", rev, rev, (cell(Role.BASE), cell(Role.CANDIDATE)),
+                     (ProbeComparison("c", "p", verdict, note=f"{verdict} note"),),
+                     tuple(Launch("c", Role.CANDIDATE, "0" * 40, 1, 0.1, True) for _ in range(launches)))
+
+
+@pytest.mark.parametrize("verdicts, code, scale", [
+    (["unknown", "different"], DIFFERENT, 2),
+    (["unknown", "unknown", "same"], SAME, 4),
+    (["unknown"] * 4, SKIP, 8),
+])
+def test_unknown_is_measured_again_with_more_prompts(monkeypatch, tmp_path, verdicts, code, scale):
+    scales: list[int] = []
+
+    def fake_execute(req):
+        scales.append(req.workload_scale)
+        return _result(verdicts[len(scales) - 1])
+
+    monkeypatch.setattr(bisect_mod, "execute", fake_execute)
+    monkeypatch.setattr(bisect_mod.Revision, "resolve", classmethod(lambda cls, repo, ref: None))
+    spec = BisectSpec(repo=tmp_path, good="0" * 40, suite=SUITE, probes=("p",), session_dir=tmp_path,
+                      max_scale=8)
+    ev = evaluate(spec, "1" * 40)
+    assert (ev.exit_code, ev.scale) == (code, scale)
+    assert scales == [1, 2, 4, 8][: len(scales)] and len(scales) == len(verdicts)
+    assert ev.launches == len(verdicts)
+    if code == SKIP:
+        assert ev.verdict == "unknown" and "still unknown with 8× prompts" in ev.note
