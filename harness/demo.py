@@ -32,6 +32,18 @@ SCENARIOS: dict[str, Scenario] = {
                  "candidate breaks the prefix-cache path: a hit restores state unlike a cold prefill",
                  {("deterministic", "prefill_cache_hit"): "different",
                   ("deterministic", "decode_cache_hit"): "different"}),
+        Scenario("swa", SUITES / "demo-swa.toml", "swa",
+                 "candidate skips SWA eviction on the DFLASH/DSPARK decode path: the SWA pool "
+                 "holds every generated token",
+                 {("dflash", "swa_peak"): "different", ("dspark", "swa_peak"): "different"}),
+        Scenario("mamba-unified", SUITES / "pools.toml", "mamba-unified",
+                 "candidate writes recurrent checkpoints to virtual slot ids under the unified "
+                 "Mamba pool: cache hits there restore the wrong state",
+                 {("unified", "prefill_cache_hit"): "different",
+                  ("unified", "decode_cache_hit"): "different"}),
+        Scenario("spec-accept", SUITES / "demo-spec.toml", "spec-accept",
+                 "candidate degrades the draft model: accept length drops, outputs do not change",
+                 {("eagle", "accept_length"): "different", ("dflash", "accept_length"): "different"}),
     )
 }
 

@@ -29,18 +29,26 @@ INFO:     127.0.0.1:50112 - "POST /generate HTTP/1.1" 200 OK
 [2026-11-30 10:00:01] Decode batch, #running-req: 1, #full token: 43, full token usage: 0.01, #swa token: 17, swa token usage: 0.04, accept len: 4.00, accept rate: 0.75, cuda graph: False, gen throughput (token/s): 33.0, #queue-req: 0
 """
 
-PLAIN_LOG = "\n".join(
-    f"[t] Decode batch, #running-req: 2, #full token: {100 + 2 * i}, full token usage: 0.10, "
-    f"#swa token: {60 + 2 * i}, swa token usage: 0.{20 + i:02d}, cuda graph: False, "
-    f"gen throughput (token/s): 10.0, #queue-req: 0"
-    for i in range(6)
-)
+
+
+def plain_log(steps: int, running: int = 2) -> str:
+    """Decode lines without speculative decoding or eviction: held grows with every token."""
+    return "\n".join(
+        f"[t] Decode batch, #running-req: {running}, #full token: {100 + running * i}, "
+        f"full token usage: 0.10, #swa token: {60 + running * i}, swa token usage: 0.{20 + i:02d}, "
+        f"cuda graph: False, gen throughput (token/s): 10.0, #queue-req: 0"
+        for i in range(steps)
+    )
+
+
+PLAIN_LOG = plain_log(6)
 
 
 def test_curve_from_spec_log_sums_accept_lengths():
     curve = swa_curve(LOG)
     assert curve.held == (24, 10, 14, 15, 18, 11, 13, 17)
-    assert curve.generated == (3, 5, 9, 10, 13, 16, 18, 22)
+    # the prefill's first token, then each round's accept length
+    assert curve.generated == (4, 6, 10, 11, 14, 17, 19, 23)
     assert curve.usage[0] == 0.06
     assert max(curve.held) == 24
 
@@ -50,6 +58,11 @@ def test_curve_without_spec_counts_one_token_per_running_request():
     assert curve.generated == (2, 4, 6, 8, 10, 12)
     assert curve.held == (60, 62, 64, 66, 68, 70)
     assert swa_peak.growth_slope(curve) == pytest.approx(1.0)
+
+
+def test_text_glued_onto_a_line_does_not_break_the_curve():
+    glued = LOG.splitlines()[1] + 'INFO:     127.0.0.1:41142 - "POST /generate HTTP/1.1" 200 OK'
+    assert swa_curve(glued).held == (24,)
 
 
 def test_no_swa_field_is_an_empty_curve():
@@ -62,6 +75,12 @@ def test_bounded_curve_has_flat_slope_and_plateau():
     curve = swa_curve(LOG)
     assert abs(swa_peak.growth_slope(curve)) < 0.5
     assert swa_peak.plateau(curve) == 15.0  # median of (18, 11, 13, 17)
+
+
+def test_slope_ignores_the_release_after_the_last_step():
+    # The line after the final step shows the finished request's slots released.
+    grown = plain_log(40, running=1) + "\n[t] Decode batch, #running-req: 1, #full token: 0, full token usage: 0.00, #swa token: 0, swa token usage: 0.00, cuda graph: False, gen throughput (token/s): 10.0, #queue-req: 0"
+    assert swa_peak.growth_slope(swa_curve(grown)) == pytest.approx(1.0)
 
 
 def test_describe_strings():

@@ -91,12 +91,14 @@ class SwaCurve:
 def swa_curve(log_text: str) -> SwaCurve:
     """The `#swa token` curve of the Decode lines in `log_text` (logged at interval 1).
 
-    A step generates `accept len` tokens per running request under speculative decoding and one
-    without; their running sum is the x axis. Lines without `#swa token` (no SWA pool) are skipped.
+    The x axis counts generated tokens: one per sequence a Prefill line admits (its first
+    token), then per Decode line `accept len` tokens per running request under speculative
+    decoding and one without. Lines without `#swa token` (no SWA pool) are skipped.
     """
     generated, held, usage, total = [], [], [], 0.0
     for line in parse_batch_lines(log_text):
-        if line.kind != "decode":
+        if line.kind == "prefill":
+            total += line.get("#new-seq") or 0.0
             continue
         total += (line.get("accept len") or 1.0) * (line.get("#running-req") or 1.0)
         swa = line.get("#swa token")

@@ -10,6 +10,7 @@ runs, the `sglang:swa_used_tokens` gauge is polled as a cross-check: gauges are 
 line is written, so no scrape may exceed the larger of the logged peak and the prompt, and the
 scrapes alone would miss the peak. No logprobs are asked for: DFLASH and DSPARK reject them.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -17,7 +18,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-import numpy as np
+from scipy.stats import theilslopes
 
 from harness.client import SGLangClient
 from harness.errors import ProbeNotApplicable, ServerError
@@ -30,13 +31,15 @@ GAUGE = "sglang:swa_used_tokens"
 
 
 def growth_slope(curve: SwaCurve) -> float | None:
-    """Least-squares slope of held vs generated tokens over the second half of the curve:
-    about 1 when nothing is evicted, about 0 when the pool is bounded."""
+    """Slope of held vs generated tokens over the second half of the curve: about 1 when
+    nothing is evicted, about 0 when the pool is bounded. Theil-Sen (median of pairwise
+    slopes), so the last line, logged after the finished request released its slots, does
+    not bend it."""
     half = len(curve.held) // 2
     x, y = curve.generated[half:], curve.held[half:]
     if len(set(x)) < 2:
         return None
-    return float(np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)[0])
+    return float(theilslopes(y, x)[0])
 
 
 def plateau(curve: SwaCurve) -> float:

@@ -24,6 +24,11 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
+def _rev_name(cell: CellResult) -> str:
+    rev = cell.revision
+    return rev.short if rev.sha and rev.sha.startswith(rev.ref) else f"{rev.ref} ({rev.short})"
+
+
 def draw_swa(config: str, cells: dict[Role, CellResult], out_dir: Path) -> str:
     """Write <out_dir>/plots/<config>-swa_peak.{png,svg}; return the PNG path relative to out_dir."""
     with matplotlib.rc_context(_RC):
@@ -32,8 +37,8 @@ def draw_swa(config: str, cells: dict[Role, CellResult], out_dir: Path) -> str:
         ax = fig.add_subplot()
         for role, cell in cells.items():
             for i, sample in enumerate(cell.samples):
-                label = (f"{role.value} {cell.revision.ref} ({cell.revision.short[:8]}): "
-                         f"peak {cell.facts.get('swa_peak')}" if i == 0 else None)
+                label = (f"{role.value} {_rev_name(cell)}: peak {cell.facts.get('swa_peak')}"
+                         if i == 0 else None)
                 ax.plot(sample["generated"], sample["swa_tokens"], color=COLORS[role], lw=1.2,
                         alpha=0.9 if i == 0 else 0.5, label=label)
         ax.set_xlabel("generated tokens")
