@@ -1,0 +1,170 @@
+"""matrix.toml loading and validation, the GPU split per role, and the nox sessions built from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, detcheck
+from harness.errors import UsageError
+from harness.fixture_repo import FixtureRepo
+from harness.matrix import MatrixEntry, load_matrix
+
+GOOD = """
+[[entry]]
+name = "h200x2"
+gpu = "H200"
+gpus = 2
+suites = ["{suite}"]
+server_args = ["--mem-fraction-static", "0.3"]
+env = {{ NCCL_NVLS_ENABLE = "0" }}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "default.toml").write_text("")
+    path = tmp_path / "matrix.toml"
+    path.write_text(text.format(suite="default.toml"))
+    return path
+
+
+def test_the_project_matrix_loads():
+    matrix = load_matrix(ROOT / "matrix.toml")
+    names = [e.name for e in matrix.entries]
+    assert "refserver-cpu" in names and "h200x1" in names and "h200x2" in names
+    assert all(s.is_file() for e in matrix.entries for s in e.suites)
+
+
+def test_entry_fields(tmp_path):
+    entry = load_matrix(write(tmp_path, GOOD)).entry("h200x2")
+    assert (entry.gpu, entry.gpus, entry.target, entry.parallel) == ("H200", 2, "sglang", True)
+    assert entry.server_args == ("--mem-fraction-static", "0.3")
+    assert entry.env == {"NCCL_NVLS_ENABLE": "0"}
+    assert entry.suites == ((tmp_path / "default.toml").resolve(),)
+
+
+@pytest.mark.parametrize("text, field", [
+    ("[[entry]]\nname = 'a b'\nsuites = ['{suite}']", "[[entry]] #1.name"),
+    ("[[entry]]\nname = 'x'\ngpus = -1\nsuites = ['{suite}']", "'x'.gpus"),
+    ("[[entry]]\nname = 'x'\ngpus = 2\nsuites = ['{suite}']", "'x'.gpu"),
+    ("[[entry]]\nname = 'x'\ntarget = 'vllm'\nsuites = ['{suite}']", "'x'.target"),
+    ("[[entry]]\nname = 'x'\nsuites = []", "'x'.suites"),
+    ("[[entry]]\nname = 'x'\nsuites = ['missing.toml']", "'x'.suites: 'missing.toml' not found"),
+    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\nenv = 3", "'x'.env"),
+    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\nserver_args = '--a'", "'x'.server_args"),
+    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\ngpu_count = 1", "unknown field(s) gpu_count"),
+    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\n[[entry]]\nname = 'x'\nsuites = ['{suite}']",
+     "[[entry]] #2.name: duplicate name 'x' (also [[entry]] #1)"),
+    ("entries = 1", "unknown field(s) entries"),
+    ("", "needs at least one [[entry]]"),
+    ("[[entry]\n", "not valid TOML"),
+])
+def test_errors_name_the_file_and_field(tmp_path, text, field):
+    path = write(tmp_path, text)
+    with pytest.raises(UsageError) as err:
+        load_matrix(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_missing_file():
+    with pytest.raises(UsageError, match="matrix file not found"):
+        load_matrix("/nonexistent/matrix.toml")
+
+
+def entry(gpus: int, gpu: str = "H200") -> MatrixEntry:
+    return MatrixEntry(name="e", gpu=gpu, gpus=gpus, suites=())
+
+
+def test_gpus_split_between_roles_when_there_are_two_or_more():
+    assert entry(2).gpu_env() == {"base": {"CUDA_VISIBLE_DEVICES": "0"}, "candidate": {"CUDA_VISIBLE_DEVICES": "1"}}
+    assert entry(4).gpu_env("4,5,6,7") == {"base": {"CUDA_VISIBLE_DEVICES": "4,5"},
+                                           "candidate": {"CUDA_VISIBLE_DEVICES": "6,7"}}
+    assert entry(1).gpu_env() == {"base": {"CUDA_VISIBLE_DEVICES": "0"}, "candidate": {"CUDA_VISIBLE_DEVICES": "0"}}
+    assert entry(0, "").gpu_env() == {}
+    assert not entry(1).parallel and entry(2).parallel
+
+
+def test_why_a_machine_cannot_run_an_entry():
+    assert entry(0, "").missing(None) is None
+    assert "no nvidia-smi" in entry(1).missing(None)
+    assert "has 1" in entry(2).missing(["NVIDIA H200"])
+    assert "has 0" in entry(1).missing(["NVIDIA A100-SXM4-80GB"])
+    assert entry(2).missing(["NVIDIA H200", "NVIDIA H200"]) is None
+
+
+def nox(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, **(env or {})})
+
+
+def test_nox_lists_one_validate_session_per_entry():
+    proc = nox("-l", "--json", "-t", "matrix")
+    assert proc.returncode == 0, proc.stderr
+    sessions = json.loads(proc.stdout)
+    names = [e.name for e in load_matrix(ROOT / "matrix.toml").entries]
+    assert [s["session"] for s in sessions] == [f"validate({n})" for n in names]
+    assert all(s["call_spec"]["entry"] in names and "matrix" in s["tags"] for s in sessions)
+    listing = nox("-l", "--json")  # a bare `nox` runs these, and never the validate sessions
+    default = {s["session"] for s in json.loads(listing.stdout)}
+    assert {"tests", "lint"} <= default and not any(s.startswith("validate") for s in default)
+
+
+def test_nox_skips_an_entry_whose_gpus_are_not_here():
+    proc = nox("-s", "validate(h200x2)", "--", "--repo", ".", "--base", "HEAD", "--candidate", "HEAD",
+               env={"PATH": os.path.dirname(sys.executable)})  # no nvidia-smi on this PATH
+    assert proc.returncode == 0, proc.stderr
+    assert "Session validate(h200x2) skipped: needs 2× H200; this machine has no nvidia-smi" in proc.stderr
+
+
+def test_nox_validate_without_revisions_is_an_error():
+    proc = nox("-s", "validate(refserver-cpu)")
+    assert proc.returncode != 0 and "which revisions?" in proc.stderr
+
+
+def test_nox_validate_runs_the_cpu_entry(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    cand = repo.note("a harmless change")
+    proc = nox("-s", "validate(refserver-cpu)", "--", "--repo", str(repo.path), "--base", base,
+               "--candidate", cand, "--out", str(tmp_path / "out"), "--format", "md",
+               env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "**Verdict: same (3 same)**" in proc.stdout
+    assert (tmp_path / "out" / "default" / "results.json").is_file()
+
+
+def test_matrix_list_json():
+    proc = detcheck("matrix", "list", "--json")
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert rows["refserver-cpu"]["runnable_here"] is True
+    assert rows["h200x2"]["parallel"] is True
+
+
+def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
+    """The pipeline's parallel path on CPU: each role gets its own CUDA_VISIBLE_DEVICES."""
+    (tmp_path / "matrix.toml").write_text(
+        f'[[entry]]\nname = "cpu-pair"\ngpu = "cpu"\ngpus = 2\ntarget = "refserver"\n'
+        f'suites = ["{ROOT / "suites" / "default.toml"}"]\nenv = {{ DETCHECK_TEST_ENV = "1" }}\n')
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("cache")
+    cand = repo.commit("planted regression: cache")
+    proc = detcheck("matrix", "run", "cpu-pair", "--matrix", str(tmp_path / "matrix.toml"),
+                    "--repo", str(repo.path), "--base", base, "--candidate", cand,
+                    "--out", str(tmp_path / "out"), "--format", "json",
+                    env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 1, proc.stderr  # the planted regression differs
+    assert "base on GPU 0, candidate on GPU 1, at the same time" in proc.stderr
+    result = json.loads(proc.stdout)
+    assert {c["probe"]: c["verdict"] for c in result["comparisons"]} == {
+        "kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different"}
+    envs = {c["role"]: c["metadata"]["server_env"] for c in result["cells"]}
+    assert envs["base"]["CUDA_VISIBLE_DEVICES"] == "0" and envs["candidate"]["CUDA_VISIBLE_DEVICES"] == "1"
+    assert envs["base"]["DETCHECK_TEST_ENV"] == "1"
+    assert len(result["launches"]) == 2
