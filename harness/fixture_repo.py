@@ -45,6 +45,7 @@ class FixtureRepo:
         self.path = path
         self._tick = 0
         self.regressions = load_regressions()
+        self._edited: dict[str, int] = {}  # regression -> line index it edited (undo goes there)
 
     @classmethod
     def create(cls, path: Path) -> FixtureRepo:
@@ -88,11 +89,14 @@ class FixtureRepo:
         file = self.path / "python" / reg.file
         lines = file.read_text().split("\n")
         hits = [i for i, line in enumerate(lines) if line.strip() == old.strip()]
+        if undo and self._edited.get(name) in hits:  # the replacement may also occur elsewhere
+            hits = [self._edited[name]]
         if len(hits) != 1:
             raise RuntimeError(f"regression {name}: {len(hits)} lines of {reg.file} match {old!r}")
         line = lines[hits[0]]
         lines[hits[0]] = line[: len(line) - len(line.lstrip())] + new.strip()
         file.write_text("\n".join(lines))
+        self._edited[name] = hits[0]
 
     def note(self, subject: str) -> str:
         """A harmless commit (a changelog line), as most commits in a bisect range are."""
