@@ -4,9 +4,11 @@ growth slope and plateau, describe strings, and the SWA plot files."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
+from conftest import ROOT, detcheck
 from harness.probes import PROBES, accept_length, swa_peak, throughput
 from harness.probes.common import swa_curve
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
@@ -146,3 +148,40 @@ def test_draw_all_skips_failed_sides_and_other_probes(tmp_path):
     assert list(plots) == [("dflash", "swa_peak")]
     assert not (tmp_path / "plots" / "plain-kl.png").exists()
     assert plot.draw_all(_result((failed,)), tmp_path / "none") == {}
+
+
+# --------------------------------------------------------------------------- on a live server
+
+@pytest.mark.slow
+def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+name = "live"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = ["--random-seed", "1"]
+[workload]
+prompts = 4
+prompt_len = [16, 16]
+output_len = 16
+[[config]]
+name = "plain"
+probes = ["throughput", "accept_length"]
+[probe.throughput]
+concurrency = [2, 1]
+repeats = 2
+""")
+    out = tmp_path / "run"
+    proc = detcheck("run", "--suite", str(suite), "--out", str(out), "--no-progress")
+    assert proc.returncode in (0, 1), proc.stderr
+    result = json.loads((out / "results.json").read_text())
+    cells = {(c["probe"], c["role"]): c for c in result["cells"]}
+    tput = cells["throughput", "base"]
+    assert tput["status"] == "ok", tput["reason"]
+    assert [m["name"] for m in tput["metrics"]] == ["tok_s_c2", "tok_s_c1"]  # highest level decides
+    assert [(s["repeat"], s["concurrency"]) for s in tput["samples"]] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert all(s["completion_tokens"] == 16 * s["requests"] and s["tok_s"] > 0 for s in tput["samples"])
+    assert "tok/s" in proc.stdout
+    acc = cells["accept_length", "candidate"]
+    assert acc["status"] == "n/a" and "spec_verify_ct" in acc["reason"]
