@@ -46,3 +46,15 @@ def decode_series(text: str, name: str) -> list[float]:
     """One field of every Decode line, in order (e.g. '#swa token', 'accept len')."""
     return [v for line in parse_batch_lines(text) if line.kind == "decode"
             for v in [line.get(name)] if v is not None]
+
+
+_EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Exit))(?::\s*(.*))?$")
+
+
+def last_exception(text: str) -> str | None:
+    """The last `SomeError: message` line of a log: why a server died, in one line."""
+    for line in reversed(text.splitlines()):
+        m = _EXCEPTION.match(line)
+        if m and m.group(1) not in ("Exception", "Error"):
+            return f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
+    return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from harness.probes.base import fmt
-from harness.report.rows import VERDICT_MARK, comparison_text, headline, launches_text, rows
+from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, headline,
+                                 launches_text, rows)
 from harness.results import CellResult, Role, RunResult, Status
 
 
@@ -67,7 +68,7 @@ class MarkdownReport:
             if cell is None:
                 continue
             if cell.status != Status.OK:
-                out += [f"**{side}: {cell.status.value}** — {_esc(cell.reason)}", ""]
+                out += [f"**{side}: {cell.status.value}** — {_esc(failure_text(cell))}", ""]
                 if cell.log_tail:
                     out += ["```", *cell.log_tail.splitlines()[-15:], "```", ""]
         out += self._facts(base, cand)

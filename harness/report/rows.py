@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.compare import overall
+from harness.logparse import last_exception
 from harness.probes import PROBES
 from harness.probes.base import describe_default, fmt
 from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
@@ -50,15 +51,28 @@ def rows(result: RunResult) -> list[Row]:
         base = result.cell(comp.config, comp.probe, Role.BASE)
         cand = result.cell(comp.config, comp.probe, Role.CANDIDATE)
         out.append(Row(comp.config, comp.probe, cell_text(base), cell_text(cand),
-                       comp.verdict, _row_note(comp)))
+                       comp.verdict, _row_note(comp, base, cand)))
     return out
 
 
-def _row_note(comp: ProbeComparison) -> str:
+def failure_text(cell: CellResult) -> str:
+    """A failed cell's reason, with the exception its server's log ends on, if any."""
+    cause = last_exception(cell.log_tail) if cell.status == Status.ERROR else None
+    return f"{cell.reason} ({cause})" if cause and cause not in cell.reason else cell.reason
+
+
+def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
     if comp.metrics:
         primary = next(iter(comp.metrics))
         return comparison_text(comp.metrics[primary])
-    return comp.note
+    failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
+              if c is not None and c.status != Status.OK]
+    if not failed:
+        return comp.note
+    texts = {failure_text(c) for _, c in failed}
+    if len(texts) == 1 and len(failed) == 2:
+        return f"both: {texts.pop()}"
+    return "; ".join(f"{side}: {failure_text(c)}" for side, c in failed)
 
 
 def headline(result: RunResult) -> str:
