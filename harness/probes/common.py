@@ -72,6 +72,9 @@ def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
         text += f", first diff @{facts['first_divergent']}"
     if "hit_fraction" in facts:
         text += f", hit {facts['hit_fraction']:.0%}"
+    if facts.get("threshold") is not None:
+        mark = "✓" if facts.get("passes_threshold") else "✗"
+        text += f"; gate < {fmt(facts['threshold'])} {mark}"
     return text
 
 

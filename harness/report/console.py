@@ -15,13 +15,18 @@ VERDICT_STYLE = {"same": "green", "different": "bold red", "unknown": "yellow",
                  "n/a": "dim", "error": "bold magenta"}
 
 
+def _label(info) -> str:
+    """A branch or tag name as given; a bare sha shortened."""
+    return info.short if info.sha and info.ref == info.sha else info.ref
+
+
 class ConsoleReport:
     def __init__(self, result: RunResult):
         self.result = result
 
     def table(self) -> Table:
         r = self.result
-        t = Table(title=f"detcheck {r.suite} ({r.target}): {r.candidate.ref} vs {r.base.ref}",
+        t = Table(title=f"detcheck {r.suite} ({r.target}): {_label(r.candidate)} vs {_label(r.base)}",
                   caption=f"verdict: {headline(r)} · {launches_text(r)}", show_lines=False)
         for col in ("configuration", "probe", "base", "candidate", "verdict", "comparison"):
             t.add_column(col, overflow="fold")
