@@ -147,6 +147,9 @@ def test_draw_all_skips_failed_sides_and_other_probes(tmp_path):
     plots = plot.draw_all(_result((failed, _swa_cell(Role.CANDIDATE, LOG), other)), tmp_path)
     assert list(plots) == [("dflash", "swa_peak")]
     assert not (tmp_path / "plots" / "plain-kl.png").exists()
+    dotted = _swa_cell(Role.BASE, LOG, "ratio0.1")
+    assert plot.draw_all(_result((dotted,)), tmp_path) == {("ratio0.1", "swa_peak"): "plots/ratio0.1-swa_peak.png"}
+    assert (tmp_path / "plots" / "ratio0.1-swa_peak.svg").is_file()
     assert plot.draw_all(_result((failed,)), tmp_path / "none") == {}
 
 

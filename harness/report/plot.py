@@ -48,11 +48,11 @@ def draw_swa(config: str, cells: dict[Role, CellResult], out_dir: Path) -> str:
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()
-        rel = Path(PLOT_DIR) / f"{_safe(config)}-swa_peak"
+        stem = f"{PLOT_DIR}/{_safe(config)}-swa_peak"  # config names may hold dots ("ratio0.1")
         (out_dir / PLOT_DIR).mkdir(parents=True, exist_ok=True)
-        fig.savefig(out_dir / rel.with_suffix(".png"), format="png", metadata={"Software": None})
-        fig.savefig(out_dir / rel.with_suffix(".svg"), format="svg", metadata={"Date": None})
-    return rel.with_suffix(".png").as_posix()
+        fig.savefig(out_dir / f"{stem}.png", format="png", metadata={"Software": None})
+        fig.savefig(out_dir / f"{stem}.svg", format="svg", metadata={"Date": None})
+    return f"{stem}.png"
 
 
 def draw_all(result: RunResult, out_dir: Path) -> dict[tuple[str, str], str]:
