@@ -1,0 +1,59 @@
+"""Reports rendered from checked-in results JSON must match the golden files byte for byte.
+
+The JSON files are real runs: demo-cache.json from `detcheck demo --json`, h200-pools.json from
+the H200 run in results/h200/pools. Regenerate the golden files after an intended change with
+`UPDATE_GOLDEN=1 pytest tests/test_golden.py` and review the diff.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+from rich.console import Console
+
+from conftest import DATA, detcheck
+from harness.report.console import ConsoleReport
+from harness.report.markdown import MarkdownReport
+from harness.results import RunResult
+
+CASES = ["demo-cache", "h200-pools"]
+
+
+def load(name: str) -> RunResult:
+    return RunResult.from_dict(json.loads((DATA / f"{name}.json").read_text()))
+
+
+def check_golden(path, text: str) -> None:
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} differs; UPDATE_GOLDEN=1 regenerates it"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_markdown_golden(name):
+    check_golden(DATA / f"{name}.md", MarkdownReport(load(name)).render())
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_console_golden(name):
+    buf = io.StringIO()
+    ConsoleReport(load(name)).print(Console(file=buf, width=160, color_system=None))
+    check_golden(DATA / f"{name}.console.txt", buf.getvalue())
+
+
+def test_round_trip_is_lossless():
+    data = json.loads((DATA / "demo-cache.json").read_text())
+    assert RunResult.from_dict(data).to_dict() == data
+
+
+def test_report_command_prints_the_stored_table(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text((DATA / "demo-cache.json").read_text())
+    proc = detcheck("report", str(run_dir), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (DATA / "demo-cache.md").read_text()
+    assert (run_dir / "report.md").read_text() == proc.stdout
