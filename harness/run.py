@@ -29,7 +29,7 @@ from harness.probes import PROBES, ProbeContext, known_probes
 from harness.results import CellResult, Launch, ProbeOutput, RevisionInfo, Role, RunResult, Status
 from harness.revisions import Revision, cache_dir
 from harness.server import ServerProcess, free_port
-from harness.store import CellKey, ResultStore, atomic_write_json
+from harness.store import CellKey, ResultStore, atomic_write_json, params_fingerprint
 from harness.targets import REJECTION, Target, get_target, redact_argv, redact_env
 from harness.observer import QuietObserver, RunObserver
 from harness.workloads import Workload, build as build_workload
@@ -275,7 +275,8 @@ class CellRunner:
         if rev.sha is None:
             return None  # an installed package has no identity to cache by
         return CellKey(self.target.name, rev.sha, cp.server.fingerprint,
-                       cp.workloads[probe].fingerprint, probe)
+                       cp.workloads[probe].fingerprint, probe,
+                       params_fingerprint(self.suite.probe_spec(probe).params))
 
     def _capabilities(self, rev: Revision, worktree: Path | None) -> Capabilities:
         cache = cache_dir() / "help" / f"{self.target.name}-{rev.sha}.txt" if rev.sha else None

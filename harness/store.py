@@ -8,6 +8,7 @@ is reported as corrupt with its path, never silently used or overwritten unseen.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -27,12 +28,18 @@ class CellKey:
     config_fingerprint: str
     workload_fingerprint: str
     probe: str
+    # The probe's [probe.<name>] parameters (concurrency levels, batch sizes, tau, …).
+    params_fingerprint: str = ""
     harness_version: str = __version__
 
     def relpath(self) -> Path:
         return Path(self.target, self.sha[:12],
                     f"{self.probe}-{self.config_fingerprint}-{self.workload_fingerprint}"
-                    f"-v{self.harness_version}.json")
+                    f"-{self.params_fingerprint}-v{self.harness_version}.json")
+
+
+def params_fingerprint(params: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

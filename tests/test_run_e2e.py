@@ -1,0 +1,65 @@
+"""The walking skeleton end to end: `detcheck demo` and `detcheck run` on real reference-server
+processes, against git repos made in a temp dir."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+from conftest import ROOT, detcheck
+from harness.fixture_repo import FixtureRepo
+
+
+def test_demo_catches_the_cache_regression_with_one_launch_per_cell(tmp_path):
+    out = tmp_path / "out.json"
+    proc = detcheck("demo", "--json", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    verdicts = {(c["config"], c["probe"]): c["verdict"] for c in result["comparisons"]}
+    assert verdicts == {("deterministic", "kl"): "same",
+                        ("deterministic", "prefill_cache_hit"): "different",
+                        ("deterministic", "decode_cache_hit"): "different"}
+    launches = [(l["config"], l["role"]) for l in result["launches"]]
+    assert sorted(launches) == [("deterministic", "base"), ("deterministic", "candidate")]
+    # The table the user sees carries the verdicts.
+    assert "different" in proc.stdout and "prefill_cache_hit" in proc.stdout
+    # Every sample is there: 8 prompts per probe per side, with raw logprobs.
+    kl_base = next(c for c in result["cells"] if c["probe"] == "kl" and c["role"] == "base")
+    assert len(kl_base["samples"]) == 8 and len(kl_base["samples"][0]["decode_logprobs"]) == 32
+
+
+def test_run_then_rerun_reuses_every_cell(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("cache")
+    candidate = repo.commit("break the cache")
+    args = ["run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+            "--suite", str(ROOT / "suites/default.toml"), "--format", "md", "--no-progress"]
+    first = detcheck(*args, "--out", str(tmp_path / "a"))
+    assert first.returncode == 1, first.stderr[-3000:]  # a probe differs: exit 1, as asv continuous
+    assert "| deterministic | `prefill_cache_hit` |" in first.stdout
+    again = detcheck(*args, "--out", str(tmp_path / "b"))
+    assert again.returncode == 1
+    one = json.loads((tmp_path / "a" / "results.json").read_text())
+    two = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert len(one["launches"]) == 2 and two["launches"] == []
+    assert [c["verdict"] for c in one["comparisons"]] == [c["verdict"] for c in two["comparisons"]]
+    assert (tmp_path / "b" / "report.md").read_text().count("❌ different") == 2
+
+
+def test_harness_imports_neither_sglang_nor_the_reference_server():
+    for path in (ROOT / "harness").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name.split(".")[0] not in ("sglang", "refserver"), (path, name)
+                # torch only inside the model tool, and only when it runs.
+                assert name.split(".")[0] != "torch" or path.name == "model_tool.py", (path, name)
+    # And at run time: loading the whole CLI pulls in none of them.
+    code = ("import sys, harness.cli, harness.run, harness.report.plot; "
+            "print(sorted(m for m in ('sglang', 'refserver', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stderr
