@@ -26,3 +26,24 @@ def detcheck(*args: str, env: dict | None = None, timeout: float = 600,
     """Run the CLI as a real process, as a user would."""
     return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
+
+
+def _gpu_skip_reason() -> str | None:
+    """Why tests marked `gpu` cannot run here, or None when SGLang and a CUDA GPU are present."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("nvidia-smi") is None:
+        return "needs a CUDA GPU (no nvidia-smi on this machine)"
+    if importlib.util.find_spec("sglang") is None:
+        return "needs SGLang importable (see results/h200/setup.sh for the offline kit)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _gpu_skip_reason()
+    if reason is None:
+        return
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
