@@ -6,8 +6,9 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,3 +36,13 @@ def two_commits(root: Path) -> tuple[Path, str, str]:
     repo = FixtureRepo.create(root / "repo")
     base = repo.head()
     return repo.path, base, repo.note("changelog only")
+
+
+def best_of(n: int, fn: Callable[[], object]) -> float:
+    """The fastest of n timed calls, in seconds."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)

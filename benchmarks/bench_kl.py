@@ -7,22 +7,12 @@ first divergence per prompt) on the JSON-shaped lists a probe receives.
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 
-import _common  # noqa: F401  (puts the project on sys.path)
+from _common import best_of
 from harness import stats
 from harness.probes.common import kl_metric
-
-
-def best_of(n: int, fn) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main(argv: list[str]) -> None:

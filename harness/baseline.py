@@ -18,7 +18,6 @@ whose fingerprints differ is reported as stale rather than gated.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
