@@ -15,3 +15,4 @@ git -C "$REPO" apply "$PROJECT/.gpu-kit/kit/patches/dflash-swa-eviction.patch"
 git -C "$REPO" -c user.name=detcheck -c user.email=detcheck@localhost commit -qam "dflash: evict out-of-window SWA KV on the decode path"
 git -C "$REPO" log --oneline
 python3 -m harness.cli make-model fixtures/models/tiny-llama --out .models/tiny-llama --seed 0
+python3 -m harness.cli make-model fixtures/models/tiny-llama-4l --out .models/tiny-llama-4l --seed 0
