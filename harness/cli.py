@@ -12,6 +12,7 @@ import sys
 from harness import __version__
 from harness.commands import baseline, bisect, compare, demo, make_model, matrix, report, run
 from harness.errors import CorruptResult, UsageError
+from harness.server import stop_all
 
 COMMANDS = (run, compare, report, demo, bisect, matrix, baseline, make_model)
 
@@ -43,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"detcheck: corrupt result: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # A second Ctrl-C may have cut a server's teardown short: kill what is left at once.
+        stop_all(grace_s=0)
         print("detcheck: interrupted; servers stopped, finished cells are in the store "
-              "(run again to resume)", file=sys.stderr)
+              "(`detcheck run --resume` with the same --out continues)", file=sys.stderr)
         return 130
 
 

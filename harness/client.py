@@ -47,8 +47,8 @@ class Generation:
 @dataclass
 class SGLangClient:
     base_url: str
+    # How long one request may take (the suite's request_timeout_s); a flush is retried as long.
     timeout_s: float = 300.0
-    flush_retries: int = 8
     flush_backoff_s: float = 0.25
 
     def __post_init__(self) -> None:
@@ -62,6 +62,9 @@ class SGLangClient:
             raise ServerError(f"{method} {path}: no answer within {timeout or self.timeout_s:.0f} s") from None
         except requests.ConnectionError as exc:
             raise ServerError(f"{method} {path}: connection failed ({type(exc).__name__})") from None
+        except requests.RequestException as exc:  # e.g. the body ends before its Content-Length
+            raise ServerError(f"{method} {path}: answer broken off ({type(exc).__name__}: "
+                              f"{str(exc)[:160]})") from None
 
     def _json(self, resp: requests.Response, what: str) -> Any:
         try:
@@ -104,17 +107,23 @@ class SGLangClient:
         return out
 
     def flush_cache(self) -> None:
-        """Flush, retrying with backoff while the server reports in-flight requests (400)."""
-        delay = self.flush_backoff_s
-        for _ in range(self.flush_retries):
-            resp = self._request("POST", "/flush_cache", timeout=60)
+        """Flush, retrying with backoff while the server reports in-flight requests (400): a
+        request the client gave up on may still run, for at most one request timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        delay, tries = self.flush_backoff_s, 0
+        while True:
+            resp = self._request("POST", "/flush_cache")
+            tries += 1
             if resp.status_code == 200:
                 return
             if resp.status_code != 400:
                 raise ServerError(f"/flush_cache: HTTP {resp.status_code}: {resp.text[:200]}")
-            time.sleep(delay)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerError(f"/flush_cache: still busy after {tries} tries over "
+                                  f"{self.timeout_s:.0f} s: {resp.text[:200]}")
+            time.sleep(min(delay, left))
             delay = min(delay * 2, 5.0)
-        raise ServerError(f"/flush_cache: still busy after {self.flush_retries} tries")
 
     def server_info(self) -> dict[str, Any]:
         # /server_info is the current name; older revisions only have /get_server_info.

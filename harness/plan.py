@@ -18,6 +18,8 @@ from typing import Any
 from harness.errors import UsageError
 
 TARGETS = ("refserver", "sglang")
+# Set by the harness alone: every server listens on 127.0.0.1, on a port the harness picks.
+RESERVED_FLAGS = ("--host", "--port")
 MAMBA_POOLS = ("no_buffer", "static", "lazy", "unified")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH", "DSPARK")
 
@@ -229,9 +231,9 @@ def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> 
         path=path,
         description=where.string(raw, "description", "top level", default=""),
         models=models,
-        server_args=where.strings(server, "args", "[server]"),
+        server_args=where.server_args(server, "args", "[server]"),
         server_env=where.env(server, "[server]"),
-        target_args={t: where.strings(target_args_raw, t, "[server.target_args]")
+        target_args={t: where.server_args(target_args_raw, t, "[server.target_args]")
                      for t in target_args_raw},
         startup_timeout_s=where.number(server, "startup_timeout_s", "[server]", 180.0),
         request_timeout_s=where.number(server, "request_timeout_s", "[server]", 300.0),
@@ -316,9 +318,9 @@ def _load_config(where: _Where, raw: Any, index: int,
             swa_ratio=float(ratio) if ratio is not None else None,
             disable_radix_cache=bool(raw.get("disable_radix_cache", False)),
         ),
-        args=where.strings(raw, "args", label),
+        args=where.server_args(raw, "args", label),
         env=where.env(raw, label),
-        target_args={t: where.strings(target_args, t, f"{label}.target_args") for t in target_args},
+        target_args={t: where.server_args(target_args, t, f"{label}.target_args") for t in target_args},
         draft={t: str(v) for t, v in draft.items()},
         model={t: str(v) for t, v in model.items()},
     )
@@ -329,6 +331,14 @@ def _resolve_model(suite_path: Path, rel: str, field_name: str) -> Path:
     if not (model / "config.json").is_file():
         raise UsageError(f"{suite_path}: {field_name}: model directory {model} has no config.json")
     return model
+
+
+def check_reserved(args: tuple[str, ...], where: str) -> None:
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in RESERVED_FLAGS:
+            raise UsageError(f"{where}: {flag} is set by the harness (servers listen on 127.0.0.1, "
+                             f"on a port it picks)")
 
 
 def _check_keys(path: Path, where: str, raw: dict[str, Any], allowed: set[str]) -> None:
@@ -361,6 +371,11 @@ class _Where:
         if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
             raise UsageError(f"{self.path}: {where}.{key} must be a list of strings")
         return tuple(str(v) for v in value)
+
+    def server_args(self, raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+        args = self.strings(raw, key, where)
+        check_reserved(args, f"{self.path}: {where}.{key}")
+        return args
 
     def number(self, raw: dict[str, Any], key: str, where: str, default: float) -> float:
         value = raw.get(key, default)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tempfile
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +26,11 @@ from harness.client import SGLangClient
 from harness.compare import compare_run
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, UsageError, VacuousResult
 from harness.metadata import host_metadata, interpreter_metadata
-from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, load_suite
+from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.results import CellResult, Launch, ProbeOutput, RevisionInfo, Role, RunResult, Status
 from harness.revisions import Revision, cache_dir
-from harness.server import ServerProcess, free_port
+from harness.server import ServerProcess, exit_text, free_port, stop_all
 from harness.store import CellKey, ResultStore, atomic_write_json, params_fingerprint
 from harness.targets import REJECTION, Target, get_target, redact_argv, redact_env
 from harness.observer import QuietObserver, RunObserver
@@ -72,6 +74,7 @@ class ConfigPlan:
 
 def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
     specs = [suite.config(n) for n in req.only_configs] if req.only_configs else list(suite.configs)
+    check_reserved(req.extra_args, "--server-arg")
     for p in req.only_probes:
         if p not in known_probes():
             raise UsageError(f"unknown probe {p!r} (known: {', '.join(sorted(known_probes()))})")
@@ -109,6 +112,7 @@ def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
     # directory is bad input (exit 2), not a failure discovered half way through a suite.
     req.base.checkout()
     req.candidate.checkout()
+    runner.check_outputs(plans)
     observer.begin(sum(2 * len(p.probes) for p in plans))
     try:
         for i, cp in enumerate(plans):
@@ -119,6 +123,9 @@ def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
             for role in role_order(i):
                 runner.run_config(cp, role)
                 runner.save_partial()
+    except BaseException:  # Ctrl-C / SIGTERM: what finished is on disk for `run --resume`
+        runner.save_partial()
+        raise
     finally:
         observer.end()
     result = runner.result(plans)
@@ -142,7 +149,6 @@ class CellRunner:
         self.launches: list[Launch] = []
         self.host = host_metadata()
         self._interp: dict[str | None, dict] = {}
-        self._live: dict[int, ServerProcess] = {}  # started and not yet stopped, by id()
         self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     def revision(self, role: Role) -> Revision:
@@ -156,8 +162,7 @@ class CellRunner:
                 for f in futures:
                     f.result()
             except BaseException:
-                for server in list(self._live.values()):
-                    self._stop(server)
+                stop_all()
                 raise
 
     # -- one configuration on one revision ---------------------------------------------
@@ -216,21 +221,21 @@ class CellRunner:
                 self._store(keys[probe], self._probe(cp, role, rev, probe, client, server, info, meta))
         finally:
             if server is not None:
-                self._stop(server)
+                server.stop()
 
     def _launch(self, cp: ConfigPlan, worktree: Path | None, args: tuple[str, ...], env: dict[str, str],
                 log_path: Path, on_tick) -> tuple[ServerProcess, LaunchError | None]:
         """Start and wait for health; a port taken between choosing and binding gets another try."""
         server, launch_exc = None, None
-        for _attempt in range(3):
+        tries = 3
+        for _attempt in range(tries):
             if server is not None:
-                self._stop(server)
+                server.stop()
             port = free_port()
             argv = self.target.launch_argv(cp.server, args, port)
             server = ServerProcess(argv, self.target.env(worktree, env), log_path, port, cwd=worktree)
-            server.start()
-            self._live[id(server)] = server
             try:
+                server.start()
                 server.wait_healthy(self.suite.startup_timeout_s, on_tick=on_tick)
                 return server, None
             except LaunchError as exc:
@@ -238,21 +243,20 @@ class CellRunner:
                 if "address already in use" not in exc.log_tail.lower():
                     break
             except BaseException:  # Ctrl-C / SIGTERM while waiting: leave no server behind
-                self._stop(server)
+                server.stop()
                 raise
+        else:
+            launch_exc = LaunchError(f"{launch_exc}, on each of {tries} ports tried (address already "
+                                     f"in use)", launch_exc.log_tail, launch_exc.exit_code)
         assert server is not None
-        self._stop(server)
-        return server, launch_exc
-
-    def _stop(self, server: ServerProcess) -> None:
         server.stop()
-        self._live.pop(id(server), None)
+        return server, launch_exc
 
     def _probe(self, cp: ConfigPlan, role: Role, rev: Revision, probe: str, client: SGLangClient,
                server: ServerProcess, info: dict, meta: dict) -> CellResult:
         if not server.alive():
             return self._cell(cp, role, rev, probe, Status.ERROR,
-                              f"server died before this probe (exit {server.proc.poll()})",
+                              f"server {exit_text(server.proc.poll())} before this probe",
                               server.log_tail(), meta)
         ctx = ProbeContext(client=client, server=server, config=cp.server, workload=cp.workloads[probe],
                            params=self.suite.probe_spec(probe).params, server_info=info,
@@ -265,8 +269,13 @@ class CellRunner:
         except VacuousResult as exc:
             return self._cell(cp, role, rev, probe, Status.ERROR, f"vacuous: {exc}", "", meta)
         except (ServerError, ValueError) as exc:
-            died = "" if server.alive() else f" (server exited with code {server.proc.poll()})"
-            return self._cell(cp, role, rev, probe, Status.ERROR, f"{exc}{died}", server.log_tail(), meta)
+            return self._cell(cp, role, rev, probe, Status.ERROR, f"{exc}{_died(server)}",
+                              server.log_tail(), meta)
+        except Exception as exc:  # whatever a malformed answer breaks fails this cell, not the suite
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            reason = (f"probe failed: {type(exc).__name__}: {exc} "
+                      f"(at {Path(frame.filename).name}:{frame.lineno}){_died(server)}")
+            return self._cell(cp, role, rev, probe, Status.ERROR, reason, server.log_tail(), meta)
         meta = {**meta, "probe_wall_s": round(time.time() - t0, 3)}
         return self._cell(cp, role, rev, probe, Status.OK, "", server.log_tail(12), meta, output)
 
@@ -341,6 +350,28 @@ class CellRunner:
 
     def save_partial(self) -> None:
         save_result(self.req.out_dir, self.result())
+
+    def check_outputs(self, plans: tuple[ConfigPlan, ...]) -> None:
+        """Before any launch: results can be written, and every stored cell the plan would
+        reuse reads back (a damaged one is reported with its path, not found half way)."""
+        for what, path in (("--out", self.req.out_dir), ("--store", self.store.root)):
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                tempfile.TemporaryFile(dir=path).close()
+            except OSError as exc:
+                raise UsageError(f"{what} {path} is not writable: {exc.strerror or exc}") from None
+        if self.req.fresh:
+            return
+        for cp in plans:
+            for rev in (self.req.base, self.req.candidate):
+                for probe in cp.probes:
+                    key = self._key(cp, probe, rev)
+                    if key is not None:
+                        self.store.get(key)
+
+
+def _died(server: ServerProcess) -> str:
+    return "" if server.alive() else f" (server {exit_text(server.proc.poll())})"
 
 
 def _launch_failure(exc: LaunchError) -> tuple[Status, str]:

@@ -2,7 +2,9 @@
 
 The server gets its own session (process group) so that teardown reaches the scheduler and
 detokenizer children SGLang forks, and nothing else. Its stdout+stderr go to a log file the
-probes read (SGLang reports pool occupancy only in log lines).
+probes read (SGLang reports pool occupancy only in log lines). Every started server stays
+registered until its group is gone, so an interrupt that cut a teardown short can still
+finish it (`stop_all`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,24 @@ import requests
 from harness.errors import LaunchError
 
 HOST = "127.0.0.1"
+
+_live: dict[int, ServerProcess] = {}  # started, group not yet stopped; by id()
+
+
+def stop_all(grace_s: float = 10.0) -> None:
+    """Stop every server this process started and has not stopped (any thread's)."""
+    for server in list(_live.values()):
+        server.stop(grace_s)
+
+
+def exit_text(code: int) -> str:
+    """`exited with code 1`, or for a negative code `was killed by SIGKILL`."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"exited with code {code}"
 
 
 def free_port() -> int:
@@ -68,6 +88,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            _live[id(self)] = self
         finally:
             log.close()
 
@@ -80,7 +101,7 @@ class ServerProcess:
             elapsed = time.monotonic() - t0
             code = self.proc.poll()
             if code is not None:
-                raise LaunchError(f"server exited with code {code} before becoming healthy",
+                raise LaunchError(f"server {exit_text(code)} before becoming healthy",
                                   self.log_tail(), exit_code=code)
             if elapsed > timeout_s:
                 raise LaunchError(f"server not healthy after {timeout_s:.0f} s", self.log_tail())
@@ -120,6 +141,7 @@ class ServerProcess:
             break
         if self.proc.poll() is None:
             self.proc.wait(timeout=5)
+        _live.pop(id(self), None)
 
     def log_size(self) -> int:
         try:

@@ -2,8 +2,9 @@
 
 Key = target, revision sha, configuration fingerprint, workload fingerprint, probe, harness
 version. Writes are atomic (temp file + rename in the same directory), so a crash leaves
-either the old file or the new one. A file that does not parse, or carries another schema,
-is reported as corrupt with its path, never silently used or overwritten unseen.
+either the old file or the new one. Each file carries a digest of its content. A file that
+does not parse, carries another schema or no longer matches its digest (truncated, edited by
+hand) is reported as corrupt with its path, never silently used or overwritten unseen.
 """
 
 from __future__ import annotations
@@ -72,11 +73,19 @@ def read_json(path: Path, what: str = "result") -> Any:
         raise CorruptResult(f"{path}: corrupt {what} file (not UTF-8)") from None
 
 
+def content_digest(data: dict[str, Any]) -> str:
+    """What a cell file says, independent of its formatting: any edit of a value changes it."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, allow_nan=True).encode()).hexdigest()
+
+
 def load_cell(path: Path) -> CellResult:
     data = read_json(path, "cell")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise CorruptResult(f"{path}: schema {found!r}, expected {SCHEMA_VERSION}")
+    if data.pop("digest", None) != content_digest(data):
+        raise CorruptResult(f"{path}: content does not match its digest (edited by hand?); "
+                            f"delete it or run with --fresh to measure it again")
     try:
         return CellResult.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
@@ -100,5 +109,6 @@ class ResultStore:
 
     def put(self, key: CellKey, cell: CellResult) -> Path:
         path = self.path(key)
-        atomic_write_json(path, cell.to_dict())
+        data = json.loads(json.dumps(cell.to_dict(), allow_nan=True))  # as a reader will see it
+        atomic_write_json(path, {**data, "digest": content_digest(data)})
         return path

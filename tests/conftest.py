@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated cache dir per test, the project root, a CLI runner."""
+"""Shared fixtures: an isolated cache dir per test, the project root, a CLI runner, and git
+repositories whose python/sglang/launch_server.py hands over to a fixture server."""
 
 from __future__ import annotations
 
@@ -21,11 +22,40 @@ def isolated_cache(tmp_path_factory, monkeypatch):
     return cache
 
 
+def detcheck_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", *args]
+
+
 def detcheck(*args: str, env: dict | None = None, timeout: float = 600,
              cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the CLI as a real process, as a user would."""
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run(detcheck_argv(*args), capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
+
+
+SHIM = '''import runpy, sys
+sys.argv[0] = "sglang.launch_server"
+runpy.run_module("{module}", run_name="__main__")
+'''
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+def make_sglang_repo(root: Path, module: str = "refserver") -> Path:
+    """Two commits (main~1, main) of a repo whose `sglang.launch_server` runs `module`, which
+    the server finds on PYTHONPATH (e.g. <project>/fixtures)."""
+    repo = root / "sglang"
+    (repo / "python" / "sglang").mkdir(parents=True)
+    (repo / "python" / "sglang" / "__init__.py").write_text('__version__ = "shim"\n')
+    (repo / "python" / "sglang" / "launch_server.py").write_text(SHIM.format(module=module))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate")
+    return repo
 
 
 def _gpu_skip_reason() -> str | None:

@@ -7,15 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from pathlib import Path
 
-from conftest import ROOT, detcheck
-
-SHIM = '''import runpy, sys
-sys.argv[0] = "sglang.launch_server"
-runpy.run_module("refserver", run_name="__main__")
-'''
+from conftest import ROOT, detcheck, make_sglang_repo
 
 SUITE = """
 name = "shim"
@@ -41,23 +34,6 @@ name = "only-in-a-future-revision"
 probes = ["kl"]
 args = ["--flag-from-the-future"]
 """
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                   check=True, capture_output=True)
-
-
-def make_sglang_repo(root: Path) -> Path:
-    repo = root / "sglang"
-    (repo / "python" / "sglang").mkdir(parents=True)
-    (repo / "python" / "sglang" / "__init__.py").write_text('__version__ = "shim"\n')
-    (repo / "python" / "sglang" / "launch_server.py").write_text(SHIM)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate")
-    return repo
 
 
 def test_sglang_target_runs_each_worktree(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -81,6 +82,8 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         if args.out is None or not (args.out / "results.json").is_file():
             raise UsageError("--resume needs --out pointing at an earlier run's directory "
                              "(one with results.json)")
+    if args.python and shutil.which(args.python) is None:
+        raise UsageError(f"--python {args.python}: no such executable")
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     return RunRequest(
         suite_path=suite, target=args.target, base=base, candidate=candidate,

@@ -1,0 +1,130 @@
+"""Bad input: exit 2 with a message naming the file, field, ref or option, and nothing launched.
+
+Each case starts from a runnable `detcheck run` (the fault-server repo and a one-configuration
+suite, see faultlib) and spoils one thing. "Nothing launched": the fault server records every
+launch in its --state directory, and there is none; no server log either; and no process the
+test started is alive afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import detcheck
+from faultlib import Bench, bare_python, no_leftovers  # noqa: F401
+
+
+def unwritable(tmp_path: Path) -> Path:
+    """A directory path this process cannot create files under (root ignores mode bits, so for
+    root the path goes through a regular file)."""
+    if os.geteuid() == 0:
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        return blocker / "dir"
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    return locked / "dir"
+
+
+def edit_suite(old: str, new: str):
+    def prepare(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+        text = bench.suite.read_text()
+        assert old in text
+        bench.suite.write_text(text.replace(old, new, 1))
+        return bench.args(), {}
+    return prepare
+
+
+def with_args(*extra: str, drop: tuple[str, ...] = ()):
+    def prepare(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+        args = bench.args(*extra)
+        for option in drop:  # an option and its value
+            i = args.index(option)
+            del args[i:i + 2]
+        return args, {}
+    return prepare
+
+
+def cache_unwritable(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+    return bench.args(), {"DETCHECK_CACHE_DIR": str(unwritable(tmp_path))}
+
+
+def out_unwritable(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+    args = bench.args()
+    args[args.index("--out") + 1] = str(unwritable(tmp_path))
+    return args, {}
+
+
+def not_a_repo(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    args = bench.args()
+    args[args.index("--repo") + 1] = str(plain)
+    return args, {}
+
+
+def resume_fresh(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+    bench.out.mkdir()
+    (bench.out / "results.json").write_text("{}")
+    return bench.args("--resume", "--fresh"), {}
+
+
+def bad_matrix(text: str):
+    def prepare(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+        matrix = tmp_path / "matrix.toml"
+        matrix.write_text(text)
+        return ["matrix", "list", "--matrix", str(matrix)], {}
+    return prepare
+
+
+ENTRY = '[[entry]]\nname = "cpu"\ngpus = 0\ntarget = "refserver"\nsuites = ["suites/default.toml"]\n'
+
+CASES = {
+    "malformed-toml": (edit_suite("[models]", "[models"), r"suite\.toml: not valid TOML"),
+    "unknown-top-level-field": (edit_suite('name = "faults"', 'name = "faults"\ncolour = "red"'),
+                                r"suite\.toml: top level: unknown field\(s\) colour"),
+    "unknown-config-field": (edit_suite("deterministic = true", "deterministic = true\nspeed = 3"),
+                             r"suite\.toml: \[\[config\]\] #1: unknown field\(s\) speed"),
+    "unknown-probe-in-suite": (edit_suite('probes = ["kl"]', 'probes = ["kl", "klx"]'),
+                               r"suite\.toml: \[\[config\]\] 'only'\.probes: unknown probe 'klx'"),
+    "unknown-probe-option": (with_args("--probe", "nope"), r"unknown probe 'nope' \(known: "),
+    "missing-model-dir": (edit_suite("refmodels/hybrid", "refmodels/nowhere"),
+                          r"suite\.toml: \[models\]\.sglang: model directory \S+/refmodels/nowhere "
+                          r"has no config\.json"),
+    "unresolvable-ref": (with_args("--candidate", "no-such-branch", drop=("--candidate",)),
+                         r"git ref 'no-such-branch' does not resolve to a commit in \S+/sglang"),
+    "not-a-git-repo": (not_a_repo, r"--repo \S+/plain: not a git repository"),
+    "worktree-dir-unwritable": (cache_unwritable, r"worktree directory \S+/dir/worktrees/sglang-\w+ is not writable"),
+    "out-dir-unwritable": (out_unwritable, r"--out \S+/dir is not writable"),
+    "resume-with-fresh": (resume_fresh, r"--resume and --fresh contradict each other"),
+    "resume-without-a-run": (with_args("--resume"), r"--resume needs --out pointing at an earlier run"),
+    "base-without-repo": (with_args(drop=("--repo",)), r"--base/--candidate need --repo"),
+    "host-in-server-arg": (with_args("--server-arg=--host=0.0.0.0"),
+                           r"--server-arg: --host is set by the harness \(servers listen on 127\.0\.0\.1"),
+    "port-in-suite-args": (edit_suite('args = ["--state"', 'args = ["--port", "80", "--state"'),
+                           r"suite\.toml: \[\[config\]\] 'only'\.args: --port is set by the harness"),
+    "missing-interpreter": (with_args("--python", "/nonexistent/python", drop=("--python",)),
+                            r"--python /nonexistent/python: no such executable"),
+    "matrix-unknown-field": (bad_matrix(ENTRY + 'colour = "red"\n'),
+                             r"matrix\.toml: \[\[entry\]\] #1: unknown field\(s\) colour"),
+    "matrix-malformed": (bad_matrix("[[entry]\n"), r"matrix\.toml: not valid TOML"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_exits_2_and_launches_nothing(tmp_path, bare_python, no_leftovers, case):
+    prepare, message = CASES[case]
+    bench = Bench(tmp_path, bare_python)
+    bench.write_suite({"only": []})
+    args, env = prepare(bench, tmp_path)
+    proc = detcheck(*args, env={**bench.env(), **env}, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("detcheck: error: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+    assert not bench.state.exists(), "a server was launched"
+    assert not (bench.out / "logs").exists()

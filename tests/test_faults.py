@@ -1,0 +1,281 @@
+"""Faults end to end: real `detcheck run` processes against fault servers over real HTTP.
+
+Each fault is a cell result (status, reason, the server's last log lines), never a hung or
+crashed suite, and no process a run started outlives it (checked with psutil through an
+environment tag every process of a test inherits). One run carries a configuration per
+launch/request fault, side by side with a healthy one, so it also shows that the other cells
+go on; interruption, resume and the results store have their own runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import signal
+import threading
+import time
+import uuid
+
+import psutil
+import pytest
+
+from conftest import ROOT, detcheck
+from faultlib import TAG, Bench, bare_python, cells, interrupt, leftovers, no_leftovers, tagged  # noqa: F401
+
+pytestmark = pytest.mark.faults
+
+# configuration: (fault server args, status of both cells, reason pattern, log-tail pattern)
+FAULTS = {
+    "healthy": ([], "ok", r"^$", ""),
+    "exit-assert": (["--fault", "exit-assert"], "error",
+                    r"^launch failed: server exited with code 1 before becoming healthy",
+                    r"AssertionError: speculative_num_draft_tokens must be > 1"),
+    "exit-oom": (["--fault", "exit-oom"], "error",
+                 r"^launch failed: server was killed by SIGKILL before becoming healthy",
+                 r"CUDA out of memory"),
+    "bad-flag": (["--random-seed", "seven"], "error",
+                 r"^launch failed: server exited with code 2 before becoming healthy",
+                 r"argument --random-seed: invalid int value: 'seven'"),
+    "never-healthy": (["--fault", "never-healthy", "--spawn-child"], "error",
+                      r"^launch failed: server not healthy after 2 s", r"ready to roll"),
+    "hang": (["--fault", "hang-generate"], "error", r"^POST /generate: no answer within 1 s$", ""),
+    "sigkill": (["--fault", "sigkill-generate", "--spawn-child"], "error",
+                r"^POST /generate: connection failed .*\(server was killed by SIGKILL\)$", ""),
+    "malformed-json": (["--fault", "malformed-json"], "error",
+                       r"^/generate: malformed JSON \(HTTP 200, \d+ bytes", ""),
+    "truncated-json": (["--fault", "truncated-json"], "error",
+                       r"^POST /generate: answer broken off .*IncompleteRead", ""),
+    "http-500": (["--fault", "http-500"], "error",
+                 r"^/generate: HTTP 500: CUDA error: an illegal memory access", ""),
+    "null-logprobs": (["--fault", "null-logprobs"], "error",
+                      r"^probe failed: TypeError: float\(\) argument .*NoneType.* \(at client\.py:\d+\)$", ""),
+    "flush-busy": (["--fault", "flush-busy"], "error",
+                   r"^/flush_cache: still busy after \d+ tries over 1 s: Cache not flushed", ""),
+    "flush-busy-then-idle": (["--fault", "flush-busy", "--fault-requests", "2"], "ok", r"^$", ""),
+    "port-in-use": (["--fault", "port-in-use"], "error",
+                    r"^launch failed: server exited with code 1 before becoming healthy, on each "
+                    r"of 3 ports tried \(address already in use\)$", r"address already in use"),
+    "port-in-use-once": (["--fault", "port-in-use", "--fault-launches", "1"], "ok", r"^$", ""),
+    "child-ignores-sigterm": (["--spawn-child"], "ok", r"^$", ""),
+}
+# Launches a configuration took over both roles (a port in use is retried on a fresh port).
+LAUNCHES = {"port-in-use": 6, "port-in-use-once": 3}
+SECRETS = {"HF_TOKEN": "hf-value-" + uuid.uuid4().hex, "MY_API_KEY": "key-value-" + uuid.uuid4().hex,
+           "DB_SECRET": "secret-value-" + uuid.uuid4().hex}
+CALLER_SECRET = ("SERVICE_TOKEN", "caller-token-" + uuid.uuid4().hex)
+
+
+def listening(tag: str) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket a tagged process listens on."""
+    found = set()
+    for proc in tagged(tag):
+        try:
+            found |= {(c.laddr.ip, c.laddr.port) for c in proc.net_connections("tcp")
+                      if c.status == psutil.CONN_LISTEN}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory, bare_python):
+    """One run over every configuration above; the listening sockets seen while it ran."""
+    bench = Bench(tmp_path_factory.mktemp("matrix"), bare_python)
+    bench.write_suite({name: args for name, (args, *_) in FAULTS.items()}, startup_timeout_s=2,
+                      env=SECRETS)
+    tag = uuid.uuid4().hex
+    cache = bench.root / "cache"
+    sockets: set[tuple[str, int]] = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            sockets.update(listening(tag))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    t0 = time.monotonic()
+    try:
+        proc = detcheck(*bench.args(), timeout=150, env={
+            **bench.env(), TAG: tag, "DETCHECK_CACHE_DIR": str(cache), CALLER_SECRET[0]: CALLER_SECRET[1]})
+    finally:
+        done.set()
+        watcher.join()
+    wall = time.monotonic() - t0
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]  # not a crash
+    assert not leftovers(tag), "processes outlived the run"
+    return bench, bench.result(), sockets, cache, wall, tag
+
+
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_fault_is_a_recorded_cell(matrix, name):
+    bench, result, _, _, _, tag = matrix
+    _, status, reason, log = FAULTS[name]
+    found = cells(result, name)
+    assert [c["role"] for c in found] == ["base", "candidate"] or \
+        [c["role"] for c in found] == ["candidate", "base"]
+    for cell in found:
+        assert cell["status"] == status, cell["reason"]
+        assert re.search(reason, cell["reason"]), cell["reason"]
+        assert re.search(log, cell["log_tail"]), cell["log_tail"][-1500:]
+    verdict = next(c["verdict"] for c in result["comparisons"] if c["config"] == name)
+    assert verdict == ("same" if status == "ok" else "error")
+    launches = bench.launches(name)
+    if name != "bad-flag":  # argparse exits before the server records anything
+        assert len(launches) == LAUNCHES.get(name, 2)
+    pids = {p for launch in launches for p in (launch["pid"], launch.get("child")) if p}
+    assert not pids & {p.pid for p in tagged(tag)}, "a process of this configuration is alive"
+
+
+def test_servers_listen_on_loopback_only(matrix):
+    _, result, sockets, _, _, _ = matrix
+    ports = {launch["port"] for launch in result["launches"]}
+    assert {port for _, port in sockets} & ports, "no server socket was seen while the run went on"
+    assert {ip for ip, _ in sockets} == {"127.0.0.1"}, sockets
+
+
+def test_secrets_never_written(matrix):
+    bench, result, _, cache, _, _ = matrix
+    values = [*SECRETS.values(), CALLER_SECRET[1]]
+    written = [p for p in [*bench.out.rglob("*"), *cache.rglob("store/**/*")] if p.is_file()]
+    assert bench.out / "report.md" in written and any(p.suffix == ".log" for p in written)
+    for path in written:
+        text = path.read_bytes().decode("utf-8", "replace")
+        assert not [v for v in values if v in text], path
+    env = next(c for c in result["cells"] if c["config"] == "healthy")["metadata"]["server_env"]
+    assert {env[k] for k in SECRETS} == {"<redacted>"}
+
+
+def test_fault_run_is_fast(matrix):
+    assert matrix[4] < 60, f"the fault matrix took {matrix[4]:.0f} s"
+
+
+def test_no_subprocess_gets_a_shell_string():
+    """Every subprocess of the harness gets an argument list; nothing goes through a shell."""
+    offenders = []
+    for path in (ROOT / "harness").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name in ("os.system", "os.popen") or name.startswith("os.exec") or \
+                    any(k.arg == "shell" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                        for k in node.keywords) or \
+                    (name.startswith("subprocess.") and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert not offenders, offenders
+
+
+# -- interruption and resume ---------------------------------------------------------------
+
+@pytest.mark.parametrize("sig, parallel", [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                           (signal.SIGTERM, True)],
+                         ids=["SIGTERM", "SIGINT", "SIGTERM-parallel"])
+def test_interrupt_mid_suite_then_resume(tmp_path, bare_python, no_leftovers, sig, parallel):
+    bench = Bench(tmp_path, bare_python)
+    # "stuck" hangs in its first launch only: interrupted there, it works when resumed.
+    bench.write_suite({"done": [], "stuck": ["--fault", "hang-generate", "--fault-launches", "1"]},
+                      request_timeout_s=60)
+    mode = ("--parallel",) if parallel else ()
+    proc = bench.start(*mode)
+    bench.wait_launches("stuck", 1)
+    while not bench.launches("stuck")[0].get("hung"):
+        time.sleep(0.05)
+    err = interrupt(proc, sig)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "--resume" in err
+    assert not leftovers(no_leftovers), "a server outlived the interrupted run"
+    partial = bench.result()
+    assert [c["status"] for c in cells(partial, "done")] == ["ok", "ok"]
+    done_launches = len(bench.launches("done"))
+
+    resumed = bench.run("--resume", *mode)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = bench.result()
+    assert {c["config"] for c in result["launches"]} == {"stuck"}  # nothing relaunched for "done"
+    assert len(bench.launches("done")) == done_launches
+    assert {(c["config"], c["status"]) for c in result["cells"]} == {("done", "ok"), ("stuck", "ok")}
+    assert [c["verdict"] for c in result["comparisons"]] == ["same", "same"]
+
+
+def test_second_interrupt_kills_a_server_that_ignores_sigterm(tmp_path, bare_python, no_leftovers):
+    """Ctrl-C twice while a server sits out its SIGTERM grace: it is killed, not left running."""
+    bench = Bench(tmp_path, bare_python)
+    bench.write_suite({"stubborn": ["--fault", "hang-generate", "--fault", "ignore-sigterm",
+                                    "--spawn-child"]}, request_timeout_s=60)
+    proc = bench.start()
+    bench.wait_launches("stubborn", 1)
+    while not bench.launches("stubborn")[0].get("hung"):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the harness now waits out the server's grace period
+    assert proc.poll() is None
+    t0 = time.monotonic()
+    err = interrupt(proc, signal.SIGINT)
+    assert time.monotonic() - t0 < 5, "the second interrupt did not cut the grace period short"
+    assert proc.returncode == 130, err[-2000:]
+    assert not leftovers(no_leftovers, wait_s=1.0)
+
+
+# -- the results store and results files --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory, bare_python):
+    """A finished run whose cells are in its own store."""
+    bench = Bench(tmp_path_factory.mktemp("stored"), bare_python)
+    bench.write_suite({"only": []})
+    store = bench.root / "store"
+    proc = detcheck(*bench.args("--store", str(store)), env={
+        **bench.env(), "DETCHECK_CACHE_DIR": str(bench.root / "cache")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return bench, store
+
+
+def _truncate(text: str) -> str:
+    return text[: len(text) // 2]
+
+
+def _edit_value(text: str) -> str:
+    data = json.loads(text)
+    data["metrics"][0]["values"][0] += 1.0
+    return json.dumps(data)
+
+
+def _other_schema(text: str) -> str:
+    return json.dumps({**json.loads(text), "schema": 99})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_truncate, r"corrupt cell file \(.* at line \d+\)"),
+    (_edit_value, r"content does not match its digest"),
+    (_other_schema, r"schema 99, expected 1"),
+], ids=["truncated", "hand-edited", "other-schema"])
+def test_damaged_store_cell_is_reported_with_its_path(stored, tmp_path, no_leftovers, edit, message):
+    bench, store = stored
+    copy = shutil.copytree(store, tmp_path / "store")
+    victim = sorted(copy.rglob("*.json"))[0]
+    victim.write_text(edit(victim.read_text()))
+    out = tmp_path / "out"
+    launched = len(bench.launches("only"))
+    proc = detcheck(*bench.args("--store", str(copy), "--out", str(out)), env=bench.env())
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"corrupt result: {victim}: " in proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+    assert len(bench.launches("only")) == launched and not (out / "logs").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_truncate, r"corrupt results file"), (_other_schema, r"schema 99, expected 1")],
+    ids=["truncated", "other-schema"])
+def test_damaged_results_file_is_reported_with_its_path(stored, tmp_path, edit, message):
+    bench, _ = stored
+    results = tmp_path / "results.json"
+    results.write_text(edit((bench.out / "results.json").read_text()))
+    for command in (["report", str(results)],
+                    ["compare", "--base-results", str(results), "--candidate-results", str(bench.out)]):
+        proc = detcheck(*command)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"corrupt result: {results}: " in proc.stderr and re.search(message, proc.stderr)
