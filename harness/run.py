@@ -240,7 +240,7 @@ class CellRunner:
                 return server, None
             except LaunchError as exc:
                 launch_exc = exc
-                if "address already in use" not in exc.log_tail.lower():
+                if "address already in use" not in f"{exc}\n{exc.log_tail}".lower():
                     break
             except BaseException:  # Ctrl-C / SIGTERM while waiting: leave no server behind
                 server.stop()

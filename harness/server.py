@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import psutil
 import requests
 
 from harness.errors import LaunchError
@@ -48,6 +49,22 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
+
+
+def listeners(port: int) -> set[int | None]:
+    """Pids listening on `port` (None where the OS does not say, e.g. another user's)."""
+    try:
+        conns = psutil.net_connections("tcp")
+    except psutil.AccessDenied:
+        return set()
+    return {c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def port_is_free(port: int) -> bool:
@@ -108,6 +125,7 @@ class ServerProcess:
             try:
                 r = requests.get(self.url + "/health_generate", timeout=min(30.0, timeout_s))
                 if r.status_code == 200:
+                    self._check_answered_by_own_group()
                     self.startup_s = time.monotonic() - t0
                     return self.startup_s
             except requests.RequestException:
@@ -115,6 +133,17 @@ class ServerProcess:
             if on_tick:
                 on_tick(elapsed)
             time.sleep(poll_s)
+
+    def _check_answered_by_own_group(self) -> None:
+        """A process that took the port while this server loaded answers health checks too:
+        measuring it would credit its answers to this revision."""
+        pids = listeners(self.port)
+        if any(pid is not None and _group_of(pid) == self.proc.pid for pid in pids):
+            return
+        foreign = sorted(pid for pid in pids if pid is not None)
+        if foreign:
+            raise LaunchError(f"port {self.port} is answered by another process (pid {foreign[0]}), "
+                              f"not by this server: address already in use", self.log_tail())
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

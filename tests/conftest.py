@@ -1,13 +1,16 @@
-"""Shared fixtures: an isolated cache dir per test, the project root, a CLI runner, and git
-repositories whose python/sglang/launch_server.py hands over to a fixture server."""
+"""Shared fixtures: an isolated cache dir per test, the project root, a CLI runner, git
+repositories whose python/sglang/launch_server.py hands over to a fixture server, a bare
+interpreter, and the check that no process a test started outlives it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +59,57 @@ def make_sglang_repo(root: Path, module: str = "refserver") -> Path:
     git(repo, "commit", "-qm", "base")
     git(repo, "commit", "-q", "--allow-empty", "-m", "candidate")
     return repo
+
+
+# Every process a test starts inherits this variable: `tagged` finds the ones still alive however
+# they were started (in the server's process group or not).
+TAG = "DETCHECK_TEST_TAG"
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """Live processes (zombies count as gone) whose environment carries `tag`."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(TAG) == tag:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def leftovers(tag: str, wait_s: float = 3.0) -> list[str]:
+    """Processes of `tag` still alive after `wait_s` (then killed, so one leak stays one failure)."""
+    _, alive = psutil.wait_procs(tagged(tag), timeout=wait_s)
+    described = []
+    for proc in alive:
+        try:
+            described.append(f"{proc.pid}: {' '.join(proc.cmdline())[:200]}")
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    return described
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> str:
+    """An interpreter with the standard library only: the fault server needs nothing more, and
+    the harness's per-revision metadata probe then skips importing torch."""
+    venv = tmp_path_factory.mktemp("bare-python")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    return str(venv / "bin" / "python")
+
+
+@pytest.fixture
+def no_leftovers(monkeypatch) -> str:
+    """Tag the test's processes; after the test, none may be alive."""
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(TAG, tag)
+    yield tag
+    left = leftovers(tag)
+    assert not left, f"processes outlived the test: {left}"
 
 
 def _gpu_skip_reason() -> str | None:

@@ -2,9 +2,7 @@
 
 A `Bench` is one test's world: a git repo whose `sglang.launch_server` is the fault server
 (fixtures/faults), a suite of configurations each failing its own way, and the `detcheck run`
-command over them, with the fault server under a bare interpreter (stdlib only: it starts in
-milliseconds). Every process a test starts carries the test's tag in its environment, so
-`leftovers` finds any that outlived it, however it was started (process group or not).
+command over them, with the fault server under a bare interpreter (conftest's `bare_python`).
 """
 
 from __future__ import annotations
@@ -13,71 +11,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-import pytest
-
 from conftest import ROOT, detcheck, detcheck_argv, make_sglang_repo
 
-TAG = "DETCHECK_TEST_TAG"
 MODEL = ROOT / "fixtures" / "refmodels" / "hybrid"
 
 
-def tagged(tag: str) -> list[psutil.Process]:
-    """Live processes (zombies count as gone) whose environment carries `tag`."""
-    found = []
-    for proc in psutil.process_iter():
-        if proc.pid == os.getpid():
-            continue
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(TAG) == tag:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def leftovers(tag: str, wait_s: float = 3.0) -> list[str]:
-    """Processes of `tag` still alive after `wait_s` (then killed, so one leak stays one failure)."""
-    _, alive = psutil.wait_procs(tagged(tag), timeout=wait_s)
-    described = []
-    for proc in alive:
-        try:
-            described.append(f"{proc.pid}: {' '.join(proc.cmdline())[:200]}")
-            proc.kill()
-        except psutil.NoSuchProcess:
-            continue
-    return described
-
-
-@pytest.fixture(scope="session")
-def bare_python(tmp_path_factory) -> str:
-    """An interpreter with the standard library only: the fault server needs nothing more, and
-    the harness's per-revision metadata probe then skips importing torch."""
-    venv = tmp_path_factory.mktemp("bare-python")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    return str(venv / "bin" / "python")
-
-
-@pytest.fixture
-def no_leftovers(monkeypatch) -> str:
-    """Tag the test's processes; after the test, none may be alive."""
-    tag = uuid.uuid4().hex
-    monkeypatch.setenv(TAG, tag)
-    yield tag
-    left = leftovers(tag)
-    assert not left, f"processes outlived the test: {left}"
-
-
 def suite_text(configs: dict[str, list[str]], state: Path, *, startup_timeout_s: float = 3,
-               request_timeout_s: float = 1, probes: tuple[str, ...] = ("kl",),
-               env: dict[str, str] | None = None) -> str:
-    """A tiny suite: one deterministic configuration per entry, its args plus its own --state."""
+               request_timeout_s: float = 1, env: dict[str, str] | None = None) -> str:
+    """A tiny suite: one deterministic kl configuration per entry, its args plus its own --state."""
     lines = ['name = "faults"', "[models]", f'sglang = "{MODEL}"', "[server]",
              f"startup_timeout_s = {startup_timeout_s}", f"request_timeout_s = {request_timeout_s}"]
     if env:
@@ -85,7 +30,7 @@ def suite_text(configs: dict[str, list[str]], state: Path, *, startup_timeout_s:
     lines += ["[workload]", "prompts = 2", "prompt_len = [8, 12]", "output_len = 4"]
     for name, args in configs.items():
         lines += ["[[config]]", f'name = "{name}"', "deterministic = true",
-                  f"probes = {json.dumps(list(probes))}",
+                  'probes = ["kl"]',
                   f"args = {json.dumps([*args, '--state', str(state / name)])}"]
     return "\n".join(lines) + "\n"
 

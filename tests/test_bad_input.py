@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import detcheck
-from faultlib import Bench, bare_python, no_leftovers  # noqa: F401
+from faultlib import Bench
 
 
 def unwritable(tmp_path: Path) -> Path:

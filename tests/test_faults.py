@@ -17,12 +17,14 @@ import signal
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 import pytest
 
-from conftest import ROOT, detcheck
-from faultlib import TAG, Bench, bare_python, cells, interrupt, leftovers, no_leftovers, tagged  # noqa: F401
+from conftest import ROOT, TAG, detcheck, leftovers, tagged
+from faultlib import Bench, cells, interrupt
 
 pytestmark = pytest.mark.faults
 
@@ -79,20 +81,31 @@ def listening(tag: str) -> set[tuple[str, int]]:
     return found
 
 
+@dataclass
+class Matrix:
+    bench: Bench
+    cache: Path
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex)
+    sockets: set[tuple[str, int]] = field(default_factory=set)  # seen listening during the run
+    wall_s: float = 0.0
+
+    @property
+    def result(self) -> dict:
+        return self.bench.result()
+
+
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory, bare_python):
-    """One run over every configuration above; the listening sockets seen while it ran."""
+def matrix(tmp_path_factory, bare_python) -> Matrix:
+    """One run over every configuration above, watching the sockets its servers listen on."""
     bench = Bench(tmp_path_factory.mktemp("matrix"), bare_python)
     bench.write_suite({name: args for name, (args, *_) in FAULTS.items()}, startup_timeout_s=2,
                       env=SECRETS)
-    tag = uuid.uuid4().hex
-    cache = bench.root / "cache"
-    sockets: set[tuple[str, int]] = set()
+    run = Matrix(bench, bench.root / "cache")
     done = threading.Event()
 
     def watch():
         while not done.is_set():
-            sockets.update(listening(tag))
+            run.sockets.update(listening(run.tag))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
@@ -100,57 +113,57 @@ def matrix(tmp_path_factory, bare_python):
     t0 = time.monotonic()
     try:
         proc = detcheck(*bench.args(), timeout=150, env={
-            **bench.env(), TAG: tag, "DETCHECK_CACHE_DIR": str(cache), CALLER_SECRET[0]: CALLER_SECRET[1]})
+            **bench.env(), TAG: run.tag, "DETCHECK_CACHE_DIR": str(run.cache),
+            CALLER_SECRET[0]: CALLER_SECRET[1]})
     finally:
         done.set()
         watcher.join()
-    wall = time.monotonic() - t0
+    run.wall_s = time.monotonic() - t0
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]  # not a crash
-    assert not leftovers(tag), "processes outlived the run"
-    return bench, bench.result(), sockets, cache, wall, tag
+    assert not leftovers(run.tag), "processes outlived the run"
+    return run
 
 
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_fault_is_a_recorded_cell(matrix, name):
-    bench, result, _, _, _, tag = matrix
     _, status, reason, log = FAULTS[name]
+    result = matrix.result
     found = cells(result, name)
-    assert [c["role"] for c in found] == ["base", "candidate"] or \
-        [c["role"] for c in found] == ["candidate", "base"]
+    assert sorted(c["role"] for c in found) == ["base", "candidate"]
     for cell in found:
         assert cell["status"] == status, cell["reason"]
         assert re.search(reason, cell["reason"]), cell["reason"]
         assert re.search(log, cell["log_tail"]), cell["log_tail"][-1500:]
     verdict = next(c["verdict"] for c in result["comparisons"] if c["config"] == name)
     assert verdict == ("same" if status == "ok" else "error")
-    launches = bench.launches(name)
+    launches = matrix.bench.launches(name)
     if name != "bad-flag":  # argparse exits before the server records anything
         assert len(launches) == LAUNCHES.get(name, 2)
     pids = {p for launch in launches for p in (launch["pid"], launch.get("child")) if p}
-    assert not pids & {p.pid for p in tagged(tag)}, "a process of this configuration is alive"
+    assert not pids & {p.pid for p in tagged(matrix.tag)}, "a process of this configuration is alive"
 
 
 def test_servers_listen_on_loopback_only(matrix):
-    _, result, sockets, _, _, _ = matrix
-    ports = {launch["port"] for launch in result["launches"]}
-    assert {port for _, port in sockets} & ports, "no server socket was seen while the run went on"
-    assert {ip for ip, _ in sockets} == {"127.0.0.1"}, sockets
+    ports = {launch["port"] for launch in matrix.result["launches"]}
+    assert {port for _, port in matrix.sockets} & ports, "no server socket was seen during the run"
+    assert {ip for ip, _ in matrix.sockets} == {"127.0.0.1"}, matrix.sockets
 
 
 def test_secrets_never_written(matrix):
-    bench, result, _, cache, _, _ = matrix
     values = [*SECRETS.values(), CALLER_SECRET[1]]
-    written = [p for p in [*bench.out.rglob("*"), *cache.rglob("store/**/*")] if p.is_file()]
-    assert bench.out / "report.md" in written and any(p.suffix == ".log" for p in written)
+    out = matrix.bench.out
+    written = [p for p in [*out.rglob("*"), *matrix.cache.rglob("store/**/*")] if p.is_file()]
+    assert out / "report.md" in written and any(p.suffix == ".log" for p in written)
     for path in written:
         text = path.read_bytes().decode("utf-8", "replace")
         assert not [v for v in values if v in text], path
-    env = next(c for c in result["cells"] if c["config"] == "healthy")["metadata"]["server_env"]
+    env = cells(matrix.result, "healthy")[0]["metadata"]["server_env"]
     assert {env[k] for k in SECRETS} == {"<redacted>"}
 
 
 def test_fault_run_is_fast(matrix):
-    assert matrix[4] < 60, f"the fault matrix took {matrix[4]:.0f} s"
+    """The suite's timeouts bound every wait: 2 s to start, 1 s per request (and flush)."""
+    assert matrix.wall_s < 60, f"the fault matrix took {matrix.wall_s:.0f} s"
 
 
 def test_no_subprocess_gets_a_shell_string():
@@ -167,6 +180,22 @@ def test_no_subprocess_gets_a_shell_string():
                     (name.startswith("subprocess.") and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:80]}")
     assert not offenders, offenders
+
+
+def test_a_port_answered_by_another_process_is_not_taken_for_the_server(tmp_path, bare_python,
+                                                                        no_leftovers):
+    """Someone takes the port while the server loads and answers its health checks: the
+    listener is not in the server's process group, so the launch starts over on another port
+    instead of measuring the impostor (which answers HTTP 500)."""
+    bench = Bench(tmp_path, bare_python)
+    bench.write_suite({"stolen": ["--fault", "port-stolen", "--fault-launches", "1"]})
+    proc = bench.run()
+    impostor = psutil.Process(bench.launches("stolen")[0]["impostor"])
+    assert impostor.is_running()  # another session's process: not the harness's to stop
+    impostor.kill()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [c["status"] for c in cells(bench.result(), "stolen")] == ["ok", "ok"]
+    assert len(bench.launches("stolen")) == 3
 
 
 # -- interruption and resume ---------------------------------------------------------------
@@ -267,15 +296,16 @@ def test_damaged_store_cell_is_reported_with_its_path(stored, tmp_path, no_lefto
     assert len(bench.launches("only")) == launched and not (out / "logs").exists()
 
 
-@pytest.mark.parametrize("edit, message", [
-    (_truncate, r"corrupt results file"), (_other_schema, r"schema 99, expected 1")],
-    ids=["truncated", "other-schema"])
-def test_damaged_results_file_is_reported_with_its_path(stored, tmp_path, edit, message):
+@pytest.mark.parametrize("edit, command, message", [
+    (_truncate, "report", r"corrupt results file \(.* at line \d+\)"),
+    (_other_schema, "compare", r"schema 99, expected 1"),
+], ids=["truncated", "other-schema"])
+def test_damaged_results_file_is_reported_with_its_path(stored, tmp_path, edit, command, message):
     bench, _ = stored
     results = tmp_path / "results.json"
     results.write_text(edit((bench.out / "results.json").read_text()))
-    for command in (["report", str(results)],
-                    ["compare", "--base-results", str(results), "--candidate-results", str(bench.out)]):
-        proc = detcheck(*command)
-        assert proc.returncode == 2, proc.stderr[-2000:]
-        assert f"corrupt result: {results}: " in proc.stderr and re.search(message, proc.stderr)
+    args = {"report": [str(results)],
+            "compare": ["--base-results", str(bench.out), "--candidate-results", str(results)]}[command]
+    proc = detcheck(command, *args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"corrupt result: {results}: " in proc.stderr and re.search(message, proc.stderr)
