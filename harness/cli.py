@@ -28,13 +28,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _terminate(signum, frame):
-    # SIGTERM unwinds like Ctrl-C, so every `finally` stops its server and saves results.
+    # SIGTERM (and a hangup: the terminal or SSH session closed) unwinds like Ctrl-C, so every
+    # `finally` stops its server and saves results; servers run in sessions of their own and
+    # would otherwise outlive the harness.
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup detcheck …` keeps running
+            signal.signal(sig, _terminate)
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

@@ -201,8 +201,8 @@ def test_a_port_answered_by_another_process_is_not_taken_for_the_server(tmp_path
 # -- interruption and resume ---------------------------------------------------------------
 
 @pytest.mark.parametrize("sig, parallel", [(signal.SIGTERM, False), (signal.SIGINT, False),
-                                           (signal.SIGTERM, True)],
-                         ids=["SIGTERM", "SIGINT", "SIGTERM-parallel"])
+                                           (signal.SIGHUP, False), (signal.SIGTERM, True)],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGTERM-parallel"])
 def test_interrupt_mid_suite_then_resume(tmp_path, bare_python, no_leftovers, sig, parallel):
     bench = Bench(tmp_path, bare_python)
     # "stuck" hangs in its first launch only: interrupted there, it works when resumed.
@@ -228,6 +228,17 @@ def test_interrupt_mid_suite_then_resume(tmp_path, bare_python, no_leftovers, si
     assert len(bench.launches("done")) == done_launches
     assert {(c["config"], c["status"]) for c in result["cells"]} == {("done", "ok"), ("stuck", "ok")}
     assert [c["verdict"] for c in result["comparisons"]] == ["same", "same"]
+
+
+def test_nohup_run_survives_a_hangup(tmp_path, bare_python, no_leftovers):
+    bench = Bench(tmp_path, bare_python)
+    bench.write_suite({"slow": ["--fault", "hang-generate"]})
+    proc = bench.start(command=("nohup",))
+    bench.wait_launches("slow", 1)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "interrupted" not in err, err[-2000:]  # the hang is a cell
+    assert len(bench.launches("slow")) == 2
 
 
 def test_second_interrupt_kills_a_server_that_ignores_sigterm(tmp_path, bare_python, no_leftovers):
