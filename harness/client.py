@@ -20,6 +20,10 @@ from harness.errors import ProbeNotApplicable, ServerError
 _UNSUPPORTED = re.compile(r"does not support|not supported|unsupported|not yet compatible", re.I)
 
 
+class ConnectionLost(ServerError):
+    """The connection failed or broke off mid-answer: often the server is dying."""
+
+
 @dataclass(frozen=True)
 class Generation:
     """One /generate answer, reduced to what probes read."""
@@ -61,9 +65,9 @@ class SGLangClient:
         except requests.Timeout:
             raise ServerError(f"{method} {path}: no answer within {timeout or self.timeout_s:.0f} s") from None
         except requests.ConnectionError as exc:
-            raise ServerError(f"{method} {path}: connection failed ({type(exc).__name__})") from None
+            raise ConnectionLost(f"{method} {path}: connection failed ({type(exc).__name__})") from None
         except requests.RequestException as exc:  # e.g. the body ends before its Content-Length
-            raise ServerError(f"{method} {path}: answer broken off ({type(exc).__name__}: "
+            raise ConnectionLost(f"{method} {path}: answer broken off ({type(exc).__name__}: "
                               f"{str(exc)[:160]})") from None
 
     def _json(self, resp: requests.Response, what: str) -> Any:

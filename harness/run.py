@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
 import tempfile
 import time
 import traceback
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.capabilities import Capabilities, NotExpressible
-from harness.client import SGLangClient
+from harness.client import ConnectionLost, SGLangClient
 from harness.compare import compare_run
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, UsageError, VacuousResult
 from harness.metadata import host_metadata, interpreter_metadata
@@ -269,7 +270,8 @@ class CellRunner:
         except VacuousResult as exc:
             return self._cell(cp, role, rev, probe, Status.ERROR, f"vacuous: {exc}", "", meta)
         except (ServerError, ValueError) as exc:
-            return self._cell(cp, role, rev, probe, Status.ERROR, f"{exc}{_died(server)}",
+            dying_s = 0.5 if isinstance(exc, ConnectionLost) else 0.0
+            return self._cell(cp, role, rev, probe, Status.ERROR, f"{exc}{_died(server, dying_s)}",
                               server.log_tail(), meta)
         except Exception as exc:  # whatever a malformed answer breaks fails this cell, not the suite
             frame = traceback.extract_tb(exc.__traceback__)[-1]
@@ -370,8 +372,14 @@ class CellRunner:
                         self.store.get(key)
 
 
-def _died(server: ServerProcess) -> str:
-    return "" if server.alive() else f" (server {exit_text(server.proc.poll())})"
+def _died(server: ServerProcess, dying_s: float = 0.0) -> str:
+    """` (server was killed by SIGKILL)` once it is gone; one that dropped the connection gets
+    `dying_s` to finish exiting, so its exit is reported rather than raced."""
+    try:
+        code = server.proc.wait(timeout=dying_s)
+    except subprocess.TimeoutExpired:
+        return ""
+    return f" (server {exit_text(code)})"
 
 
 def _launch_failure(exc: LaunchError) -> tuple[Status, str]:
