@@ -12,6 +12,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
 import re
 import subprocess
 import tempfile
@@ -29,11 +32,11 @@ from harness.errors import LaunchError, ProbeNotApplicable, ServerError, UsageEr
 from harness.metadata import host_metadata, interpreter_metadata
 from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
-from harness.results import CellResult, Launch, ProbeOutput, RevisionInfo, Role, RunResult, Status
+from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
 from harness.revisions import Revision, cache_dir
 from harness.server import ServerProcess, exit_text, free_port, stop_all
 from harness.store import CellKey, ResultStore, atomic_write_json, params_fingerprint
-from harness.targets import REJECTION, Target, get_target, redact_argv, redact_env
+from harness.targets import REJECTION, Target, get_target, redact_argv, redact_env, scrub_secrets
 from harness.observer import QuietObserver, RunObserver
 from harness.workloads import Workload, build as build_workload
 
@@ -302,10 +305,25 @@ class CellRunner:
             cache.write_text(text)
         return Capabilities.parse(text)
 
+    def _interpreter_metadata(self, rev: Revision, worktree: Path | None) -> dict:
+        """torch/CUDA/GPU as the server's interpreter sees them: a subprocess that imports torch
+        (seconds), so it is kept per (interpreter, sha) like the --help text."""
+        key = hashlib.sha256(self.target.python.encode()).hexdigest()[:8]
+        cache = cache_dir() / "meta" / f"{self.target.name}-{rev.sha}-{key}.json" if rev.sha else None
+        if cache is not None and cache.is_file():
+            try:
+                return json.loads(cache.read_text())
+            except json.JSONDecodeError:
+                pass  # a torn write from an interrupted run: collect it again
+        meta = interpreter_metadata(self.target.python, self.target.env(worktree, {}))
+        if cache is not None and meta:
+            atomic_write_json(cache, meta)
+        return meta
+
     def _metadata(self, rev: Revision, worktree: Path | None, env: dict[str, str],
                   server: ServerProcess, launch: Launch) -> dict:
         if rev.sha not in self._interp:
-            self._interp[rev.sha] = interpreter_metadata(self.target.python, self.target.env(worktree, {}))
+            self._interp[rev.sha] = self._interpreter_metadata(rev, worktree)
         return {**self.host, **self._interp[rev.sha], "target": self.target.name,
                 "server_argv": list(launch.args), "server_env": redact_env(env),
                 "startup_s": round(server.startup_s, 3), "port": server.port,
@@ -319,7 +337,12 @@ class CellRunner:
             config=cp.spec.name, probe=probe, role=role, revision=rev.info, status=status,
             config_fingerprint=cp.server.fingerprint, workload_fingerprint=cp.workloads[probe].fingerprint,
             samples=output.samples if output else (), metrics=output.metrics if output else (),
-            facts=output.facts if output else {}, reason=reason, log_tail=log_tail, metadata=meta)
+            facts=output.facts if output else {},
+            reason=scrub_secrets(reason, self._secret_env(cp)),
+            log_tail=scrub_secrets(log_tail, self._secret_env(cp)), metadata=meta)
+
+    def _secret_env(self, cp: ConfigPlan) -> dict[str, str]:
+        return {**os.environ, **cp.server.env, **self.req.extra_env}
 
     def _finish_all(self, cp: ConfigPlan, role: Role, todo: list[str], keys: dict, status: Status,
                     reason: str, log_tail: str = "") -> None:

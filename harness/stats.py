@@ -24,7 +24,6 @@ from enum import Enum
 from typing import Any
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 __all__ = [
     "Comparison",
@@ -400,6 +399,8 @@ def _mwu_p(x: np.ndarray, y: np.ndarray) -> float:
     if np.all(x == x[0]) and np.all(y == x[0]):
         # All ties: the rank variance is 0 and the test statistic undefined; nothing differs.
         return 1.0
+    from scipy.stats import mannwhitneyu  # here, not at import: scipy costs seconds per CLI start
+
     p = float(mannwhitneyu(x, y, alternative="two-sided").pvalue)
     return 1.0 if math.isnan(p) else p
 

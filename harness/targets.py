@@ -57,6 +57,15 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def scrub_secrets(text: str, env: dict[str, str]) -> str:
+    """Server output copied into results (log tails, error reasons) with the values of
+    secret-named variables masked, in case a server echoes its environment or a token."""
+    for name, value in env.items():
+        if is_secret(name) and len(value) >= 4:
+            text = text.replace(value, "<redacted>")
+    return text
+
+
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """What may be written to results: secret-named values never leave the process."""
     return {k: ("<redacted>" if is_secret(k) else v) for k, v in env.items()}

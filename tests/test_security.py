@@ -17,3 +17,11 @@ def test_secret_env_names_masked():
     env = {"HF_TOKEN": "x", "OPENAI_API_KEY": "y", "MY_SECRET": "z", "PATH": "/bin"}
     assert redact_env(env) == {"HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>",
                                "MY_SECRET": "<redacted>", "PATH": "/bin"}
+
+
+def test_secret_values_scrubbed_from_server_output():
+    from harness.targets import scrub_secrets
+
+    env = {"HF_TOKEN": "hf_abcdef123", "PATH": "/usr/bin", "SHORT_KEY": "ab"}
+    text = "loading with token hf_abcdef123 from /usr/bin"
+    assert scrub_secrets(text, env) == "loading with token <redacted> from /usr/bin"

@@ -18,7 +18,6 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from scipy.stats import theilslopes
 
 from harness.client import SGLangClient
 from harness.errors import ProbeNotApplicable, ServerError
@@ -39,6 +38,8 @@ def growth_slope(curve: SwaCurve) -> float | None:
     x, y = curve.generated[half:], curve.held[half:]
     if len(set(x)) < 2:
         return None
+    from scipy.stats import theilslopes  # imported on use: scipy costs seconds per CLI start
+
     return float(theilslopes(y, x)[0])
 
 
