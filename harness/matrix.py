@@ -14,12 +14,11 @@ import os
 import re
 import shutil
 import subprocess
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.plan import TARGETS
+from harness.plan import TARGETS, read_toml
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "suites", "target", "server_args", "env"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -82,12 +81,7 @@ class Matrix:
 
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"matrix file not found: {path}")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    raw = read_toml(path, "matrix")
     unknown = sorted(set(raw) - {"entry"})
     if unknown:
         raise UsageError(f"{path}: top level: unknown field(s) {', '.join(unknown)} (allowed: entry)")

@@ -180,15 +180,22 @@ def _features_dict(f: Features) -> dict[str, Any]:
     return d
 
 
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file's table, or UsageError naming the file (suites, the matrix)."""
+    if not path.is_file():
+        raise UsageError(f"{what} file not found: {path}")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+
+
 def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> Suite:
     """Read and validate a suite file; raise UsageError naming the file and field."""
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"suite file not found: {path}")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    raw = read_toml(path, "suite")
     _check_keys(path, "top level", raw, _SUITE_KEYS)
     where = _Where(path)
 

@@ -15,11 +15,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from harness import __version__
 from harness.errors import CorruptResult
 from harness.results import SCHEMA_VERSION, CellResult, Status
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -78,18 +80,28 @@ def content_digest(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, allow_nan=True).encode()).hexdigest()
 
 
-def load_cell(path: Path) -> CellResult:
-    data = read_json(path, "cell")
+def read_versioned(path: Path, what: str) -> dict[str, Any]:
+    """A result document of this schema version, or CorruptResult naming the file."""
+    data = read_json(path, what)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise CorruptResult(f"{path}: schema {found!r}, expected {SCHEMA_VERSION}")
+    return data
+
+
+def decode(path: Path, what: str, data: dict[str, Any], from_dict: Callable[[dict[str, Any]], T]) -> T:
+    try:
+        return from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptResult(f"{path}: corrupt {what} file (bad field: {exc})") from None
+
+
+def load_cell(path: Path) -> CellResult:
+    data = read_versioned(path, "cell")
     if data.pop("digest", None) != content_digest(data):
         raise CorruptResult(f"{path}: content does not match its digest (edited by hand?); "
                             f"delete it or run with --fresh to measure it again")
-    try:
-        return CellResult.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptResult(f"{path}: corrupt cell file (bad field: {exc})") from None
+    return decode(path, "cell", data, CellResult.from_dict)
 
 
 @dataclass(frozen=True)

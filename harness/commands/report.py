@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.errors import CorruptResult, UsageError
+from harness.errors import UsageError
 from harness.report.emit import FORMATS, emit
-from harness.results import SCHEMA_VERSION, RunResult
+from harness.results import RunResult
 from harness.run import RESULTS_FILE
-from harness.store import read_json
+from harness.store import decode, read_versioned
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,14 +24,7 @@ def load_run(path: Path) -> RunResult:
     file = path / RESULTS_FILE if path.is_dir() else path
     if not file.is_file():
         raise UsageError(f"{file}: no results here (expected a run directory with {RESULTS_FILE})")
-    data = read_json(file, "results")
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
-        raise CorruptResult(f"{file}: schema {data.get('schema') if isinstance(data, dict) else '?'!r}, "
-                            f"expected {SCHEMA_VERSION}")
-    try:
-        return RunResult.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptResult(f"{file}: corrupt results file (bad field: {exc})") from None
+    return decode(file, "results", read_versioned(file, "results"), RunResult.from_dict)
 
 
 def run(args: argparse.Namespace) -> int:
