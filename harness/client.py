@@ -137,10 +137,6 @@ class SGLangClient:
                 return self._json(resp, path)
         raise ServerError(f"server info: HTTP {resp.status_code}")
 
-    def model_info(self) -> dict[str, Any]:
-        resp = self._request("GET", "/get_model_info", timeout=30)
-        return self._json(resp, "/get_model_info") if resp.status_code == 200 else {}
-
     def metrics(self) -> dict[str, float]:
         """Prometheus gauges/counters named sglang:*, summed over label sets; {} when disabled."""
         resp = self._request("GET", "/metrics", timeout=30)

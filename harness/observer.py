@@ -17,7 +17,6 @@ class RunObserver(Protocol):
     def launched(self, launch: Launch) -> None: ...
     def probing(self, config: str, role: str, probe: str) -> Callable[[int, int], None]: ...
     def cell_done(self, cell: CellResult, reused: bool) -> None: ...
-    def message(self, text: str) -> None: ...
     def end(self) -> None: ...
 
 
@@ -35,9 +34,6 @@ class QuietObserver:
         return lambda done, total: None
 
     def cell_done(self, cell: CellResult, reused: bool) -> None:
-        pass
-
-    def message(self, text: str) -> None:
         pass
 
     def end(self) -> None:

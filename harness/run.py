@@ -292,8 +292,13 @@ class CellRunner:
                        cp.workloads[probe].fingerprint, probe,
                        params_fingerprint(self.suite.probe_spec(probe).params))
 
+    def _sha_cache(self, kind: str, rev: Revision, suffix: str) -> Path | None:
+        """Where a per-revision fact (--help text, interpreter metadata) is kept; None when the
+        revision has no sha to key it by (an installed package)."""
+        return cache_dir() / kind / f"{self.target.name}-{rev.sha}{suffix}" if rev.sha else None
+
     def _capabilities(self, rev: Revision, worktree: Path | None) -> Capabilities:
-        cache = cache_dir() / "help" / f"{self.target.name}-{rev.sha}.txt" if rev.sha else None
+        cache = self._sha_cache("help", rev, ".txt")
         if cache is not None and cache.is_file():
             return Capabilities.parse(cache.read_text())
         code, text = self.target.read_help(worktree, {})
@@ -308,8 +313,8 @@ class CellRunner:
     def _interpreter_metadata(self, rev: Revision, worktree: Path | None) -> dict:
         """torch/CUDA/GPU as the server's interpreter sees them: a subprocess that imports torch
         (seconds), so it is kept per (interpreter, sha) like the --help text."""
-        key = hashlib.sha256(self.target.python.encode()).hexdigest()[:8]
-        cache = cache_dir() / "meta" / f"{self.target.name}-{rev.sha}-{key}.json" if rev.sha else None
+        interpreter = hashlib.sha256(self.target.python.encode()).hexdigest()[:8]
+        cache = self._sha_cache("meta", rev, f"-{interpreter}.json")
         if cache is not None and cache.is_file():
             try:
                 return json.loads(cache.read_text())
@@ -333,16 +338,16 @@ class CellRunner:
               log_tail: str, meta: dict, output: ProbeOutput | None = None) -> CellResult:
         meta = {**meta, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "workload": cp.workloads[probe].spec.to_dict(), "workload_name": cp.workloads[probe].name}
+        # What the server saw (the caller's environment, then the configuration's, which already
+        # holds a matrix entry's) must not come back through its own output.
+        secrets = {**os.environ, **cp.server.env}
         return CellResult(
             config=cp.spec.name, probe=probe, role=role, revision=rev.info, status=status,
             config_fingerprint=cp.server.fingerprint, workload_fingerprint=cp.workloads[probe].fingerprint,
             samples=output.samples if output else (), metrics=output.metrics if output else (),
             facts=output.facts if output else {},
-            reason=scrub_secrets(reason, self._secret_env(cp)),
-            log_tail=scrub_secrets(log_tail, self._secret_env(cp)), metadata=meta)
-
-    def _secret_env(self, cp: ConfigPlan) -> dict[str, str]:
-        return {**os.environ, **cp.server.env, **self.req.extra_env}
+            reason=scrub_secrets(reason, secrets), log_tail=scrub_secrets(log_tail, secrets),
+            metadata=meta)
 
     def _finish_all(self, cp: ConfigPlan, role: Role, todo: list[str], keys: dict, status: Status,
                     reason: str, log_tail: str = "") -> None:

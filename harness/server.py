@@ -67,15 +67,6 @@ def _group_of(pid: int) -> int | None:
         return None
 
 
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
 @dataclass
 class ServerProcess:
     """A launched server. Use as a context manager so the group is always torn down."""
@@ -190,9 +181,3 @@ class ServerProcess:
     def log_tail(self, lines: int = 30) -> str:
         text = self.log_since(max(0, self.log_size() - 64 * 1024))
         return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -85,9 +85,6 @@ class ConsoleObserver:
             self.progress.console.print(f"{cell.config}/{cell.probe} @ {cell.role.value}: "
                                         f"{cell.status.value}: {cell.reason[:200]}")
 
-    def message(self, text: str) -> None:
-        self.progress.console.print(text)
-
     def end(self) -> None:
         if self._task is not None:
             self.progress.remove_task(self._task)
