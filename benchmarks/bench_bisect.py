@@ -12,7 +12,8 @@ import sys
 import time
 
 from _common import ROOT, scratch
-from harness.bisect import SKIP, BisectSpec, bisect, build_demo_history
+from harness.bisect import SKIP, BisectSpec, bisect
+from harness.demo import build_demo_history
 
 
 def run(commits: int, seed: int) -> dict:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import re
 import subprocess
 import sys
@@ -30,13 +29,13 @@ from pathlib import Path
 from typing import Callable
 
 from harness.errors import UsageError
-from harness.fixture_repo import FixtureRepo
 from harness.results import Role, RunResult, Status
-from harness.revisions import Revision, cache_dir, git
+from harness.gitcmd import fixed_identity_env, git, git_argv, git_run
+from harness.paths import PROJECT_ROOT, cache_dir, safe_name
+from harness.revisions import Revision
 from harness.plan import load_suite
 from harness.probes import known_probes
 from harness.run import RunRequest, execute, plan
-from harness.targets import PROJECT_ROOT
 from harness.stats import Verdict, combine_verdicts
 
 SAME, DIFFERENT, SKIP, ABORT = 0, 1, 125, 128
@@ -209,8 +208,7 @@ class Outcome:
 
 
 def session_dir_for(repo: Path, good: str, bad: str) -> Path:
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", repo.name)
-    return cache_dir() / "bisect" / f"{key}-{good[:8]}-{bad[:8]}"
+    return cache_dir() / "bisect" / f"{safe_name(repo.name)}-{good[:8]}-{bad[:8]}"
 
 
 def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print) -> Outcome:
@@ -218,7 +216,7 @@ def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print) -
     bad = Revision.resolve(spec.repo, bad_ref)
     if good.sha == bad.sha:
         raise UsageError("--good and --bad are the same commit")
-    if subprocess.run(["git", "-C", str(spec.repo), "merge-base", "--is-ancestor", good.sha, bad.sha]).returncode:
+    if git_run(spec.repo, "merge-base", "--is-ancestor", good.sha, bad.sha).returncode:
         raise UsageError(f"--good {good.ref} is not an ancestor of --bad {bad.ref}")
     plan(load_suite(spec.suite, known_probes()), _request(spec, bad.sha, 1))  # bad input: exit 2 now
     n = int(git(spec.repo, "rev-list", "--count", f"{good.sha}..{bad.sha}"))
@@ -250,7 +248,7 @@ def _bisect_run(spec: BisectSpec, wt: Path, good: str, bad: str, out: Outcome,
         p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     try:
         git(wt, "bisect", "start", "--no-checkout", bad, good)
-        proc = subprocess.Popen(["git", "-C", str(wt), "bisect", "run", *predicate], env=env,
+        proc = subprocess.Popen(git_argv(wt, "bisect", "run", *predicate), env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
         assert proc.stdout is not None
@@ -292,11 +290,7 @@ def _confirm(spec: BisectSpec, wt: Path, bad: Revision, out: Outcome, say: Calla
     git(wt, "checkout", "-q", "--detach", bad.sha)
     # Fixed identity and date: the same revert gets the same sha, so a re-run reuses its cells.
     date = git(spec.repo, "log", "-1", "--format=%cI", bad.sha)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "detcheck", "GIT_AUTHOR_EMAIL": "detcheck@localhost",
-           "GIT_COMMITTER_NAME": "detcheck", "GIT_COMMITTER_EMAIL": "detcheck@localhost",
-           "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-    proc = subprocess.run(["git", "-C", str(wt), "-c", "commit.gpgsign=false", "revert", "--no-edit", culprit],
-                          capture_output=True, text=True, env=env)
+    proc = git_run(wt, "revert", "--no-edit", culprit, env=fixed_identity_env(date))
     if proc.returncode != 0:
         git(wt, "revert", "--abort", check=False)
         out.confirm_note = (f"could not confirm: reverting {culprit[:12]} on bad does not apply cleanly "
@@ -356,44 +350,3 @@ def step(session_dir: Path, commit: str | None) -> int:
 
 
 # --------------------------------------------------------------------------- the demo
-
-
-@dataclass(frozen=True)
-class DemoHistory:
-    path: Path
-    good: str
-    bad: str
-    culprit: str
-    unbuildable: str
-
-
-def build_demo_history(root: Path, seed: int, commits: int = 33, regression: str = "cache") -> DemoHistory:
-    """A fixture repo: good, then `commits` commits of notes with one planted regression at a
-    seeded position and one unbuildable commit (undone by the next one).
-
-    The unbuildable commit sits where git first looks (the range's midpoint), so the skip path
-    always runs; the regression is anywhere it cannot be hidden by that skip.
-    """
-    repo = FixtureRepo.create(root / "refserver-bisect")
-    good = repo.head()
-    mid = commits // 2  # git's first pick in a linear range of `commits` candidates
-    rng = random.Random(seed)
-    planted = rng.choice([i for i in range(1, commits + 1) if i not in (mid, mid + 1)])
-    shas: dict[str, str] = {}
-    for i in range(1, commits + 1):
-        if i == planted:
-            repo.edit(regression)
-            shas["culprit"] = repo.commit(f"prefix cache: restore state on hit (planted regression: {regression})")
-        elif i == mid:
-            repo.edit("unbuildable")
-            shas["unbuildable"] = repo.commit("server: reorganise imports (planted: fails at import)")
-        elif i == mid + 1:
-            repo.edit("unbuildable", undo=True)
-            repo.commit("server: fix the import")
-        else:
-            repo.note(f"docs: changelog entry {i}")
-    bad = repo.head()
-    first = git(repo.path, "rev-list", "--bisect", bad, f"^{good}")
-    if first != shas["unbuildable"]:
-        raise RuntimeError(f"git's first bisect pick is {first[:12]}, not the unbuildable commit")
-    return DemoHistory(repo.path, good, bad, shas["culprit"], shas["unbuildable"])

@@ -12,7 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import LaunchError
+from harness.paths import sha_cache_file
 from harness.plan import Features
+from harness.targets import Target
 
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 _CHOICES = re.compile(r"(--[a-z0-9][a-z0-9-]*)(?:[ =]\{([^}]*)\})")
@@ -108,3 +111,18 @@ class Capabilities:
         if flag is None:
             raise NotExpressible(f"no flag for {what} at this revision (looked for {' / '.join(spellings)})")
         return flag
+
+
+def revision_capabilities(target: Target, sha: str | None, worktree: Path | None) -> Capabilities:
+    """The revision's `--help`, read once per (target, sha) and kept in the cache."""
+    cache = sha_cache_file("help", target.name, sha, ".txt")
+    if cache is not None and cache.is_file():
+        return Capabilities.parse(cache.read_text())
+    code, text = target.read_help(worktree, {})
+    if code != 0:
+        raise LaunchError(f"`{target.module} --help` failed with exit code {code}",
+                          "\n".join(text.splitlines()[-30:]), exit_code=code)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(text)
+    return Capabilities.parse(text)

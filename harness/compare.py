@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from harness import stats
-from harness.results import CellResult, ProbeComparison, Role, Status
+from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
 
@@ -29,13 +29,13 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
                   params: dict[str, Any]) -> ProbeComparison:
     if base is None or cand is None:
         missing = "base" if base is None else "candidate"
-        return ProbeComparison(config, probe, "error", note=f"no {missing} result")
+        return ProbeComparison(config, probe, Verdict.ERROR, note=f"no {missing} result")
     sides = {"base": base, "candidate": cand}
     for status in (Status.ERROR, Status.NOT_APPLICABLE):
         bad = [name for name, c in sides.items() if c.status == status]
         if bad:
             reasons = "; ".join(f"{n}: {sides[n].reason}" for n in bad)
-            return ProbeComparison(config, probe, status.value, note=reasons)
+            return ProbeComparison(config, probe, Verdict(status.value), note=reasons)
     decisive = params.get("verdict_metrics") or ([base.primary.name] if base.primary else [])
     comparisons: dict[str, stats.Comparison] = {}
     for i, m in enumerate(base.metrics):
@@ -51,7 +51,7 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     decided = [comparisons[n].verdict for n in decisive if n in comparisons]
     verdict = stats.combine_verdicts(decided)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in decisive if n in comparisons)
-    return ProbeComparison(config, probe, verdict.value, comparisons, note)
+    return ProbeComparison(config, probe, verdict, comparisons, note)
 
 
 def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, Any]],
@@ -64,10 +64,44 @@ def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, A
     )
 
 
-def overall(comparisons: Iterable[ProbeComparison]) -> str:
+def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
     """The run's verdict: different beats error beats unknown beats same; n/a is neutral."""
     verdicts = {c.verdict for c in comparisons}
-    for v in (Verdict.DIFFERENT.value, "error", Verdict.UNKNOWN.value, Verdict.SAME.value):
+    for v in (Verdict.DIFFERENT, Verdict.ERROR, Verdict.UNKNOWN, Verdict.SAME):
         if v in verdicts:
             return v
-    return "n/a"
+    return Verdict.NOT_APPLICABLE
+
+
+def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
+                 probe_params: dict, command: str = "") -> RunResult:
+    """A RunResult whose base cells are `base_run`'s `side` cells, candidate cells `cand_run`'s."""
+    base = [c.with_role(Role.BASE) for c in base_run.cells if c.role == side]
+    cand = [c.with_role(Role.CANDIDATE) for c in cand_run.cells if c.role == side]
+    order = list(dict.fromkeys((c.config, c.probe) for c in (*base, *cand)))
+    by_key = {(c.config, c.probe, c.role): c for c in (*base, *cand)}
+    comparisons = tuple(_comparable(comp, by_key.get((comp.config, comp.probe, Role.BASE)),
+                                    by_key.get((comp.config, comp.probe, Role.CANDIDATE)))
+                        for comp in compare_run((*base, *cand), probe_params, order))
+
+    def revision(run: RunResult) -> RevisionInfo:
+        return run.base if side == Role.BASE else run.candidate
+
+    return RunResult(
+        suite=base_run.suite, target=base_run.target, base=revision(base_run), candidate=revision(cand_run),
+        cells=(*base, *cand), comparisons=comparisons, launches=(),
+        metadata={"command": command, "compared_from": [base_run.metadata.get("started_at"),
+                                                        cand_run.metadata.get("started_at")]},
+    )
+
+
+def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> ProbeComparison:
+    """asv's `x`: a pair measured on different configurations or workloads is not a comparison."""
+    if base is None or cand is None:
+        return comp
+    for what, a, b in (("server configuration", base.config_fingerprint, cand.config_fingerprint),
+                       ("workload", base.workload_fingerprint, cand.workload_fingerprint)):
+        if a != b:
+            return ProbeComparison(comp.config, comp.probe, Verdict.ERROR,
+                                   note=f"not comparable: {what} differs ({a} vs {b})")
+    return comp

@@ -6,11 +6,13 @@ verdicts a working harness must print. `reverse` swaps the sides: base broken, c
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.fixture_repo import FixtureRepo
-from harness.targets import PROJECT_ROOT
+from harness.gitcmd import git
+from harness.paths import PROJECT_ROOT
 
 SUITES = PROJECT_ROOT / "suites"
 
@@ -75,3 +77,44 @@ def check_expected(scenario: Scenario, verdicts: dict[tuple[str, str], str]) -> 
         if verdict != want and verdict != "n/a":
             problems.append(f"{key[0]}/{key[1]}: expected {want}, got {verdict}")
     return problems
+
+
+@dataclass(frozen=True)
+class DemoHistory:
+    path: Path
+    good: str
+    bad: str
+    culprit: str
+    unbuildable: str
+
+
+def build_demo_history(root: Path, seed: int, commits: int = 33, regression: str = "cache") -> DemoHistory:
+    """A fixture repo: good, then `commits` commits of notes with one planted regression at a
+    seeded position and one unbuildable commit (undone by the next one).
+
+    The unbuildable commit sits where git first looks (the range's midpoint), so the skip path
+    always runs; the regression is anywhere it cannot be hidden by that skip.
+    """
+    repo = FixtureRepo.create(root / "refserver-bisect")
+    good = repo.head()
+    mid = commits // 2  # git's first pick in a linear range of `commits` candidates
+    rng = random.Random(seed)
+    planted = rng.choice([i for i in range(1, commits + 1) if i not in (mid, mid + 1)])
+    shas: dict[str, str] = {}
+    for i in range(1, commits + 1):
+        if i == planted:
+            repo.edit(regression)
+            shas["culprit"] = repo.commit(f"prefix cache: restore state on hit (planted regression: {regression})")
+        elif i == mid:
+            repo.edit("unbuildable")
+            shas["unbuildable"] = repo.commit("server: reorganise imports (planted: fails at import)")
+        elif i == mid + 1:
+            repo.edit("unbuildable", undo=True)
+            repo.commit("server: fix the import")
+        else:
+            repo.note(f"docs: changelog entry {i}")
+    bad = repo.head()
+    first = git(repo.path, "rev-list", "--bisect", bad, f"^{good}")
+    if first != shas["unbuildable"]:
+        raise RuntimeError(f"git's first bisect pick is {first[:12]}, not the unbuildable commit")
+    return DemoHistory(repo.path, good, bad, shas["culprit"], shas["unbuildable"])

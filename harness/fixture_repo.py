@@ -7,15 +7,14 @@ same shas and stored results are reused across demo runs.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.targets import PROJECT_ROOT
+from harness.gitcmd import fixed_identity_env, git
+from harness.paths import PROJECT_ROOT
 
 FIXTURES = PROJECT_ROOT / "fixtures"
 REGRESSIONS_FILE = FIXTURES / "regressions.toml"
@@ -62,14 +61,7 @@ class FixtureRepo:
     def _git(self, *args: str) -> str:
         # Fixed identity and clock: identical histories get identical shas.
         stamp = f"2026-01-01T00:{self._tick // 60:02d}:{self._tick % 60:02d}+00:00"
-        env = {**os.environ, "GIT_AUTHOR_NAME": "detcheck", "GIT_AUTHOR_EMAIL": "detcheck@localhost",
-               "GIT_COMMITTER_NAME": "detcheck", "GIT_COMMITTER_EMAIL": "detcheck@localhost",
-               "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
-        proc = subprocess.run(["git", "-C", str(self.path), "-c", "commit.gpgsign=false", *args],
-                              capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise RuntimeError(f"git {' '.join(args)}: {proc.stderr.strip()}")
-        return proc.stdout.strip()
+        return git(self.path, *args, env=fixed_identity_env(stamp))
 
     def commit(self, subject: str) -> str:
         self._git("add", "-A")

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.plan import TARGETS, read_toml
+from harness.plan import read_toml
+from harness.targets import TARGET_NAMES
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "suites", "target", "server_args", "env"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -117,8 +118,8 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     if not isinstance(gpu, str) or (gpus > 0 and not gpu):
         raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
     target = raw.get("target", "sglang")
-    if target not in TARGETS:
-        raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGETS)}")
+    if target not in TARGET_NAMES:
+        raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGET_NAMES)}")
     suites = _strings(where, raw, "suites")
     if not suites:
         raise UsageError(f"{where}.suites: list at least one suite file")

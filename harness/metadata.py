@@ -6,13 +6,18 @@ import torch or SGLang). Missing tools give missing keys, never errors.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 from harness import __version__
+from harness.paths import sha_cache_file
+from harness.result_files import atomic_write_json
+from harness.targets import Target
 
 _PROBE = r"""
 import json, importlib
@@ -61,3 +66,19 @@ def interpreter_metadata(python: str, env: dict[str, str]) -> dict[str, object]:
         return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
         return {}
+
+
+def revision_interpreter_metadata(target: Target, sha: str | None, worktree: Path | None) -> dict[str, object]:
+    """torch/CUDA/GPU as the server's interpreter sees them: a subprocess that imports torch
+    (seconds), so it is kept per (interpreter, sha) like the --help text."""
+    interpreter = hashlib.sha256(target.python.encode()).hexdigest()[:8]
+    cache = sha_cache_file("meta", target.name, sha, f"-{interpreter}.json")
+    if cache is not None and cache.is_file():
+        try:
+            return json.loads(cache.read_text())
+        except json.JSONDecodeError:
+            pass  # a torn write from an interrupted run: collect it again
+    meta = interpreter_metadata(target.python, target.env(worktree, {}))
+    if cache is not None and meta:
+        atomic_write_json(cache, meta)
+    return meta

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.targets import TARGET_NAMES
 
-TARGETS = ("refserver", "sglang")
 # Set by the harness alone: every server listens on 127.0.0.1, on a port the harness picks.
 RESERVED_FLAGS = ("--host", "--port")
 MAMBA_POOLS = ("no_buffer", "static", "lazy", "unified")
@@ -202,8 +202,8 @@ def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> 
     models_raw = where.table(raw, "models")
     models = {}
     for target, rel in models_raw.items():
-        if target not in TARGETS:
-            raise UsageError(f"{path}: [models].{target}: unknown target (known: {', '.join(TARGETS)})")
+        if target not in TARGET_NAMES:
+            raise UsageError(f"{path}: [models].{target}: unknown target (known: {', '.join(TARGET_NAMES)})")
         models[target] = _resolve_model(path, where.string(models_raw, target, "[models]"),
                                         f"[models].{target}")
 
@@ -211,7 +211,7 @@ def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> 
     _check_keys(path, "[server]", server, _SERVER_KEYS)
     target_args_raw = where.table(server, "target_args")
     for t in target_args_raw:
-        if t not in TARGETS:
+        if t not in TARGET_NAMES:
             raise UsageError(f"{path}: [server.target_args].{t}: unknown target")
 
     workload = _load_workload(where, where.table(raw, "workload"))
@@ -308,11 +308,11 @@ def _load_config(where: _Where, raw: Any, index: int,
     draft, model = where.table(raw, "draft"), where.table(raw, "model")
     for key, table in (("draft", draft), ("model", model)):
         for t in table:
-            if t not in TARGETS:
+            if t not in TARGET_NAMES:
                 raise UsageError(f"{where.path}: {label}.{key}.{t}: unknown target")
     target_args = where.table(raw, "target_args")
     for t in target_args:
-        if t not in TARGETS:
+        if t not in TARGET_NAMES:
             raise UsageError(f"{where.path}: {label}.target_args.{t}: unknown target")
     return ConfigSpec(
         name=name,

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from harness.stats import Comparison, Kind
+from harness.stats import Comparison, Kind, Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # history and upgraders: harness/result_files.py
 
 
 class Status(str, Enum):
@@ -125,6 +125,9 @@ class CellResult:
     reason: str = ""  # error message or the n/a reason
     log_tail: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The store key it was measured under (harness.store.CellKey as a dict); None for a cell
+    # of an installed package (no sha) or upgraded from schema 1.
+    key: dict[str, str] | None = None
     schema: int = SCHEMA_VERSION
 
     def metric(self, name: str) -> Metric | None:
@@ -153,6 +156,7 @@ class CellResult:
             "samples": list(self.samples),
             "log_tail": self.log_tail,
             "metadata": self.metadata,
+            "key": self.key,
         }
 
     @classmethod
@@ -172,6 +176,7 @@ class CellResult:
             samples=tuple(d.get("samples", [])),
             log_tail=d.get("log_tail", ""),
             metadata=d.get("metadata", {}),
+            key=d["key"],
         )
 
 
@@ -204,7 +209,7 @@ class ProbeComparison:
 
     config: str
     probe: str
-    verdict: str  # a stats.Verdict value, or "n/a" / "error" when a side has no result
+    verdict: Verdict
     metrics: dict[str, Comparison] = field(default_factory=dict)
     note: str = ""
 
@@ -212,7 +217,7 @@ class ProbeComparison:
         return {
             "config": self.config,
             "probe": self.probe,
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "note": self.note,
             "metrics": {k: c.to_dict() for k, c in self.metrics.items()},
         }
@@ -222,7 +227,7 @@ class ProbeComparison:
         return cls(
             config=d["config"],
             probe=d["probe"],
-            verdict=d["verdict"],
+            verdict=Verdict(d["verdict"]),
             note=d.get("note", ""),
             metrics={k: Comparison.from_dict(c) for k, c in d.get("metrics", {}).items()},
         )

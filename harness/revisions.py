@@ -9,25 +9,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.gitcmd import git, git_run
+from harness.paths import cache_dir
 from harness.results import RevisionInfo
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("DETCHECK_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "detcheck")
-    return Path(root)
-
-
-def git(repo: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise UsageError(f"git {' '.join(args)} in {repo}: {proc.stderr.strip() or proc.stdout.strip()}")
-    return proc.stdout.strip()
 
 
 @dataclass(frozen=True)
@@ -44,12 +32,9 @@ class Revision:
         repo = Path(repo).resolve()
         if not repo.is_dir():
             raise UsageError(f"--repo {repo}: not a directory")
-        inside = subprocess.run(["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
-                                capture_output=True, text=True)
-        if inside.returncode != 0:
+        if git_run(repo, "rev-parse", "--is-inside-work-tree").returncode != 0:
             raise UsageError(f"--repo {repo}: not a git repository")
-        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                              capture_output=True, text=True)
+        proc = git_run(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         if proc.returncode != 0:
             raise UsageError(f"git ref {ref!r} does not resolve to a commit in {repo}")
         sha = proc.stdout.strip()

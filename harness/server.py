@@ -22,8 +22,7 @@ import psutil
 import requests
 
 from harness.errors import LaunchError
-
-HOST = "127.0.0.1"
+from harness.targets import HOST
 
 _live: dict[int, ServerProcess] = {}  # started, group not yet stopped; by id()
 
@@ -42,6 +41,36 @@ def exit_text(code: int) -> str:
         except ValueError:
             pass
     return f"exited with code {code}"
+
+
+def launch(argv_for_port: Callable[[int], list[str]], env: dict[str, str], log_path: Path,
+           cwd: Path | None, timeout_s: float, on_tick: Callable[[float], None] | None = None,
+           tries: int = 3) -> tuple[ServerProcess, LaunchError | None]:
+    """Start a server and wait for it to be healthy. A port taken between choosing and binding
+    gets another try on another port. Returns the server (already stopped if it failed) and
+    the launch failure, if any."""
+    server: ServerProcess | None = None
+    failure: LaunchError | None = None
+    for _attempt in range(tries):
+        port = free_port()
+        server = ServerProcess(argv_for_port(port), env, log_path, port, cwd=cwd)
+        try:
+            server.start()
+            server.wait_healthy(timeout_s, on_tick=on_tick)
+            return server, None
+        except LaunchError as exc:
+            failure = exc
+            server.stop()
+            if "address already in use" not in f"{exc}\n{exc.log_tail}".lower():
+                break
+        except BaseException:  # Ctrl-C / SIGTERM while waiting: leave no server behind
+            server.stop()
+            raise
+    else:
+        failure = LaunchError(f"{failure}, on each of {tries} ports tried (address already in use)",
+                              failure.log_tail, failure.exit_code)
+    assert server is not None
+    return server, failure
 
 
 def free_port() -> int:

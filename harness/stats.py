@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 import numpy as np
@@ -48,10 +48,15 @@ class Kind(str, Enum):
     NOISY = "noisy"
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
+    """Base vs candidate for one (configuration, probe). The statistics decide the first three;
+    n/a and error say that a side has no measurement to compare."""
+
     SAME = "same"
     DIFFERENT = "different"
     UNKNOWN = "unknown"
+    NOT_APPLICABLE = "n/a"
+    ERROR = "error"
 
 
 # --------------------------------------------------------------------------- k3 / KL

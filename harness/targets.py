@@ -13,11 +13,15 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.plan import ServerConfig
-from harness.server import HOST
+from harness.paths import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+if TYPE_CHECKING:
+    from harness.plan import ServerConfig
+
+# Every server listens on loopback only, on a port the harness picks.
+HOST = "127.0.0.1"
 
 # Launch failures that mean "this revision refuses this combination" (a result: n/a), as
 # opposed to a crash (an error). Phrases SGLang uses in its argument checks.
@@ -26,49 +30,6 @@ REJECTION = re.compile(
     r"unrecognized arguments|invalid choice|must be in \(0, 1\]",
     re.I,
 )
-
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
-# Flags are matched by whole word: --api-key and --hf-token are secret, --max-total-tokens is not.
-_SECRET_FLAG_WORDS = {"token", "key", "secret", "password", "apikey"}
-
-
-def is_secret(name: str) -> bool:
-    """Environment variable names: any mention of TOKEN, KEY, SECRET or PASSWORD."""
-    return bool(_SECRET.search(name))
-
-
-def is_secret_flag(flag: str) -> bool:
-    return any(word in _SECRET_FLAG_WORDS for word in re.split(r"[-_]+", flag.lower().lstrip("-")))
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """`--api-key X` / `--hf-token=X`: the value after a secret-named flag is masked."""
-    out = []
-    for i, arg in enumerate(argv):
-        flag, eq, _value = arg.partition("=")
-        previous = argv[i - 1] if i > 0 else ""
-        if arg.startswith("--") and eq and is_secret_flag(flag):
-            out.append(f"{flag}=<redacted>")
-        elif previous.startswith("--") and "=" not in previous and is_secret_flag(previous) \
-                and not arg.startswith("--"):
-            out.append("<redacted>")
-        else:
-            out.append(arg)
-    return out
-
-
-def scrub_secrets(text: str, env: dict[str, str]) -> str:
-    """Server output copied into results (log tails, error reasons) with the values of
-    secret-named variables masked, in case a server echoes its environment or a token."""
-    for name, value in env.items():
-        if is_secret(name) and len(value) >= 4:
-            text = text.replace(value, "<redacted>")
-    return text
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """What may be written to results: secret-named values never leave the process."""
-    return {k: ("<redacted>" if is_secret(k) else v) for k, v in env.items()}
 
 
 @dataclass(frozen=True)
@@ -110,10 +71,11 @@ class Target:
         return proc.returncode, proc.stdout + proc.stderr
 
 
-TARGETS = {
+TARGETS: dict[str, Target] = {
     "sglang": Target("sglang", "sglang.launch_server"),
     "refserver": Target("refserver", "refserver"),
 }
+TARGET_NAMES = tuple(TARGETS)
 
 
 def get_target(name: str, python: str | None = None) -> Target:

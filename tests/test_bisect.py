@@ -16,7 +16,8 @@ import pytest
 
 from conftest import ROOT, detcheck
 from harness import bisect as bisect_mod
-from harness.bisect import ABORT, DIFFERENT, SAME, SKIP, BisectSpec, build_demo_history, evaluate
+from harness.bisect import ABORT, DIFFERENT, SAME, SKIP, BisectSpec, evaluate
+from harness.demo import build_demo_history
 from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
                              Status)
 

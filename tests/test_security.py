@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.targets import redact_argv, redact_env
+from harness.redaction import redact_argv, redact_env
 
 
 def test_secret_flags_masked_and_token_counts_kept():
@@ -20,7 +20,7 @@ def test_secret_env_names_masked():
 
 
 def test_secret_values_scrubbed_from_server_output():
-    from harness.targets import scrub_secrets
+    from harness.redaction import scrub_secrets
 
     env = {"HF_TOKEN": "hf_abcdef123", "PATH": "/usr/bin", "SHORT_KEY": "ab"}
     text = "loading with token hf_abcdef123 from /usr/bin"

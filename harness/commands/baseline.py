@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TextIO
 
 from harness import baseline
-from harness.commands.report import load_run
-from harness.results import Role, RunResult
+from harness.commands.common_args import print_gate
+from harness.result_files import read_run
+from harness.results import Role
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_populate(args: argparse.Namespace) -> int:
-    runs = [(str(path), load_run(path)) for path in args.results]
+    runs = [(str(path), read_run(path)) for path in args.results]
     fresh = baseline.populate(runs, Role(args.side), args.margin)
     merged = baseline.load(args.out).merged(fresh) if args.out.exists() else fresh
     merged.save(args.out)
@@ -54,11 +54,5 @@ def run_populate(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    return print_gate(args.baseline, load_run(args.results))
+    return print_gate(args.baseline, read_run(args.results))
 
-
-def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:
-    """Gate `result` on the baselines at `path`, print the checks; 1 when any fails."""
-    checks, unmatched = baseline.gate(result, baseline.load(path))
-    print("\n".join(baseline.gate_lines(path, checks, unmatched)), file=file)
-    return 1 if baseline.failed(checks) else 0

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
-from harness.bisect import ABORT, SKIP, BisectSpec, bisect, build_demo_history, session_dir_for, step
-from harness.demo import SUITES
-from harness.plan import TARGETS
-from harness.revisions import Revision, cache_dir
-
-DEMO_SUITE, DEMO_CONFIG, DEMO_PROBE = SUITES / "default.toml", "deterministic", "prefill_cache_hit"
+from harness.bisect import ABORT, BisectSpec, bisect, session_dir_for, step
+from harness.targets import TARGET_NAMES
+from harness.paths import cache_dir
+from harness.revisions import Revision
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="probe that decides (repeatable: any differing one makes a commit bad)")
     p.add_argument("--config", action="append", default=[], metavar="NAME",
                    help="only this configuration of the suite (repeatable)")
-    p.add_argument("--target", choices=TARGETS, default="refserver")
+    p.add_argument("--target", choices=TARGET_NAMES, default="refserver")
     p.add_argument("--store", type=Path, default=None,
                    help="result store (default: $DETCHECK_CACHE_DIR/store, shared with `detcheck run`)")
     p.add_argument("--python", default=None, help="interpreter that runs the servers")
@@ -73,33 +70,3 @@ def run_step(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - reported, then the bisect stops
         print(f"bisect-step: {type(exc).__name__}: {exc}", file=sys.stderr)
         return ABORT
-
-
-def demo(args: argparse.Namespace) -> int:
-    """`detcheck demo --scenario bisect`: a seeded history with a planted regression."""
-    with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
-        history = build_demo_history(Path(tmp), seed=args.seed)
-        store = Path(tmp, "store") if args.fresh else cache_dir() / "demo-store"
-        spec = BisectSpec(repo=history.path, good=history.good, suite=DEMO_SUITE, probes=(DEMO_PROBE,),
-                          configs=(DEMO_CONFIG,), store_root=store,
-                          session_dir=(args.out or Path(tmp, "session")).resolve())
-        print(f"demo bisect: {history.path.name}, seed {args.seed}: regression planted at "
-              f"{history.culprit[:12]}, unbuildable commit {history.unbuildable[:12]}", file=sys.stderr)
-        out = bisect(spec, history.bad)
-    print(f"servers launched: {out.launches}")
-    problems = []
-    if out.first_bad is None or out.first_bad[0] != history.culprit:
-        problems.append(f"found {out.first_bad[0][:12] if out.first_bad else 'nothing'}, "
-                        f"planted {history.culprit[:12]}")
-    if len(out.steps) > out.bound:
-        problems.append(f"{len(out.steps)} steps, bound {out.bound}")
-    if not any(e.sha == history.unbuildable and e.exit_code == SKIP for e in out.steps):
-        problems.append("the unbuildable commit was not skipped")
-    if out.confirmed is not True:
-        problems.append("the revert did not confirm the culprit")
-    if problems:
-        print("demo bisect: " + "; ".join(problems), file=sys.stderr)
-        return 1
-    print(f"demo bisect: planted commit found in {len(out.steps)} steps (bound {out.bound}), "
-          f"unbuildable commit skipped, culprit confirmed by revert", file=sys.stderr)
-    return 0

@@ -11,13 +11,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.commands import bisect
-from harness.commands.run import observer_for
-from harness.demo import SCENARIOS, build_repo, check_expected
-from harness.report.emit import FORMATS, emit
-from harness.revisions import Revision, cache_dir
+from harness.bisect import SKIP, BisectSpec, bisect
+from harness.commands.common_args import add_format_arg, observer_for
+from harness.demo import SCENARIOS, SUITES, build_demo_history, build_repo, check_expected
+from harness.paths import cache_dir
+from harness.report.emit import emit
+from harness.result_files import atomic_write_json
+from harness.revisions import Revision
 from harness.run import RunRequest, execute
-from harness.store import atomic_write_json
+
+# The bisect demo: which probe of which configuration decides each commit.
+BISECT_SUITE, BISECT_CONFIG, BISECT_PROBE = SUITES / "default.toml", "deterministic", "prefill_cache_hit"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the results JSON here")
     p.add_argument("--out", type=Path, default=None, help="run directory (default: a temp dir)")
     p.add_argument("--fresh", action="store_true", help="ignore stored cells from earlier demo runs")
-    p.add_argument("--format", choices=FORMATS, default="console")
+    add_format_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--seed", type=int, default=0, help="bisect: where the regression is planted")
     p.set_defaults(func=run)
@@ -39,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.scenario == "bisect":
-        return bisect.demo(args)
+        return demo_bisect(args)
     scenario = SCENARIOS[args.scenario]
     with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
         repo = build_repo(scenario, Path(tmp), reverse=args.reverse)
@@ -63,4 +67,34 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"demo {scenario.name}: expected verdicts reproduced "
           f"({len(result.launches)} launches)", file=sys.stderr)
+    return 0
+
+
+def demo_bisect(args: argparse.Namespace) -> int:
+    """`detcheck demo --scenario bisect`: a seeded history with a planted regression."""
+    with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
+        history = build_demo_history(Path(tmp), seed=args.seed)
+        store = Path(tmp, "store") if args.fresh else cache_dir() / "demo-store"
+        spec = BisectSpec(repo=history.path, good=history.good, suite=BISECT_SUITE, probes=(BISECT_PROBE,),
+                          configs=(BISECT_CONFIG,), store_root=store,
+                          session_dir=(args.out or Path(tmp, "session")).resolve())
+        print(f"demo bisect: {history.path.name}, seed {args.seed}: regression planted at "
+              f"{history.culprit[:12]}, unbuildable commit {history.unbuildable[:12]}", file=sys.stderr)
+        out = bisect(spec, history.bad)
+    print(f"servers launched: {out.launches}")
+    problems = []
+    if out.first_bad is None or out.first_bad[0] != history.culprit:
+        problems.append(f"found {out.first_bad[0][:12] if out.first_bad else 'nothing'}, "
+                        f"planted {history.culprit[:12]}")
+    if len(out.steps) > out.bound:
+        problems.append(f"{len(out.steps)} steps, bound {out.bound}")
+    if not any(e.sha == history.unbuildable and e.exit_code == SKIP for e in out.steps):
+        problems.append("the unbuildable commit was not skipped")
+    if out.confirmed is not True:
+        problems.append("the revert did not confirm the culprit")
+    if problems:
+        print("demo bisect: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    print(f"demo bisect: planted commit found in {len(out.steps)} steps (bound {out.bound}), "
+          f"unbuildable commit skipped, culprit confirmed by revert", file=sys.stderr)
     return 0

@@ -18,16 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-from harness.commands.baseline import print_gate
-from harness.commands.run import add_revision_args, exit_code, observer_for, revisions_from
-from harness.compare import overall
+from harness.commands.common_args import add_format_arg, add_revision_args, conclude, observer_for, revisions_from
 from harness.matrix import gpu_names, load_matrix
 from harness.observer import QuietObserver
-from harness.report.emit import FORMATS, emit
+from harness.paths import PROJECT_ROOT, cache_dir
 from harness.results import Role
-from harness.revisions import cache_dir
 from harness.run import RunRequest, execute
-from harness.targets import PROJECT_ROOT
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 
@@ -52,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
-    r.add_argument("--format", choices=FORMATS, default="console")
+    add_format_arg(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.set_defaults(func=run_entry)
 
@@ -89,9 +85,5 @@ def run_entry(args: argparse.Namespace) -> int:
               f"{f' ({side_by_side}, at the same time)' if entry.parallel else ''}", file=sys.stderr)
         # Progress bars are one shared display: with two roles at once, report only at the end.
         result = execute(req, QuietObserver() if entry.parallel else observer_for(args))
-        emit(result, args.format, req.out_dir)
-        code = exit_code(overall(result.comparisons))
-        if args.baseline:
-            code = max(code, print_gate(args.baseline, result))
-        codes.append(code)
+        codes.append(conclude(result, args.format, req.out_dir, args.baseline))
     return max(codes)

@@ -1,0 +1,124 @@
+"""Options and the ending that several commands share (asv's common_args): revisions, how
+to run, and the tail every command that judges a run ends with (render, exit code, baseline
+gate). Commands import this module, never one another."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from harness import baseline
+from harness.compare import overall
+from harness.errors import UsageError
+from harness.observer import QuietObserver, RunObserver
+from harness.paths import cache_dir
+from harness.report.console import ConsoleObserver
+from harness.report.emit import FORMATS, emit
+from harness.results import RunResult
+from harness.revisions import Revision
+from harness.run import RunRequest
+from harness.stats import Verdict
+from harness.targets import TARGET_NAMES
+
+# Exit codes, as `detcheck --help` lists them.
+EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def add_format_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=FORMATS, default="console", help="what to print at the end")
+
+
+def add_revision_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", type=Path, help="git checkout of SGLang (or of a reference-server "
+                   "fixture repo); omit to run the installed package as both sides")
+    p.add_argument("--base", default=None, help="base git ref (e.g. main)")
+    p.add_argument("--candidate", default=None, help="candidate git ref (e.g. HEAD or a branch)")
+
+
+def add_execution_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=TARGET_NAMES, default="refserver",
+                   help="server to launch: real SGLang, or the CPU reference server (default)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output directory for results.json, report.md, logs (default results/runs/<suite>-<time>)")
+    p.add_argument("--store", type=Path, default=None,
+                   help="result store reused across runs (default: $DETCHECK_CACHE_DIR/store)")
+    p.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run in --out: finished cells come from the store, "
+                        "only the rest is launched")
+    p.add_argument("--config", action="append", default=[], metavar="NAME",
+                   help="run only this configuration (repeatable)")
+    p.add_argument("--probe", action="append", default=[], metavar="NAME",
+                   help="run only this probe (repeatable)")
+    p.add_argument("--python", default=None,
+                   help="interpreter that runs the servers (default: this one)")
+    p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                   help="extra server argument appended to every configuration (repeatable; "
+                        "use --server-arg=--flag for dashes)")
+    p.add_argument("--parallel", action="store_true",
+                   help="run the base and candidate servers of a configuration at the same time "
+                        "(needs memory for two servers; matrix entries with 2+ GPUs give each its own)")
+    add_format_arg(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
+    if args.repo is None:
+        if args.base or args.candidate:
+            raise UsageError("--base/--candidate need --repo")
+        return Revision.installed("installed"), Revision.installed("installed")
+    if not args.base or not args.candidate:
+        raise UsageError("--repo needs both --base and --candidate")
+    return Revision.resolve(args.repo, args.base), Revision.resolve(args.repo, args.candidate)
+
+
+def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
+    if getattr(args, "resume", False):
+        if args.fresh:
+            raise UsageError("--resume and --fresh contradict each other")
+        if args.out is None or not (args.out / "results.json").is_file():
+            raise UsageError("--resume needs --out pointing at an earlier run's directory "
+                             "(one with results.json)")
+    if args.python and shutil.which(args.python) is None:
+        raise UsageError(f"--python {args.python}: no such executable")
+    out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return RunRequest(
+        suite_path=suite, target=args.target, base=base, candidate=candidate,
+        out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
+        python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
+        extra_args=tuple(args.server_arg),
+        parallel_roles=getattr(args, "parallel", False),
+        command_line=shlex.join(["detcheck", *sys.argv[1:]]),
+    )
+
+
+def observer_for(args: argparse.Namespace) -> RunObserver:
+    # Progress bars are drawn from one thread; parallel roles report through the quiet observer.
+    quiet = args.no_progress or args.format == "json" or getattr(args, "parallel", False)
+    return QuietObserver() if quiet else ConsoleObserver()
+
+
+def exit_code(verdict: Verdict) -> int:
+    """asv continuous style: 1 when the candidate differs or a cell failed; 0 otherwise."""
+    return EXIT_DIFFERENT if verdict in (Verdict.DIFFERENT, Verdict.ERROR) else EXIT_SAME
+
+
+def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:
+    """Gate `result` on the baselines at `path`, print the checks; 1 when any fails."""
+    checks, unmatched = baseline.gate(result, baseline.load(path))
+    print("\n".join(baseline.gate_lines(path, checks, unmatched)), file=file)
+    return EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME
+
+
+def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
+    """Render `result`, gate it on a baselines file if one is given, and return the exit code."""
+    emit(result, fmt, out_dir)
+    code = exit_code(overall(result.comparisons))
+    if baseline_file is not None:
+        code = max(code, print_gate(baseline_file, result, sys.stderr if fmt == "json" else None))
+    return code

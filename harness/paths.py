@@ -1,0 +1,31 @@
+"""Where detcheck keeps things: the project's own files and the cache shared by runs.
+
+Standard library only: noxfile.py and the demo/matrix modules import this without the
+harness's runtime dependencies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cache_dir() -> Path:
+    """$DETCHECK_CACHE_DIR, else $XDG_CACHE_HOME/detcheck, else ~/.cache/detcheck."""
+    root = os.environ.get("DETCHECK_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "detcheck")
+    return Path(root)
+
+
+def sha_cache_file(kind: str, target: str, sha: str | None, suffix: str) -> Path | None:
+    """Where a per-revision fact (--help text, interpreter metadata) is kept; None when the
+    revision has no sha to key it by (an installed package)."""
+    return cache_dir() / kind / f"{target}-{sha}{suffix}" if sha else None
+
+
+def safe_name(name: str) -> str:
+    """A configuration, probe or repo name as a file-name part."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)

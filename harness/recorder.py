@@ -1,0 +1,100 @@
+"""RunRecorder: the cells and launches of one run as they arrive, and the RunResult they make.
+
+Cell metadata is assembled here and nowhere else; comparisons are computed once per
+(configuration, probe), when both sides exist, and reused by every later save.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from harness import __version__
+from harness.compare import compare_cells
+from harness.metadata import host_metadata
+from harness.observer import RunObserver
+from harness.redaction import scrub_secrets
+from harness.results import CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult
+
+if TYPE_CHECKING:
+    from harness.plan import Suite
+    from harness.run import ConfigPlan, Outcome, RunRequest
+    from harness.store import CellKey
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class RunRecorder:
+    def __init__(self, suite: Suite, req: RunRequest, target: str, order: tuple[tuple[str, str], ...]):
+        """`order`: the plan's (configuration, probe) pairs, the order of the comparisons."""
+        self.suite, self.req, self.target, self.order = suite, req, target, order
+        self.host = host_metadata()
+        self.started = utc_now()
+        self.cells: list[CellResult] = []
+        self.launches: list[Launch] = []
+        self._comparisons: dict[tuple[str, str], ProbeComparison] = {}
+        self._lock = threading.Lock()  # base and candidate jobs may run in two threads
+
+    def cell(self, cp: ConfigPlan, role: Role, revision: RevisionInfo, probe: str, outcome: Outcome,
+             meta: dict[str, Any], key: CellKey | None) -> CellResult:
+        workload = cp.workloads[probe]
+        meta = {**meta, "finished_at": utc_now(), "workload": workload.spec.to_dict(),
+                "workload_name": workload.name}
+        if outcome.wall_s is not None:
+            meta["probe_wall_s"] = outcome.wall_s
+        # What the server saw (the caller's environment, then the configuration's, which already
+        # holds a matrix entry's) must not come back through its own output.
+        secrets = {**os.environ, **cp.server.env}
+        output = outcome.output
+        return CellResult(
+            config=cp.spec.name, probe=probe, role=role, revision=revision, status=outcome.status,
+            config_fingerprint=cp.server.fingerprint, workload_fingerprint=workload.fingerprint,
+            samples=output.samples if output else (), metrics=output.metrics if output else (),
+            facts=output.facts if output else {},
+            reason=scrub_secrets(outcome.reason, secrets), log_tail=scrub_secrets(outcome.log_tail, secrets),
+            metadata=meta, key=key.to_dict() if key else None)
+
+    def add(self, cell: CellResult, reused: bool, observer: RunObserver) -> None:
+        with self._lock:
+            self.cells.append(cell)
+        observer.cell_done(cell, reused)
+
+    def launched(self, launch: Launch, observer: RunObserver) -> None:
+        with self._lock:
+            self.launches.append(launch)
+        observer.launched(launch)
+
+    def result(self, partial: bool) -> RunResult:
+        with self._lock:
+            cells = tuple(self.cells)
+            launches = tuple(self.launches)
+        return RunResult(
+            suite=self.suite.name, target=self.target,
+            base=self.req.base.info, candidate=self.req.candidate.info,
+            cells=cells, comparisons=self._compare(cells, partial), launches=launches,
+            metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
+                      "started_at": self.started, "harness_version": __version__,
+                      "finished_at": utc_now()},
+        )
+
+    def _compare(self, cells: tuple[CellResult, ...], partial: bool) -> tuple[ProbeComparison, ...]:
+        """In plan order; a pair with a side still missing is compared only at the end (where
+        it reads "no … result"), and is not cached."""
+        by_key = {(c.config, c.probe, c.role): c for c in cells}
+        out = []
+        for config, probe in self.order:
+            base = by_key.get((config, probe, Role.BASE))
+            cand = by_key.get((config, probe, Role.CANDIDATE))
+            if (config, probe) in self._comparisons:
+                out.append(self._comparisons[(config, probe)])
+            elif base is not None and cand is not None:
+                comparison = compare_cells(config, probe, base, cand, self.suite.probe_params.get(probe, {}))
+                self._comparisons[(config, probe)] = comparison
+                out.append(comparison)
+            elif not partial:
+                out.append(compare_cells(config, probe, base, cand, self.suite.probe_params.get(probe, {})))
+        return tuple(out)

@@ -1,0 +1,134 @@
+"""Every JSON document detcheck writes or reads back: results.json of a run, store cells,
+baseline files, per-revision caches. Written atomically; read with the path in every error.
+
+Result documents carry a `schema` number. A reader accepts the current schema and upgrades
+older ones through `UPGRADES` (one step per version, as pyperf's format history does), so a
+stored run from an earlier detcheck still renders and compares.
+
+    schema 1  first format
+    schema 2  cells record the full key they were measured under (`key`); comparisons carry
+              the verdict enum's values (unchanged strings)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from harness.errors import CorruptResult, UsageError
+from harness.results import SCHEMA_VERSION, CellResult, RunResult
+
+T = TypeVar("T")
+RESULTS_FILE = "results.json"
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Temp file in the same directory, fsync, rename: a crash leaves the old file or the new."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp makes the file 0600; results are ordinary files, readable as the umask allows.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, allow_nan=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_json(path: Path, what: str = "result") -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CorruptResult(f"{path}: corrupt {what} file ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise CorruptResult(f"{path}: corrupt {what} file (not UTF-8)") from None
+    except IsADirectoryError:
+        raise CorruptResult(f"{path}: is a directory, not a {what} file") from None
+
+
+def content_digest(data: dict[str, Any]) -> str:
+    """What a cell file says, independent of its formatting: any edit of a value changes it."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, allow_nan=True).encode()).hexdigest()
+
+
+# -- schema history ------------------------------------------------------------------
+
+def _cell_1_to_2(cell: dict[str, Any]) -> dict[str, Any]:
+    return {**cell, "schema": 2, "key": None}  # measured before cells recorded their key
+
+
+def _run_1_to_2(run: dict[str, Any]) -> dict[str, Any]:
+    cells = [_cell_1_to_2(c) if isinstance(c, dict) else c for c in run.get("cells", [])]
+    return {**run, "schema": 2, "cells": cells}
+
+
+# (document kind, from schema) -> upgrade to from + 1
+UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("cell", 1): _cell_1_to_2,
+    ("results", 1): _run_1_to_2,
+}
+
+
+def upgraded(path: Path, what: str, data: Any) -> dict[str, Any]:
+    """`data` brought to SCHEMA_VERSION, or CorruptResult naming the file."""
+    if not isinstance(data, dict):
+        raise CorruptResult(f"{path}: corrupt {what} file (a {type(data).__name__}, not an object)")
+    while data.get("schema") != SCHEMA_VERSION:
+        step = UPGRADES.get((what, data.get("schema")))  # type: ignore[arg-type]
+        if step is None:
+            raise CorruptResult(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA_VERSION}")
+        data = step(data)
+    return data
+
+
+def _decode(path: Path, what: str, data: dict[str, Any], from_dict: Callable[[dict[str, Any]], T]) -> T:
+    try:
+        return from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptResult(f"{path}: corrupt {what} file (bad field: {exc})") from None
+
+
+# -- runs ----------------------------------------------------------------------------
+
+def write_run(out_dir: Path, result: RunResult) -> Path:
+    path = out_dir / RESULTS_FILE
+    atomic_write_json(path, result.to_dict())
+    return path
+
+
+def read_run(path: Path) -> RunResult:
+    """A run directory or its results.json."""
+    file = path / RESULTS_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise UsageError(f"{file}: no results here (expected a run directory with {RESULTS_FILE})")
+    return _decode(file, "results", upgraded(file, "results", read_json(file, "results")), RunResult.from_dict)
+
+
+# -- store cells ---------------------------------------------------------------------
+
+def write_cell(path: Path, cell: CellResult) -> None:
+    data = json.loads(json.dumps(cell.to_dict(), allow_nan=True))  # as a reader will see it
+    atomic_write_json(path, {**data, "digest": content_digest(data)})
+
+
+def read_cell(path: Path) -> CellResult:
+    data = read_json(path, "cell")
+    if not isinstance(data, dict):
+        raise CorruptResult(f"{path}: corrupt cell file (a {type(data).__name__}, not an object)")
+    if data.pop("digest", None) != content_digest(data):
+        raise CorruptResult(f"{path}: content does not match its digest (edited by hand?); "
+                            f"delete it or run with --fresh to measure it again")
+    return _decode(path, "cell", upgraded(path, "cell", data), CellResult.from_dict)
