@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.errors import LaunchError
 from harness.paths import sha_cache_file
+from harness.result_files import atomic_write_text
 from harness.plan import Features
 from harness.targets import Target
 
@@ -113,16 +114,22 @@ class Capabilities:
         return flag
 
 
-def revision_capabilities(target: Target, sha: str | None, worktree: Path | None) -> Capabilities:
-    """The revision's `--help`, read once per (target, sha) and kept in the cache."""
+def revision_capabilities(target: Target, sha: str | None, worktree: Path | None,
+                          timeout_s: float) -> Capabilities:
+    """The revision's `--help`, read once per (target, sha) and kept in the cache. A cached text
+    that lists no flags (a file left empty by a crash or a full disk) is read again: a bad cache
+    file must never make a configuration look n/a."""
     cache = sha_cache_file("help", target.name, sha, ".txt")
     if cache is not None and cache.is_file():
-        return Capabilities.parse(cache.read_text())
-    code, text = target.read_help(worktree, {})
-    if code != 0:
-        raise LaunchError(f"`{target.module} --help` failed with exit code {code}",
+        caps = Capabilities.parse(cache.read_text(errors="replace"))
+        if caps.knows("--model-path"):
+            return caps
+    code, text = target.read_help(worktree, {}, timeout_s)
+    caps = Capabilities.parse(text)
+    if code != 0 or not caps.knows("--model-path"):
+        what = f"exit code {code}" if code != 0 else "no --model-path in its output"
+        raise LaunchError(f"`{target.module} --help` failed ({what})",
                           "\n".join(text.splitlines()[-30:]), exit_code=code)
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(text)
-    return Capabilities.parse(text)
+        atomic_write_text(cache, text)
+    return caps

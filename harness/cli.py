@@ -1,6 +1,13 @@
 """detcheck: deterministic-inference validation for SGLang revisions.
 
-Exit codes: 0 same (or nothing differs), 1 a probe differs or failed, 2 bad input.
+Exit codes:
+  0    nothing differs (every compared probe reads same or unknown)
+  1    a probe differs, or a cell failed
+  2    bad input (nothing launched), or a damaged result file
+  3    nothing measured: no probe was compared on both sides (e.g. every configuration is
+       n/a at a revision); never a pass
+  4    I/O error (disk full, read-only directory): the path is named, finished cells kept
+  130  interrupted (servers stopped; finished cells kept for --resume)
 """
 
 from __future__ import annotations
@@ -47,11 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     except CorruptResult as exc:
         print(f"detcheck: corrupt result: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except OSError as exc:  # a full disk, a read-only directory: the path, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"detcheck: I/O error: {where}{exc.strerror or exc}; finished cells stay in the store",
+              file=sys.stderr)
+        return 4
+    except KeyboardInterrupt as exc:
         # A second Ctrl-C may have cut a server's teardown short: kill what is left at once.
         stop_all(grace_s=0)
-        print("detcheck: interrupted; servers stopped, finished cells are in the store "
-              "(`detcheck run --resume` with the same --out continues)", file=sys.stderr)
+        hint = getattr(exc, "resume_hint", None)
+        print("detcheck: interrupted; servers stopped"
+              + (f"; finished cells are kept (`detcheck run {hint}` continues)" if hint else
+                 "; nothing had finished yet"), file=sys.stderr)
         return 130
 
 

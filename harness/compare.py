@@ -65,12 +65,13 @@ def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, A
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
-    """The run's verdict: different beats error beats unknown beats same; n/a is neutral."""
+    """The run's verdict: different beats error beats unknown beats same; n/a is neutral, and
+    a run where nothing was compared is never a pass: "nothing measured"."""
     verdicts = {c.verdict for c in comparisons}
     for v in (Verdict.DIFFERENT, Verdict.ERROR, Verdict.UNKNOWN, Verdict.SAME):
         if v in verdicts:
             return v
-    return Verdict.NOT_APPLICABLE
+    return Verdict.NOTHING_MEASURED
 
 
 def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,

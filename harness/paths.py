@@ -6,8 +6,11 @@ harness's runtime dependencies.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +20,8 @@ def cache_dir() -> Path:
     """$DETCHECK_CACHE_DIR, else $XDG_CACHE_HOME/detcheck, else ~/.cache/detcheck."""
     root = os.environ.get("DETCHECK_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "detcheck")
-    return Path(root)
+    # Absolute: a relative value would follow the working directory of each git and server call.
+    return Path(os.path.abspath(os.path.expanduser(root)))
 
 
 def sha_cache_file(kind: str, target: str, sha: str | None, suffix: str) -> Path | None:
@@ -29,3 +33,15 @@ def sha_cache_file(kind: str, target: str, sha: str | None, suffix: str) -> Path
 def safe_name(name: str) -> str:
     """A configuration, probe or repo name as a file-name part."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive fcntl lock held for the block: runs sharing one cache take turns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

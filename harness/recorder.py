@@ -6,7 +6,6 @@ Cell metadata is assembled here and nowhere else; comparisons are computed once 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -15,7 +14,7 @@ from harness import __version__
 from harness.compare import compare_cells
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
-from harness.redaction import scrub_secrets
+from harness.redaction import scrub
 from harness.results import CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult
 
 if TYPE_CHECKING:
@@ -40,22 +39,19 @@ class RunRecorder:
         self._lock = threading.Lock()  # base and candidate jobs may run in two threads
 
     def cell(self, cp: ConfigPlan, role: Role, revision: RevisionInfo, probe: str, outcome: Outcome,
-             meta: dict[str, Any], key: CellKey | None) -> CellResult:
+             meta: dict[str, Any], key: CellKey | None, secrets: tuple[str, ...]) -> CellResult:
         workload = cp.workloads[probe]
         meta = {**meta, "finished_at": utc_now(), "workload": workload.spec.to_dict(),
                 "workload_name": workload.name}
         if outcome.wall_s is not None:
             meta["probe_wall_s"] = outcome.wall_s
-        # What the server saw (the caller's environment, then the configuration's, which already
-        # holds a matrix entry's) must not come back through its own output.
-        secrets = {**os.environ, **cp.server.env}
         output = outcome.output
         return CellResult(
             config=cp.spec.name, probe=probe, role=role, revision=revision, status=outcome.status,
             config_fingerprint=cp.server.fingerprint, workload_fingerprint=workload.fingerprint,
             samples=output.samples if output else (), metrics=output.metrics if output else (),
             facts=output.facts if output else {},
-            reason=scrub_secrets(outcome.reason, secrets), log_tail=scrub_secrets(outcome.log_tail, secrets),
+            reason=scrub(outcome.reason, secrets), log_tail=scrub(outcome.log_tail, secrets),
             metadata=meta, key=key.to_dict() if key else None)
 
     def add(self, cell: CellResult, reused: bool, observer: RunObserver) -> None:

@@ -3,7 +3,10 @@ values, and any echo of them in server output."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
+from pathlib import Path
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
 # Flags are matched by whole word: --api-key and --hf-token are secret, --max-total-tokens is not.
@@ -36,13 +39,34 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def scrub_secrets(text: str, env: dict[str, str]) -> str:
-    """Server output copied into results (log tails, error reasons) with the values of
-    secret-named variables masked, in case a server echoes its environment or a token."""
-    for name, value in env.items():
-        if is_secret(name) and len(value) >= 4:
-            text = text.replace(value, REDACTED)
+def secret_values(env: dict[str, str], argv: Sequence[str] = ()) -> tuple[str, ...]:
+    """The values to mask wherever they appear: secret-named variables' values and the values
+    of secret flags (a server may echo its arguments or environment into its log)."""
+    values = {v for k, v in env.items() if is_secret(k)}
+    values |= {arg for arg, masked in zip(argv, redact_argv(list(argv))) if masked == REDACTED}
+    values |= {arg.partition("=")[2] for arg, masked in zip(argv, redact_argv(list(argv)))
+               if masked.endswith("=" + REDACTED)}
+    # Longest first, so a secret that contains another is masked whole; short values would
+    # mask ordinary words.
+    return tuple(sorted((v for v in values if len(v) >= 4), key=len, reverse=True))
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    for value in secrets:
+        text = text.replace(value, REDACTED)
     return text
+
+
+def scrub_file(path: Path, secrets: Sequence[str]) -> None:
+    """A log the harness keeps, rewritten without the secrets (temp file + rename)."""
+    if not secrets or not path.is_file():
+        return
+    text = path.read_text(errors="replace")
+    clean = scrub(text, secrets)
+    if clean != text:
+        tmp = path.with_name(f".{path.name}.scrub")
+        tmp.write_text(clean)
+        os.replace(tmp, path)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:

@@ -28,6 +28,10 @@ RESULTS_FILE = "results.json"
 
 def atomic_write_json(path: Path, data: Any) -> None:
     """Temp file in the same directory, fsync, rename: a crash leaves the old file or the new."""
+    atomic_write_text(path, json.dumps(data, indent=1, allow_nan=True))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -36,7 +40,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, allow_nan=True)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

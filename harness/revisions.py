@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.gitcmd import git, git_run
-from harness.paths import cache_dir
+from harness.paths import cache_dir, file_lock
 from harness.results import RevisionInfo
 
 
@@ -53,13 +53,20 @@ class Revision:
         return RevisionInfo(ref=self.ref, sha=self.sha, subject=self.subject)
 
     def checkout(self) -> Path | None:
-        """The worktree for this sha (created once, then reused); None when installed."""
+        """The worktree for this sha (created once, then reused); None when installed.
+
+        Runs sharing one cache take turns per repo (a lock file), and a worktree is built under a
+        temporary name and moved into place: it is complete or absent, never half made."""
         if self.repo is None or self.sha is None:
             return None
+        cache = cache_dir()
+        if cache == self.repo or self.repo in cache.parents:
+            raise UsageError(f"the cache directory {cache} is inside the repository under test "
+                             f"{self.repo}; set DETCHECK_CACHE_DIR elsewhere")
         repo_key = hashlib.sha256(str(self.repo).encode()).hexdigest()[:10]
-        root = cache_dir() / "worktrees" / f"{self.repo.name}-{repo_key}"
+        root = cache / "worktrees" / f"{self.repo.name}-{repo_key}"
         path = root / self.sha[:12]
-        if (path / ".git").exists() and git(path, "rev-parse", "HEAD", check=False) == self.sha:
+        if self._is_checked_out(path):
             return path
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -67,11 +74,27 @@ class Revision:
             raise UsageError(f"worktree directory {root} is not writable: {exc.strerror}") from None
         if not os.access(root, os.W_OK):
             raise UsageError(f"worktree directory {root} is not writable")
-        git(self.repo, "worktree", "prune")
-        if path.exists():
-            # A half-made worktree from an interrupted run: remove and redo it.
-            git(self.repo, "worktree", "remove", "--force", str(path), check=False)
-            if path.exists():
-                shutil.rmtree(path)
-        git(self.repo, "worktree", "add", "--detach", "--force", str(path), self.sha)
+        with file_lock(root / ".lock"):
+            if self._is_checked_out(path):  # another run made it while this one waited
+                return path
+            git(self.repo, "worktree", "prune")
+            for stale in (path, *root.glob(f".{self.sha[:12]}.tmp-*")):
+                git(self.repo, "worktree", "remove", "--force", str(stale), check=False)
+                if stale.exists():
+                    shutil.rmtree(stale)
+            building = root / f".{self.sha[:12]}.tmp-{os.getpid()}"
+            git(self.repo, "worktree", "add", "--detach", "--force", str(building), self.sha)
+            git(self.repo, "worktree", "move", str(building), str(path))
         return path
+
+    def _is_checked_out(self, path: Path) -> bool:
+        return (path / ".git").exists() and git(path, "rev-parse", "HEAD", check=False) == self.sha
+
+
+def uncommitted_changes(repo: Path | None) -> str:
+    """'3 files changed' when tracked files of `repo` differ from HEAD; '' when clean."""
+    if repo is None:
+        return ""
+    changed = [line for line in git(repo, "status", "--porcelain", "--untracked-files=no",
+                                    check=False).splitlines() if line.strip()]
+    return f"{len(changed)} tracked file{'s' * (len(changed) != 1)} changed" if changed else ""

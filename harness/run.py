@@ -18,7 +18,9 @@ is rewritten after each configuration.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -30,13 +32,14 @@ from typing import Callable
 from harness.capabilities import NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, UsageError, VacuousResult
+from harness.lifeline import reap_orphans
 from harness.metadata import revision_interpreter_metadata
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import safe_name
 from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
-from harness.redaction import redact_argv, redact_env
+from harness.redaction import redact_argv, redact_env, scrub_file, secret_values
 from harness.result_files import write_run
 from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
 from harness.revisions import Revision
@@ -121,6 +124,10 @@ class Job:
     server_info: dict = field(default_factory=dict)
     # What every cell of this job records about where it was measured.
     meta: dict = field(default_factory=dict)
+    # Values masked in everything kept: what the server saw (the caller's environment, the
+    # configuration's, which holds a matrix entry's, and its arguments) must not come back
+    # through its own output.
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,13 +145,16 @@ class Outcome:
 
 def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
     run = open_run(req, observer or QuietObserver())
+    # On disk from the start, so that `--resume` works after any death, even in the first cell.
+    write_run(req.out_dir, run.recorder.result(partial=True))
     run.observer.begin(sum(2 * len(cp.probes) for cp in run.plans))
     try:
         for i, cp in enumerate(run.plans):
             run_config(run, cp, role_order(i))
             write_run(req.out_dir, run.recorder.result(partial=True))
-    except BaseException:  # Ctrl-C / SIGTERM: what finished is on disk for `run --resume`
+    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
         write_run(req.out_dir, run.recorder.result(partial=True))
+        exc.resume_hint = (f"--resume --out {req.out_dir}" if run.recorder.cells else None)
         raise
     finally:
         run.observer.end()
@@ -161,10 +171,15 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     target = get_target(req.target, req.python)
     run = Run(req, suite, plans, target, ResultStore(req.store_root), observer, worktrees, {},
               RunRecorder(suite, req, target.name, tuple((cp.spec.name, p) for cp in plans for p in cp.probes)))
+    for pid in reap_orphans():
+        print(f"detcheck: stopped server pid {pid} left running by an earlier run that died",
+              file=sys.stderr)
     if not req.fresh:
         # Read once: a damaged stored cell is reported with its path now, not half way.
         run.stored = {key: run.store.get(key) for cp in plans for p in cp.probes for role in Role
                       if (key := run.key(cp, p, role)) is not None}
+        for mismatch in run.store.mismatched:
+            print(f"detcheck: warning: {mismatch}; measuring it again", file=sys.stderr)
     return run
 
 
@@ -204,12 +219,15 @@ def run_job(run: Run, job: Job) -> None:
     finally:
         if job.server is not None:
             job.server.stop()
+            scrub_file(job.server.log_path, job.secrets)
 
 
 def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
+    env = {**os.environ, **cp.server.env, **run.req.role_env.get(role, {})}
     return Job(cp, role, run.req.revision(role), run.worktrees[role],
                {p: run.key(cp, p, role) for p in cp.probes},
-               meta={**run.recorder.host, "target": run.target.name})
+               meta={**run.recorder.host, "target": run.target.name},
+               secrets=secret_values(env, cp.server.args))
 
 
 def reuse_stored(run: Run, job: Job) -> bool:
@@ -224,7 +242,7 @@ def reuse_stored(run: Run, job: Job) -> bool:
 
 def resolve_flags(run: Run, job: Job) -> bool:
     try:
-        caps = revision_capabilities(run.target, job.revision.sha, job.worktree)
+        caps = revision_capabilities(run.target, job.revision.sha, job.worktree, run.suite.startup_timeout_s)
         feature_args = caps.feature_args(job.cp.server.features, job.cp.server.draft_model)
         probe_args = tuple(a for p in job.todo for a in PROBES[p].server_args)
         caps.check_args((*job.cp.server.args, *probe_args))
@@ -309,7 +327,7 @@ def finish_job(run: Run, job: Job, outcome: Outcome) -> bool:
 
 def record_cell(run: Run, job: Job, probe: str, outcome: Outcome) -> None:
     key = job.keys[probe]
-    cell = run.recorder.cell(job.cp, job.role, job.revision.info, probe, outcome, job.meta, key)
+    cell = run.recorder.cell(job.cp, job.role, job.revision.info, probe, outcome, job.meta, key, job.secrets)
     if key is not None:
         run.store.put(key, cell)
     run.recorder.add(cell, reused=False, observer=run.observer)

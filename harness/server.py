@@ -22,6 +22,7 @@ import psutil
 import requests
 
 from harness.errors import LaunchError
+from harness.lifeline import die_with_parent, register, unregister
 from harness.targets import HOST
 
 _live: dict[int, ServerProcess] = {}  # started, group not yet stopped; by id()
@@ -124,8 +125,10 @@ class ServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
             _live[id(self)] = self
+            register(self.proc.pid)
         finally:
             log.close()
 
@@ -191,6 +194,7 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.wait(timeout=5)
         _live.pop(id(self), None)
+        unregister(self.proc.pid)
 
     def log_size(self) -> int:
         try:

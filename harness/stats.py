@@ -57,6 +57,8 @@ class Verdict(StrEnum):
     UNKNOWN = "unknown"
     NOT_APPLICABLE = "n/a"
     ERROR = "error"
+    # A whole run's verdict only: no (configuration, probe) was measured on both sides.
+    NOTHING_MEASURED = "nothing measured"
 
 
 # --------------------------------------------------------------------------- k3 / KL

@@ -294,7 +294,7 @@ def _other_schema(text: str) -> str:
 @pytest.mark.parametrize("edit, message", [
     (_truncate, r"corrupt cell file \(.* at line \d+\)"),
     (_edit_value, r"content does not match its digest"),
-    (_other_schema, r"schema 99, expected 1"),
+    (_other_schema, r"schema 99, expected \d+"),
 ], ids=["truncated", "hand-edited", "other-schema"])
 def test_damaged_store_cell_is_reported_with_its_path(stored, tmp_path, no_leftovers, edit, message):
     bench, store = stored
@@ -312,7 +312,7 @@ def test_damaged_store_cell_is_reported_with_its_path(stored, tmp_path, no_lefto
 
 @pytest.mark.parametrize("edit, command, message", [
     (_truncate, "report", r"corrupt results file \(.* at line \d+\)"),
-    (_other_schema, "compare", r"schema 99, expected 1"),
+    (_other_schema, "compare", r"schema 99, expected \d+"),
 ], ids=["truncated", "other-schema"])
 def test_damaged_results_file_is_reported_with_its_path(stored, tmp_path, edit, command, message):
     bench, _ = stored

@@ -17,13 +17,14 @@ from rich.console import Console
 from conftest import DATA, detcheck
 from harness.report.console import ConsoleReport
 from harness.report.markdown import MarkdownReport
+from harness.result_files import read_run, upgraded
 from harness.results import RunResult
 
 CASES = ["demo-cache", "h200-pools"]
 
 
 def load(name: str) -> RunResult:
-    return RunResult.from_dict(json.loads((DATA / f"{name}.json").read_text()))
+    return read_run(DATA / f"{name}.json")
 
 
 def check_golden(path, text: str) -> None:
@@ -45,7 +46,7 @@ def test_console_golden(name):
 
 
 def test_round_trip_is_lossless():
-    data = json.loads((DATA / "demo-cache.json").read_text())
+    data = upgraded(DATA / "demo-cache.json", "results", json.loads((DATA / "demo-cache.json").read_text()))
     assert RunResult.from_dict(data).to_dict() == data
 
 

@@ -20,8 +20,10 @@ def test_secret_env_names_masked():
 
 
 def test_secret_values_scrubbed_from_server_output():
-    from harness.redaction import scrub_secrets
+    from harness.redaction import scrub, secret_values
 
     env = {"HF_TOKEN": "hf_abcdef123", "PATH": "/usr/bin", "SHORT_KEY": "ab"}
-    text = "loading with token hf_abcdef123 from /usr/bin"
-    assert scrub_secrets(text, env) == "loading with token <redacted> from /usr/bin"
+    argv = ["--api-key", "sk-live-999", "--admin-api-key=adm-777", "--max-total-tokens", "4096"]
+    text = "loading with token hf_abcdef123 from /usr/bin; args sk-live-999 adm-777 4096"
+    assert scrub(text, secret_values(env, argv)) == \
+        "loading with token <redacted> from /usr/bin; args <redacted> <redacted> 4096"

@@ -19,14 +19,15 @@ from harness.observer import QuietObserver, RunObserver
 from harness.paths import cache_dir
 from harness.report.console import ConsoleObserver
 from harness.report.emit import FORMATS, emit
+from harness.result_files import RESULTS_FILE
 from harness.results import RunResult
-from harness.revisions import Revision
+from harness.revisions import Revision, uncommitted_changes
 from harness.run import RunRequest
 from harness.stats import Verdict
 from harness.targets import TARGET_NAMES
 
-# Exit codes, as `detcheck --help` lists them.
-EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Exit codes, as `detcheck --help` and README list them.
+EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOTHING_MEASURED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def add_format_arg(p: argparse.ArgumentParser) -> None:
@@ -51,6 +52,8 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run in --out: finished cells come from the store, "
                         "only the rest is launched")
+    p.add_argument("--force", action="store_true",
+                   help="replace the run an existing --out holds (its results, report, logs, plots)")
     p.add_argument("--config", action="append", default=[], metavar="NAME",
                    help="run only this configuration (repeatable)")
     p.add_argument("--probe", action="append", default=[], metavar="NAME",
@@ -74,19 +77,43 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
         return Revision.installed("installed"), Revision.installed("installed")
     if not args.base or not args.candidate:
         raise UsageError("--repo needs both --base and --candidate")
-    return Revision.resolve(args.repo, args.base), Revision.resolve(args.repo, args.candidate)
+    base, candidate = Revision.resolve(args.repo, args.base), Revision.resolve(args.repo, args.candidate)
+    dirty = uncommitted_changes(base.repo)
+    if dirty:
+        print(f"detcheck: warning: --repo {base.repo} has uncommitted changes ({dirty}); the "
+              f"committed revisions are tested: base {base.short()}, candidate {candidate.short()}",
+              file=sys.stderr)
+    return base, candidate
+
+
+def claim_out_dir(out: Path, resume: bool, force: bool) -> None:
+    """An --out holding another run is never overwritten by accident: --resume continues it,
+    --force replaces it (its logs too, so they are not appended across runs)."""
+    if resume:
+        if not (out / RESULTS_FILE).is_file():
+            raise UsageError(f"--resume needs --out pointing at an earlier run's directory "
+                             f"(one with {RESULTS_FILE}); {out} has none")
+        return
+    if not (out / RESULTS_FILE).is_file():
+        return
+    if not force:
+        raise UsageError(f"--out {out} holds an earlier run; pass --resume to continue it or "
+                         f"--force to replace it")
+    for name in (RESULTS_FILE, "report.md"):
+        (out / name).unlink(missing_ok=True)
+    for name in ("logs", "plots"):
+        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
-    if getattr(args, "resume", False):
-        if args.fresh:
-            raise UsageError("--resume and --fresh contradict each other")
-        if args.out is None or not (args.out / "results.json").is_file():
-            raise UsageError("--resume needs --out pointing at an earlier run's directory "
-                             "(one with results.json)")
+    if args.resume and (args.fresh or args.force):
+        raise UsageError(f"--resume and --{'fresh' if args.fresh else 'force'} contradict each other")
+    if args.resume and args.out is None:
+        raise UsageError("--resume needs --out pointing at an earlier run's directory")
     if args.python and shutil.which(args.python) is None:
         raise UsageError(f"--python {args.python}: no such executable")
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    claim_out_dir(out, args.resume, args.force)
     return RunRequest(
         suite_path=suite, target=args.target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
@@ -104,8 +131,11 @@ def observer_for(args: argparse.Namespace) -> RunObserver:
 
 
 def exit_code(verdict: Verdict) -> int:
-    """asv continuous style: 1 when the candidate differs or a cell failed; 0 otherwise."""
-    return EXIT_DIFFERENT if verdict in (Verdict.DIFFERENT, Verdict.ERROR) else EXIT_SAME
+    """asv continuous style: 1 when the candidate differs or a cell failed; 3 when nothing was
+    compared (every configuration n/a); 0 otherwise."""
+    if verdict in (Verdict.DIFFERENT, Verdict.ERROR):
+        return EXIT_DIFFERENT
+    return EXIT_NOTHING_MEASURED if verdict == Verdict.NOTHING_MEASURED else EXIT_SAME
 
 
 def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:

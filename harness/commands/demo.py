@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from harness.bisect import SKIP, BisectSpec, bisect
-from harness.commands.common_args import add_format_arg, observer_for
+from harness.commands.common_args import add_format_arg, claim_out_dir, observer_for
 from harness.demo import SCENARIOS, SUITES, build_demo_history, build_repo, check_expected
 from harness.paths import cache_dir
 from harness.report.emit import emit
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
         repo = build_repo(scenario, Path(tmp), reverse=args.reverse)
         out = args.out or Path(tmp) / "run"
+        claim_out_dir(out, resume=False, force=True)  # a demo always starts its run afresh
         req = RunRequest(
             suite_path=scenario.suite, target="refserver",
             base=Revision.resolve(repo.path, repo.base), candidate=Revision.resolve(repo.path, repo.candidate),

@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.commands.common_args import add_format_arg, add_revision_args, conclude, observer_for, revisions_from
+from harness.commands.common_args import (add_format_arg, add_revision_args, claim_out_dir, conclude,
+                                          observer_for, revisions_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.observer import QuietObserver
 from harness.paths import PROJECT_ROOT, cache_dir
@@ -46,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="output directory, one subdirectory per suite (default results/runs/<entry>-<time>)")
     r.add_argument("--store", type=Path, default=None, help="result store (default: $DETCHECK_CACHE_DIR/store)")
     r.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
+    r.add_argument("--force", action="store_true", help="replace the runs an existing --out holds")
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
     add_format_arg(r)
@@ -75,6 +77,7 @@ def run_entry(args: argparse.Namespace) -> int:
     gpu_env = {Role(k): v for k, v in entry.gpu_env(os.environ.get("CUDA_VISIBLE_DEVICES")).items()}
     codes = []
     for suite in entry.suites:
+        claim_out_dir(root / suite.stem, resume=False, force=args.force)
         req = RunRequest(
             suite_path=suite, target=entry.target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,

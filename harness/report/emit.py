@@ -10,6 +10,7 @@ from rich.console import Console
 
 from harness.report.console import ConsoleReport
 from harness.report.markdown import MarkdownReport
+from harness.result_files import atomic_write_text
 from harness.results import RunResult
 
 FORMATS = ("console", "md", "json")
@@ -27,12 +28,19 @@ def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], 
 
 
 def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None) -> None:
+    """Print `result` in `fmt`; also write report.md and plots into `out_dir` where it can (a
+    read-only run directory still prints, with a warning)."""
     stream = stream or sys.stdout
-    plots = plots_for(result, out_dir)
-    markdown = MarkdownReport(result, plots).render()
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "report.md").write_text(markdown)
+    try:
+        plots = plots_for(result, out_dir)
+        markdown = MarkdownReport(result, plots).render()
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out_dir / "report.md", markdown)
+    except OSError as exc:
+        print(f"detcheck: warning: report.md and plots not written to {out_dir}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        markdown = MarkdownReport(result, {}).render()
     if fmt == "md":
         stream.write(markdown)
     elif fmt == "json":

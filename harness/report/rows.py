@@ -81,7 +81,9 @@ def headline(result: RunResult) -> str:
     for c in result.comparisons:
         counts[c.verdict] = counts.get(c.verdict, 0) + 1
     parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-    return f"{verdict} ({parts})"
+    cells = {status: sum(1 for c in result.cells if c.status == status) for status in Status}
+    return (f"{verdict} ({parts or 'no comparisons'}); cells: {cells[Status.OK]} measured, "
+            f"{cells[Status.NOT_APPLICABLE]} n/a, {cells[Status.ERROR]} error")
 
 
 def launches_text(result: RunResult) -> str:

@@ -1,0 +1,80 @@
+"""Result files: atomic writes, readable errors, and the schema history (old files still load)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DATA
+from harness.errors import CorruptResult
+from harness.result_files import atomic_write_json, read_cell, read_run, upgraded, write_cell, write_run
+from harness.results import SCHEMA_VERSION
+
+SCHEMA1 = DATA / "schema1-results.json"
+
+
+def test_schema1_run_upgrades_to_current():
+    raw = json.loads(SCHEMA1.read_text())
+    assert raw["schema"] == 1, "this file must stay a schema-1 document: it tests the upgrader"
+    run = read_run(SCHEMA1)
+    assert run.schema == SCHEMA_VERSION
+    assert len(run.cells) == len(raw["cells"]) and all(c.key is None for c in run.cells)
+    assert [c.verdict.value for c in run.comparisons] == [c["verdict"] for c in raw["comparisons"]]
+
+
+def test_upgraded_run_round_trips_at_the_current_schema(tmp_path):
+    run = read_run(SCHEMA1)
+    write_run(tmp_path, run)
+    assert read_run(tmp_path) == run
+    assert json.loads((tmp_path / "results.json").read_text())["schema"] == SCHEMA_VERSION
+
+
+def test_schema1_cell_upgrades(tmp_path):
+    cell = read_run(SCHEMA1).cells[0]
+    old = {**cell.to_dict(), "schema": 1}
+    old.pop("key")
+    path = tmp_path / "cell.json"
+    from harness.result_files import content_digest
+    atomic_write_json(path, {**old, "digest": content_digest(old)})
+    assert read_cell(path) == cell
+
+
+def test_unknown_schema_names_the_file(tmp_path):
+    with pytest.raises(CorruptResult, match=r"schema 99, expected"):
+        upgraded(tmp_path / "x.json", "results", {"schema": 99})
+
+
+@pytest.mark.parametrize("doc", [[], "text", 3])
+def test_wrong_container_is_a_clean_error(tmp_path, doc):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CorruptResult, match="not an object"):
+        read_run(path)
+
+
+def test_wrong_field_types_are_a_clean_error(tmp_path):
+    data = json.loads(SCHEMA1.read_text())
+    data["metadata"] = []
+    data["cells"] = "nope"
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptResult, match="bad field"):
+        read_run(path)
+
+
+def test_a_directory_where_a_cell_should_be(tmp_path):
+    (tmp_path / "cell.json").mkdir()
+    with pytest.raises(CorruptResult, match="is a directory"):
+        read_cell(tmp_path / "cell.json")
+
+
+def test_edited_cell_is_refused(tmp_path):
+    cell = read_run(SCHEMA1).cells[0]
+    path = tmp_path / "cell.json"
+    write_cell(path, cell)
+    data = json.loads(path.read_text())
+    data["reason"] = "edited"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptResult, match="digest"):
+        read_cell(path)
