@@ -72,3 +72,17 @@ def scrub_file(path: Path, secrets: Sequence[str]) -> None:
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """What may be written to results: secret-named values never leave the process."""
     return {k: (REDACTED if is_secret(k) else v) for k, v in env.items()}
+
+
+def redact_command(argv: Sequence[str]) -> list[str]:
+    """detcheck's own command line as recorded: secrets passed through `--server-arg` masked
+    (`--server-arg=--api-key --server-arg=sk-…`, or the two-word form)."""
+    server_args: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--server-arg":
+            server_args.append(next(words, ""))
+        elif word.startswith("--server-arg="):
+            server_args.append(word.partition("=")[2])
+    secrets = secret_values({}, server_args)
+    return [scrub(word, secrets) for word in redact_argv(list(argv))]

@@ -17,6 +17,7 @@ from harness.compare import overall
 from harness.errors import UsageError
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import cache_dir
+from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
 from harness.report.emit import FORMATS, emit
 from harness.result_files import RESULTS_FILE
@@ -28,6 +29,11 @@ from harness.targets import TARGET_NAMES
 
 # Exit codes, as `detcheck --help` and README list them.
 EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOTHING_MEASURED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def command_line() -> str:
+    """This detcheck invocation as results record it, secrets masked."""
+    return shlex.join(redact_command(["detcheck", *sys.argv[1:]]))
 
 
 def add_format_arg(p: argparse.ArgumentParser) -> None:
@@ -120,7 +126,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
         extra_args=tuple(args.server_arg),
         parallel_roles=getattr(args, "parallel", False),
-        command_line=shlex.join(["detcheck", *sys.argv[1:]]),
+        command_line=command_line(),
     )
 
 

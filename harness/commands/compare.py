@@ -11,11 +11,9 @@ Prints through the same renderers as `detcheck run`.
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 from pathlib import Path
 
-from harness.commands.common_args import add_format_arg, conclude
+from harness.commands.common_args import add_format_arg, command_line, conclude
 from harness.compare import compare_runs
 from harness.errors import UsageError
 from harness.plan import load_suite
@@ -46,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the base run's suite {str(suite_path)!r} is not here; pass --suite FILE")
     suite = load_suite(suite_path, known_probes())
     result = compare_runs(base_run, cand_run, Role(args.side), suite.probe_params,
-                          shlex.join(["detcheck", *sys.argv[1:]]))
+                          command_line())
     return conclude(result, args.format, args.out)

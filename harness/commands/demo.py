@@ -6,13 +6,12 @@ Runs entirely on CPU: the reference server in fixtures/refserver stands in for S
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 
 from harness.bisect import SKIP, BisectSpec, bisect
-from harness.commands.common_args import add_format_arg, claim_out_dir, observer_for
+from harness.commands.common_args import add_format_arg, claim_out_dir, command_line, observer_for
 from harness.demo import SCENARIOS, SUITES, build_demo_history, build_repo, check_expected
 from harness.paths import cache_dir
 from harness.report.emit import emit
@@ -53,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             suite_path=scenario.suite, target="refserver",
             base=Revision.resolve(repo.path, repo.base), candidate=Revision.resolve(repo.path, repo.candidate),
             out_dir=out, store_root=cache_dir() / "demo-store", fresh=args.fresh,
-            command_line=shlex.join(["detcheck", *sys.argv[1:]]),
+            command_line=command_line(),
         )
         print(f"demo {scenario.name}: {scenario.summary}"
               f"{' (reversed: base broken, candidate fixed)' if args.reverse else ''}", file=sys.stderr)

@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
 
-from harness.commands.common_args import (add_format_arg, add_revision_args, claim_out_dir, conclude,
-                                          observer_for, revisions_from)
+from harness.commands.common_args import (add_format_arg, add_revision_args, claim_out_dir, command_line,
+                                          conclude, observer_for, revisions_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.observer import QuietObserver
 from harness.paths import PROJECT_ROOT, cache_dir
@@ -82,7 +81,7 @@ def run_entry(args: argparse.Namespace) -> int:
             suite_path=suite, target=entry.target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
             role_env=gpu_env, extra_args=entry.server_args, extra_env=entry.env,
-            parallel_roles=entry.parallel, command_line=shlex.join(["detcheck", *sys.argv[1:]]))
+            parallel_roles=entry.parallel, command_line=command_line())
         side_by_side = ", ".join(f"{r.value} on GPU {e['CUDA_VISIBLE_DEVICES']}" for r, e in gpu_env.items())
         print(f"matrix {entry.name}: {suite.name}"
               f"{f' ({side_by_side}, at the same time)' if entry.parallel else ''}", file=sys.stderr)
