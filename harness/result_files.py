@@ -132,7 +132,9 @@ def read_cell(path: Path) -> CellResult:
     data = read_json(path, "cell")
     if not isinstance(data, dict):
         raise CorruptResult(f"{path}: corrupt cell file (a {type(data).__name__}, not an object)")
-    if data.pop("digest", None) != content_digest(data):
+    digest = data.pop("digest", None)
+    current = upgraded(path, "cell", data)  # an unknown schema is named as such, before the digest
+    if digest != content_digest(data):
         raise CorruptResult(f"{path}: content does not match its digest (edited by hand?); "
                             f"delete it or run with --fresh to measure it again")
-    return _decode(path, "cell", upgraded(path, "cell", data), CellResult.from_dict)
+    return _decode(path, "cell", current, CellResult.from_dict)

@@ -103,6 +103,7 @@ def test_the_example_baselines_file_loads():
         assert baseline.load(f).entries
 
 
+@pytest.mark.slow
 def test_populate_then_gate_a_real_run(tmp_path):
     """populate from a clean run; `run --baseline` then fails the regressed candidate."""
     repo = FixtureRepo.create(tmp_path / "repo")

@@ -45,6 +45,7 @@ def first_run(history):
     return run, bis
 
 
+@pytest.mark.slow
 def test_finds_the_planted_commit_within_the_bound(history, first_run):
     h, _, _ = history
     run, bis = first_run
@@ -57,17 +58,20 @@ def test_finds_the_planted_commit_within_the_bound(history, first_run):
     assert "confirmed: bad with" in out and "compares same to good" in out
 
 
+@pytest.mark.slow
 def test_skips_the_unbuildable_commit(history, first_run):
     h, _, _ = history
     line = next(l for l in first_run[1].stdout.splitlines() if l.startswith("step") and h.unbuildable[:12] in l)
     assert "skip" in line and "exit 125" in line and "not launched" in line
 
 
+@pytest.mark.slow
 def test_reuses_the_cells_of_an_earlier_run(first_run):
     endpoint = next(l for l in first_run[1].stdout.splitlines() if l.startswith("endpoint"))
     assert "different" in endpoint and "reused" in endpoint
 
 
+@pytest.mark.slow
 def test_a_rerun_launches_no_server(history, first_run):
     h, env, store = history
     again = detcheck("bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad, *ARGS,
@@ -78,6 +82,7 @@ def test_a_rerun_launches_no_server(history, first_run):
     assert "measured (" not in again.stdout
 
 
+@pytest.mark.slow
 def test_leaves_the_users_checkout_alone(history, first_run):
     h, _, _ = history
     git = lambda *a: subprocess.run(["git", "-C", str(h.path), *a], capture_output=True, text=True).stdout
@@ -95,6 +100,7 @@ def _session(history, monkeypatch) -> Path:
 
 @pytest.mark.parametrize("which, code", [("before_culprit", SAME), ("culprit", DIFFERENT),
                                          ("unbuildable", SKIP)])
+@pytest.mark.slow
 def test_predicate_exit_codes(history, first_run, monkeypatch, which, code):
     h, env, _ = history
     sha = {"before_culprit": _parent_of(h, h.culprit), "culprit": h.culprit,
@@ -104,6 +110,7 @@ def test_predicate_exit_codes(history, first_run, monkeypatch, which, code):
     assert sha[:12] in step.stdout
 
 
+@pytest.mark.slow
 def test_predicate_aborts_when_the_good_endpoint_fails(history, first_run, monkeypatch, tmp_path):
     """git bisect stops on 128+: a broken good endpoint must not read as "bad"."""
     h, env, _ = history

@@ -10,6 +10,8 @@ import pytest
 from conftest import ROOT, detcheck
 from harness.fixture_repo import FixtureRepo
 
+pytestmark = pytest.mark.slow  # every test here starts servers
+
 SUITE = str(ROOT / "suites" / "default.toml")
 
 
@@ -64,7 +66,7 @@ def test_compare_base_side(runs):
     root, env, _ = runs
     proc = detcheck("compare", "--base-results", str(root / "first"), "--candidate-results", str(root / "clean"),
                     "--side", "base", "--format", "md", env=env)
-    assert proc.returncode == 0 and "**Verdict: same (3 same)**" in proc.stdout
+    assert proc.returncode == 0 and "**Verdict: same (3 same); cells: 6 measured" in proc.stdout
 
 
 def test_different_workloads_are_not_comparable(runs, tmp_path):

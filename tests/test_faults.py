@@ -26,7 +26,7 @@ import pytest
 from conftest import ROOT, TAG, detcheck, leftovers, tagged
 from faultlib import Bench, cells, interrupt
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # every test starts servers
 
 # configuration: (fault server args, status of both cells, reason pattern, log-tail pattern)
 FAULTS = {

@@ -127,6 +127,7 @@ def test_nox_validate_without_revisions_is_an_error():
     assert proc.returncode != 0 and "which revisions?" in proc.stderr
 
 
+@pytest.mark.slow
 def test_nox_validate_runs_the_cpu_entry(tmp_path):
     repo = FixtureRepo.create(tmp_path / "repo")
     base = repo.head()
@@ -135,7 +136,7 @@ def test_nox_validate_runs_the_cpu_entry(tmp_path):
                "--candidate", cand, "--out", str(tmp_path / "out"), "--format", "md",
                env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "**Verdict: same (3 same)**" in proc.stdout
+    assert "**Verdict: same (3 same); cells: 6 measured" in proc.stdout
     assert (tmp_path / "out" / "default" / "results.json").is_file()
 
 
@@ -146,6 +147,7 @@ def test_matrix_list_json():
     assert rows["h200x2"]["parallel"] is True
 
 
+@pytest.mark.slow
 def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
     """The pipeline's parallel path on CPU: each role gets its own CUDA_VISIBLE_DEVICES."""
     (tmp_path / "matrix.toml").write_text(

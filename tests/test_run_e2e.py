@@ -8,10 +8,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, detcheck
 from harness.fixture_repo import FixtureRepo
 
 
+@pytest.mark.slow
 def test_demo_catches_the_cache_regression_with_one_launch_per_cell(tmp_path):
     out = tmp_path / "out.json"
     proc = detcheck("demo", "--json", str(out), "--no-progress")
@@ -30,6 +33,7 @@ def test_demo_catches_the_cache_regression_with_one_launch_per_cell(tmp_path):
     assert len(kl_base["samples"]) == 8 and len(kl_base["samples"][0]["decode_logprobs"]) == 32
 
 
+@pytest.mark.slow
 def test_run_then_rerun_reuses_every_cell(tmp_path):
     repo = FixtureRepo.create(tmp_path / "repo")
     base = repo.head()

@@ -17,6 +17,8 @@ from conftest import ROOT, detcheck
 from harness.demo import SCENARIOS, build_repo
 from harness.probes.base import fmt
 
+pytestmark = pytest.mark.slow  # every test here starts servers
+
 WINDOW = json.loads((ROOT / "fixtures/refmodels/hybrid/config.json").read_text())["sliding_window"]
 OUTPUT_LEN = 600  # suites/demo-swa.toml
 
@@ -62,7 +64,6 @@ def test_reversed_scenario_repo_ends_on_the_clean_tree(tmp_path, name):
     assert git("diff", f"{repo.candidate}~2", repo.candidate) == ""  # candidate undoes it exactly
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["swa", "mamba-unified", "spec-accept"])
 def test_scenario_prints_expected_verdicts(demo, name):
     proc, result, _ = demo(name)
@@ -88,7 +89,6 @@ def _assert_bounded(swa: dict) -> None:
     assert facts["swa_plateau"] <= 3 * WINDOW
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("reverse", [False, True], ids=["candidate-broken", "base-broken"])
 def test_swa_peak_grows_without_eviction_and_stays_near_the_window_with_it(demo, reverse):
     proc, result, out = demo("swa", reverse)
@@ -103,7 +103,6 @@ def test_swa_peak_grows_without_eviction_and_stays_near_the_window_with_it(demo,
         _assert_bounded(cell(result, "no-spec", "swa_peak", role))
 
 
-@pytest.mark.slow
 def test_swa_curves_gauge_and_plots(demo):
     _, result, out = demo("swa")
     for role in ("base", "candidate"):
@@ -120,7 +119,6 @@ def test_swa_curves_gauge_and_plots(demo):
         assert f"](plots/{config}-swa_peak.png)" in report
 
 
-@pytest.mark.slow
 def test_mamba_unified_breaks_only_unified_cache_hits(demo):
     _, result, _ = demo("mamba-unified")
     for probe in ("prefill_cache_hit", "decode_cache_hit"):
@@ -132,7 +130,6 @@ def test_mamba_unified_breaks_only_unified_cache_hits(demo):
             assert verdicts(result)[pool, probe] == "same"
 
 
-@pytest.mark.slow
 def test_spec_accept_drops_accept_length_not_outputs(demo):
     _, result, _ = demo("spec-accept")
     for config in ("eagle", "dflash"):

@@ -5,10 +5,14 @@ with real processes and real HTTP."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 
 from conftest import ROOT, detcheck, make_sglang_repo
+
+pytestmark = pytest.mark.slow  # every test here starts servers
 
 SUITE = """
 name = "shim"
