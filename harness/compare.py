@@ -47,7 +47,7 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         else:
             comparisons[m.name] = stats.compare_noisy(
                 m.values, other.values, floor_for(params, m.name, primary=(i == 0)),
-                alpha=float(params.get("alpha", 0.05)), seed=int(params.get("seed", 0)))
+                alpha=float(params.get("alpha", 0.05)), boot=stats.Bootstrap(seed=int(params.get("seed", 0))))
     decided = [comparisons[n].verdict for n in decisive if n in comparisons]
     verdict = stats.combine_verdicts(decided)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in decisive if n in comparisons)

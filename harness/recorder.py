@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness import __version__
 from harness.compare import compare_cells
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub
-from harness.results import CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult
+from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
 
 if TYPE_CHECKING:
     from harness.plan import Suite
-    from harness.run import ConfigPlan, Outcome, RunRequest
-    from harness.store import CellKey
+    from harness.run import Job, Outcome, RunRequest
 
 
 def utc_now() -> str:
@@ -38,16 +37,19 @@ class RunRecorder:
         self._comparisons: dict[tuple[str, str], ProbeComparison] = {}
         self._lock = threading.Lock()  # base and candidate jobs may run in two threads
 
-    def cell(self, cp: ConfigPlan, role: Role, revision: RevisionInfo, probe: str, outcome: Outcome,
-             meta: dict[str, Any], key: CellKey | None, secrets: tuple[str, ...]) -> CellResult:
+    def cell(self, job: Job, probe: str, outcome: Outcome) -> CellResult:
+        """The cell a job's probe ended with: where it was measured (the job's metadata), under
+        which key, with the job's secrets masked in what the server said."""
+        cp, key, secrets = job.cp, job.keys[probe], job.secrets
         workload = cp.workloads[probe]
-        meta = {**meta, "finished_at": utc_now(), "workload": workload.spec.to_dict(),
+        meta = {**job.meta, "finished_at": utc_now(), "workload": workload.spec.to_dict(),
                 "workload_name": workload.name}
         if outcome.wall_s is not None:
             meta["probe_wall_s"] = outcome.wall_s
         output = outcome.output
         return CellResult(
-            config=cp.spec.name, probe=probe, role=role, revision=revision, status=outcome.status,
+            config=cp.spec.name, probe=probe, role=job.role, revision=job.revision.info,
+            status=outcome.status,
             config_fingerprint=cp.server.fingerprint, workload_fingerprint=workload.fingerprint,
             samples=output.samples if output else (), metrics=output.metrics if output else (),
             facts=output.facts if output else {},

@@ -326,10 +326,9 @@ def finish_job(run: Run, job: Job, outcome: Outcome) -> bool:
 
 
 def record_cell(run: Run, job: Job, probe: str, outcome: Outcome) -> None:
-    key = job.keys[probe]
-    cell = run.recorder.cell(job.cp, job.role, job.revision.info, probe, outcome, job.meta, key, job.secrets)
-    if key is not None:
-        run.store.put(key, cell)
+    cell = run.recorder.cell(job, probe, outcome)
+    if job.keys[probe] is not None:
+        run.store.put(job.keys[probe], cell)
     run.recorder.add(cell, reused=False, observer=run.observer)
 
 

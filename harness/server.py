@@ -44,15 +44,18 @@ def exit_text(code: int) -> str:
     return f"exited with code {code}"
 
 
+PORT_TRIES = 3
+
+
 def launch(argv_for_port: Callable[[int], list[str]], env: dict[str, str], log_path: Path,
-           cwd: Path | None, timeout_s: float, on_tick: Callable[[float], None] | None = None,
-           tries: int = 3) -> tuple[ServerProcess, LaunchError | None]:
+           cwd: Path | None, timeout_s: float,
+           on_tick: Callable[[float], None] | None = None) -> tuple[ServerProcess, LaunchError | None]:
     """Start a server and wait for it to be healthy. A port taken between choosing and binding
     gets another try on another port. Returns the server (already stopped if it failed) and
     the launch failure, if any."""
     server: ServerProcess | None = None
     failure: LaunchError | None = None
-    for _attempt in range(tries):
+    for _attempt in range(PORT_TRIES):
         port = free_port()
         server = ServerProcess(argv_for_port(port), env, log_path, port, cwd=cwd)
         try:
@@ -68,7 +71,7 @@ def launch(argv_for_port: Callable[[int], list[str]], env: dict[str, str], log_p
             server.stop()
             raise
     else:
-        failure = LaunchError(f"{failure}, on each of {tries} ports tried (address already in use)",
+        failure = LaunchError(f"{failure}, on each of {PORT_TRIES} ports tried (address already in use)",
                               failure.log_tail, failure.exit_code)
     assert server is not None
     return server, failure

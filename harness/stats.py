@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "Bootstrap",
     "Comparison",
     "Floor",
     "KLTails",
@@ -416,14 +417,21 @@ def _g(v: float) -> str:
     return f"{v:.3g}"
 
 
+@dataclass(frozen=True)
+class Bootstrap:
+    """How the CIs of a noisy comparison are resampled (seeded: reproducible)."""
+
+    confidence: float = 0.95
+    n_boot: int = 2000
+    seed: int = 0
+
+
 def compare_noisy(
     base: Sequence[float],
     candidate: Sequence[float],
     floor: Floor,
     alpha: float = 0.05,
-    confidence: float = 0.95,
-    n_boot: int = 2000,
-    seed: int = 0,
+    boot: Bootstrap = Bootstrap(),
 ) -> Comparison:
     """Three-way verdict for a noisy metric.
 
@@ -435,10 +443,11 @@ def compare_noisy(
     * UNKNOWN: otherwise; more samples would decide.
 
     ``threshold = floor.threshold(median(base))``. The two sides are resampled independently
-    from streams derived from ``seed``, so the result is reproducible.
+    from streams derived from ``boot.seed``, so the result is reproducible.
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    confidence, n_boot, seed = boot.confidence, boot.n_boot, boot.seed
     _check_boot(confidence, n_boot)
     x, y = _noisy_array(base), _noisy_array(candidate)
     bs = summarize(x, confidence=confidence, n_boot=n_boot, seed=seed)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from harness.stats import (
+    Bootstrap,
     Comparison,
     Floor,
     Kind,
@@ -284,7 +285,7 @@ def test_compare_noisy_relative_floor():
 def test_compare_noisy_reproducible_and_validated():
     rng = np.random.default_rng(15)
     base, cand = rng.normal(0, 1, 12), rng.normal(0.3, 1, 12)
-    assert compare_noisy(base, cand, Floor(0.1), seed=3) == compare_noisy(list(base), list(cand), Floor(0.1), seed=3)
+    assert compare_noisy(base, cand, Floor(0.1), boot=Bootstrap(seed=3)) == compare_noisy(list(base), list(cand), Floor(0.1), boot=Bootstrap(seed=3))
     with pytest.raises(ValueError):
         compare_noisy([], [1.0], Floor())
     with pytest.raises(ValueError):
