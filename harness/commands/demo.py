@@ -61,13 +61,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             atomic_write_json(args.json, result.to_dict())
     verdicts = {(c.config, c.probe): c.verdict for c in result.comparisons}
-    problems = check_expected(scenario, verdicts)
-    if problems:
-        print("demo: unexpected verdicts: " + "; ".join(problems), file=sys.stderr)
-        return 1
-    print(f"demo {scenario.name}: expected verdicts reproduced "
-          f"({len(result.launches)} launches)", file=sys.stderr)
-    return 0
+    problems = [f"unexpected verdict {p}" for p in check_expected(scenario, verdicts)]
+    return demo_outcome(f"demo {scenario.name}", problems,
+                        f"expected verdicts reproduced ({len(result.launches)} launches)")
 
 
 def demo_bisect(args: argparse.Namespace) -> int:
@@ -92,9 +88,15 @@ def demo_bisect(args: argparse.Namespace) -> int:
         problems.append("the unbuildable commit was not skipped")
     if out.confirmed is not True:
         problems.append("the revert did not confirm the culprit")
+    return demo_outcome("demo bisect", problems,
+                        f"planted commit found in {len(out.steps)} steps (bound {out.bound}), "
+                        f"unbuildable commit skipped, culprit confirmed by revert")
+
+
+def demo_outcome(label: str, problems: list[str], success: str) -> int:
+    """A demo's last line and exit code: 1 with what went wrong, 0 with what it showed."""
     if problems:
-        print("demo bisect: " + "; ".join(problems), file=sys.stderr)
+        print(f"{label}: " + "; ".join(problems), file=sys.stderr)
         return 1
-    print(f"demo bisect: planted commit found in {len(out.steps)} steps (bound {out.bound}), "
-          f"unbuildable commit skipped, culprit confirmed by revert", file=sys.stderr)
+    print(f"{label}: {success}", file=sys.stderr)
     return 0
