@@ -290,7 +290,7 @@ class CellRunner:
             return None  # an installed package has no identity to cache by
         return CellKey(self.target.name, rev.sha, cp.server.fingerprint,
                        cp.workloads[probe].fingerprint, probe,
-                       params_fingerprint(self.suite.probe_spec(probe).params))
+                       params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)))
 
     def _sha_cache(self, kind: str, rev: Revision, suffix: str) -> Path | None:
         """Where a per-revision fact (--help text, interpreter metadata) is kept; None when the

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, detcheck
 from harness.demo import SCENARIOS, build_repo
-from harness.probes.base import fmt
+from harness.report.format import fmt
 
 WINDOW = json.loads((ROOT / "fixtures/refmodels/hybrid/config.json").read_text())["sliding_window"]
 OUTPUT_LEN = 600  # suites/demo-swa.toml
