@@ -99,18 +99,6 @@ CASES = {
                              r"suite\.toml: \[\[config\]\] #1: unknown field\(s\) speed"),
     "unknown-probe-in-suite": (edit_suite('probes = ["kl"]', 'probes = ["kl", "klx"]'),
                                r"suite\.toml: \[\[config\]\] 'only'\.probes: unknown probe 'klx'"),
-    "probe-param-typo": (probe_table("thresold = 1e-9"),
-                         r"suite\.toml: \[probe\.kl\]: unknown key 'thresold'; did you mean 'threshold'\?"),
-    "probe-param-negative": (probe_table("output_len = -1"),
-                             r"\[probe\.kl\]\.output_len: -1 is out of range \[1, 1e\+06\]"),
-    "probe-param-not-a-number": (probe_table('threshold = "abc"'),
-                                 r"\[probe\.kl\]\.threshold: expected a number, got a string 'abc'"),
-    "probe-param-float-for-int": (probe_table("prompts = 1.5"),
-                                  r"\[probe\.kl\]\.prompts: expected an integer, got a number 1\.5"),
-    "probe-param-string-for-int": (probe_table('prompts = "8"'),
-                                   r"\[probe\.kl\]\.prompts: expected an integer, got a string '8'"),
-    "probe-param-huge": (probe_table("prompts = 1000000000"),
-                         r"\[probe\.kl\]\.prompts: 1000000000 is out of range \[1, 100000\]"),
     "unknown-probe-option": (with_args("--probe", "nope"), r"unknown probe 'nope' \(known: "),
     "missing-model-dir": (edit_suite("refmodels/hybrid", "refmodels/nowhere"),
                           r"suite\.toml: \[models\]\.sglang: model directory \S+/refmodels/nowhere "
@@ -133,6 +121,15 @@ CASES = {
                              r"matrix\.toml: \[\[entry\]\] #1: unknown field\(s\) colour"),
     "matrix-malformed": (bad_matrix("[[entry]\n"), r"matrix\.toml: not valid TOML"),
 }
+# A [probe.kl] line each, rejected by the probe's declared parameters.
+CASES.update({f"probe-param-{name}": (probe_table(line), message) for name, (line, message) in {
+    "typo": ("thresold = 1e-9", r"suite\.toml: \[probe\.kl\]: unknown key 'thresold'; did you mean 'threshold'\?"),
+    "negative": ("output_len = -1", r"\[probe\.kl\]\.output_len: -1 is out of range \[1, 1e\+06\]"),
+    "not-a-number": ('threshold = "abc"', r"\[probe\.kl\]\.threshold: expected a number, got a string 'abc'"),
+    "float-for-int": ("prompts = 1.5", r"\[probe\.kl\]\.prompts: expected an integer, got a number 1\.5"),
+    "string-for-int": ('prompts = "8"', r"\[probe\.kl\]\.prompts: expected an integer, got a string '8'"),
+    "huge": ("prompts = 1000000000", r"\[probe\.kl\]\.prompts: 1000000000 is out of range \[1, 100000\]"),
+}.items()})
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import ROOT, detcheck, refserver_suite
 from harness.fixture_repo import FixtureRepo
 
 
@@ -67,31 +67,14 @@ def test_harness_imports_neither_sglang_nor_the_reference_server():
     assert out.stdout.strip() == "[]", out.stderr
 
 
-REJUDGE_SUITE = f"""
-name = "rejudge"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 4
-[[config]]
-name = "det"
-deterministic = true
-probes = ["kl"]
-[probe.kl]
-"""
-
-
 @pytest.mark.slow
 def test_a_judged_param_rejudges_stored_cells_and_a_measured_one_relaunches(tmp_path):
     repo = FixtureRepo.create(tmp_path / "repo")
     base = repo.head()
     candidate = repo.note("a harmless commit")
-    suite = tmp_path / "suite.toml"
 
     def run(table: str, name: str) -> dict:
-        suite.write_text(REJUDGE_SUITE + table)
+        suite = refserver_suite(tmp_path / "rejudge.toml", ["kl"], f"[probe.kl]\n{table}")
         proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
                         "--suite", str(suite), "--out", str(tmp_path / name), "--no-progress")
         assert proc.returncode in (0, 1), proc.stderr[-3000:]

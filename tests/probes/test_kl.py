@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import detcheck, refserver_suite
 from harness.probes import kl
 from harness.stats import Kind
 
@@ -39,23 +39,8 @@ def test_top_k_is_measured_and_threshold_judged():
 
 @pytest.mark.slow
 def test_live_top_k_kl_is_zero_under_deterministic_mode(tmp_path):
-    suite = tmp_path / "suite.toml"
-    suite.write_text(f"""
-name = "live-kl"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[workload]
-prompts = 3
-prompt_len = [12, 20]
-output_len = 6
-[[config]]
-name = "det"
-deterministic = true
-probes = ["kl"]
-[probe.kl]
-top_k = 4
-threshold = 1e-9
-""")
+    suite = refserver_suite(tmp_path / "live-kl.toml", ["kl"], "[probe.kl]\ntop_k = 4\nthreshold = 1e-9\n",
+                            prompts=3, prompt_len=(12, 20), output_len=6)
     out = tmp_path / "run"
     proc = detcheck("run", "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,11 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, refserver_suite
 from harness.errors import UsageError
 from harness.probes import PROBES, known_probes, register
 from harness.probes.base import ProbeKind
@@ -70,20 +69,8 @@ def detcheck_with_toy(module_dir, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
     (tmp_path / "toy_probe.py").write_text(TOY)
-    suite = tmp_path / "suite.toml"
-    suite.write_text(textwrap.dedent(f"""
-        name = "toy"
-        [models]
-        refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-        [workload]
-        prompts = 2
-        prompt_len = [8, 8]
-        [[config]]
-        name = "plain"
-        probes = ["toy"]
-        [probe.toy]
-        tokens = 5
-    """))
+    suite = refserver_suite(tmp_path / "toy.toml", ["toy"], "[probe.toy]\ntokens = 5\n", config="plain",
+                            deterministic=False, prompt_len=(8, 8))
     out = tmp_path / "run"
     proc = detcheck_with_toy(tmp_path, "run", "--suite", str(suite), "--out", str(out),
                              "--no-progress", "--format", "md")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import detcheck, refserver_suite
 from harness.probes import PROBES, throughput
 
 
@@ -21,24 +21,10 @@ def test_describe_and_metric_names():
 
 @pytest.mark.slow
 def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_path):
-    suite = tmp_path / "suite.toml"
-    suite.write_text(f"""
-name = "live"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1"]
-[workload]
-prompts = 4
-prompt_len = [16, 16]
-output_len = 16
-[[config]]
-name = "plain"
-probes = ["throughput", "accept_length"]
-[probe.throughput]
-concurrency = [2, 1]
-repeats = 2
-""")
+    suite = refserver_suite(tmp_path / "live.toml", ["throughput", "accept_length"],
+                            "[probe.throughput]\nconcurrency = [2, 1]\nrepeats = 2\n", config="plain",
+                            deterministic=False, prompts=4, prompt_len=(16, 16), output_len=16,
+                            args=("--random-seed", "1"))
     out = tmp_path / "run"
     proc = detcheck("run", "--suite", str(suite), "--out", str(out), "--no-progress")
     assert proc.returncode in (0, 1), proc.stderr
