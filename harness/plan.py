@@ -268,13 +268,8 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise UsageError(f"{path}: duplicate [[config]] names: {', '.join(sorted(dup))}")
-    probe_params = tables
-    if known_probes is not None:
-        used = dict.fromkeys([*tables, *(p for c in configs for p in c.probes)])
-        probe_params = {kind: known_probes[kind].validate(tables.get(kind, {}), f"{path}: [probe.{kind}]")
-                        for kind in used}
-        for kind, params in probe_params.items():
-            _check_workload(path, f"[workload] with [probe.{kind}]", workload.with_overrides(params))
+    probe_params = (tables if known_probes is None
+                    else _probe_params(path, tables, configs, known_probes, workload))
 
     return Suite(
         name=where.string(raw, "name", "top level", default=path.stem),
@@ -291,6 +286,17 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
         configs=configs,
         probe_params=probe_params,
     )
+
+
+def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec, ...],
+                  known_probes: Mapping[str, ProbeSchema], workload: WorkloadSpec) -> dict[str, dict[str, Any]]:
+    """The validated parameters of every probe the suite has a table for or runs."""
+    used = dict.fromkeys([*tables, *(p for c in configs for p in c.probes)])
+    params = {kind: known_probes[kind].validate(tables.get(kind, {}), f"{path}: [probe.{kind}]")
+              for kind in used}
+    for kind, p in params.items():
+        _check_workload(path, f"[workload] with [probe.{kind}]", workload.with_overrides(p))
+    return params
 
 
 def _load_workload(where: _Where, raw: dict[str, Any]) -> WorkloadSpec:

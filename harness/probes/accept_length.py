@@ -16,11 +16,11 @@ from typing import Any, Sequence
 
 from harness.client import Generation
 from harness.errors import ProbeNotApplicable, VacuousResult
-from harness.probes.base import ProbeContext, ProbeKind, register
-from harness.report.format import fmt
 from harness.params import Param
+from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import batches
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, WORKLOAD
+from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from harness.client import Generation, SGLangClient
-from harness.probes.base import ProbeContext, ProbeKind, register
-from harness.report.format import fmt
 from harness.params import Param
+from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
+from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 
