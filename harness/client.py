@@ -40,12 +40,28 @@ class Generation:
         return [None if e[0] is None else float(e[0]) for e in self.meta.get("input_token_logprobs") or []]
 
     @property
+    def output_top_logprobs(self) -> list[list[tuple[float, int]]]:
+        """Per generated token, the top-k (logprob, token id) pairs (with top_logprobs_num)."""
+        return [_top_pairs(e) for e in self.meta.get("output_top_logprobs") or []]
+
+    @property
+    def input_top_logprobs(self) -> list[list[tuple[float, int]] | None]:
+        """Per prompt position, the top-k (logprob, token id) pairs; None where SGLang has none
+        (position 0 when logprob_start_len=0)."""
+        return [None if e is None else _top_pairs(e) for e in self.meta.get("input_top_logprobs") or []]
+
+    @property
     def cached_tokens(self) -> int:
         return int(self.meta.get("cached_tokens", 0) or 0)
 
     @property
     def completion_tokens(self) -> int:
         return int(self.meta.get("completion_tokens", len(self.output_ids)))
+
+
+def _top_pairs(entries: list) -> list[tuple[float, int]]:
+    # SGLang's entries are [logprob, token_id, text] triples (text None unless detokenized).
+    return [(float(e[0]), int(e[1])) for e in entries]
 
 
 @dataclass

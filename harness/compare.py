@@ -2,7 +2,9 @@
 
 Exact metrics (bit-exact under deterministic mode, fixed-workload peaks) compare by equality;
 noisy ones by bootstrap CI + Mann-Whitney against a practical floor. Floors and which metrics
-decide the verdict come from the suite's [probe.<name>] table, never from code.
+decide the verdict come from the suite's [probe.<name>] table (validated, defaults filled by
+the probe's declared parameters), never from code. A probe's JUDGED facts (a gate) are derived
+here too, so stored cells are judged under the suite's current values.
 """
 
 from __future__ import annotations
@@ -10,18 +12,17 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from harness import stats
+from harness.probes import PROBES
 from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
 
 def floor_for(params: dict[str, Any], metric: str, primary: bool) -> Floor:
-    per_metric = params.get("floors", {}).get(metric)
+    per_metric = params["floors"].get(metric)
     if per_metric is not None:
-        return Floor(absolute=float(per_metric.get("absolute", 0.0)),
-                     relative=float(per_metric.get("relative", 0.0)))
+        return Floor(absolute=per_metric.get("absolute", 0.0), relative=per_metric.get("relative", 0.0))
     if primary:
-        return Floor(absolute=float(params.get("floor_abs", 0.0)),
-                     relative=float(params.get("floor_rel", 0.0)))
+        return Floor(absolute=params["floor_abs"], relative=params["floor_rel"])
     return Floor()
 
 
@@ -36,7 +37,9 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         if bad:
             reasons = "; ".join(f"{n}: {sides[n].reason}" for n in bad)
             return ProbeComparison(config, probe, Verdict(status.value), note=reasons)
-    decisive = params.get("verdict_metrics") or ([base.primary.name] if base.primary else [])
+    judge = PROBES[probe].judge
+    judged = {c.role.value: judge(c.facts, params) for c in (base, cand)} if judge else {}
+    decisive = params["verdict_metrics"] or ([base.primary.name] if base.primary else [])
     comparisons: dict[str, stats.Comparison] = {}
     for i, m in enumerate(base.metrics):
         other = cand.metric(m.name)
@@ -47,21 +50,32 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         else:
             comparisons[m.name] = stats.compare_noisy(
                 m.values, other.values, floor_for(params, m.name, primary=(i == 0)),
-                alpha=float(params.get("alpha", 0.05)), boot=stats.Bootstrap(seed=int(params.get("seed", 0))))
+                alpha=params["alpha"], boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
     decided = [comparisons[n].verdict for n in decisive if n in comparisons]
     verdict = stats.combine_verdicts(decided)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in decisive if n in comparisons)
-    return ProbeComparison(config, probe, verdict, comparisons, note)
+    return ProbeComparison(config, probe, verdict, comparisons, note,
+                           {role: facts for role, facts in judged.items() if facts})
 
 
 def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, Any]],
                 order: Iterable[tuple[str, str]]) -> tuple[ProbeComparison, ...]:
+    """`probe_params`: the suite's validated parameters per probe (Suite.probe_params); a
+    probe the suite does not mention is judged with its defaults."""
     by_key = {(c.config, c.probe, c.role): c for c in cells}
-    return tuple(
-        compare_cells(config, probe, by_key.get((config, probe, Role.BASE)), by_key.get((config, probe, Role.CANDIDATE)),
-                      probe_params.get(probe, {}))
-        for config, probe in order
-    )
+    return tuple(compare_pair(config, probe, by_key.get((config, probe, Role.BASE)),
+                              by_key.get((config, probe, Role.CANDIDATE)), probe_params)
+                 for config, probe in order)
+
+
+def compare_pair(config: str, probe: str, base: CellResult | None, cand: CellResult | None,
+                 probe_params: dict[str, dict[str, Any]]) -> ProbeComparison:
+    """compare_cells under the suite's parameters for `probe` (its defaults where the suite
+    names none)."""
+    if probe not in PROBES:
+        return ProbeComparison(config, probe, Verdict.ERROR, note=f"unknown probe {probe!r}")
+    params = probe_params.get(probe) or PROBES[probe].defaults()
+    return compare_cells(config, probe, base, cand, params)
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:

@@ -13,9 +13,10 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 from harness.errors import UsageError
+from harness.params import Param, ParamRole, validate_params
 from harness.targets import TARGET_NAMES
 
 # Set by the harness alone: every server listens on 127.0.0.1, on a port the harness picks.
@@ -25,7 +26,6 @@ SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH", "DSPARK")
 
 _SUITE_KEYS = {"name", "description", "models", "server", "workload", "config", "probe"}
 _SERVER_KEYS = {"args", "env", "target_args", "startup_timeout_s", "request_timeout_s"}
-_WORKLOAD_KEYS = {"kind", "prompts", "prompt_len", "output_len", "seed", "vocab", "low_token", "path"}
 _CONFIG_KEYS = {
     "name", "probes", "deterministic", "mamba_pool", "mamba_track_interval", "speculative",
     "draft", "model", "swa_ratio", "disable_radix_cache", "args", "env", "target_args",
@@ -57,6 +57,37 @@ class Features:
     disable_radix_cache: bool = False
 
 
+def _min_max(value: list[int]) -> str | None:
+    if len(value) != 2 or value[0] > value[1]:
+        return "must be [min, max] with min <= max"
+    return None
+
+
+# What [workload] and a [probe.<name>] table may set about the prompts. No defaults here: the
+# WorkloadSpec's are the defaults, and a probe's unset override falls back to the suite's.
+WORKLOAD_PARAMS = (
+    Param("kind", str, None, "where prompts come from", ParamRole.MEASURED,
+          choices=("synthetic", "longbench")),
+    Param("prompts", int, None, "number of prompts", ParamRole.MEASURED, low=1, high=100_000),
+    Param("prompt_len", list[int], None, "[min, max] prompt tokens", ParamRole.MEASURED,
+          low=1, high=1_000_000, check=_min_max),
+    Param("output_len", int, None, "tokens generated per request", ParamRole.MEASURED,
+          low=1, high=1_000_000),
+    Param("seed", int, None, "seed of the synthetic prompts", ParamRole.MEASURED, low=0),
+    Param("vocab", int, None, "synthetic token ids are below this", ParamRole.MEASURED,
+          low=1, high=10_000_000),
+    Param("low_token", int, None, "synthetic token ids start here", ParamRole.MEASURED, low=0),
+    Param("path", str, None, "longbench file, relative to the suite", ParamRole.MEASURED),
+)
+_WORKLOAD_KEYS = {p.name for p in WORKLOAD_PARAMS}
+
+
+class ProbeSchema(Protocol):
+    """What load_suite needs of a probe: its [probe.<name>] table checked, defaults filled."""
+
+    def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     kind: str = "synthetic"
@@ -69,7 +100,8 @@ class WorkloadSpec:
     path: str | None = None
 
     def with_overrides(self, params: dict[str, Any]) -> WorkloadSpec:
-        keep = {k: v for k, v in params.items() if k in _WORKLOAD_KEYS}
+        """This workload with the workload keys `params` sets (None: not set)."""
+        keep = {k: v for k, v in params.items() if k in _WORKLOAD_KEYS and v is not None}
         if "prompt_len" in keep:
             keep["prompt_len"] = tuple(keep["prompt_len"])
         return WorkloadSpec(**{**self.__dict__, **keep})
@@ -192,8 +224,12 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read: {exc}") from None
 
 
-def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> Suite:
-    """Read and validate a suite file; raise UsageError naming the file and field."""
+def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None = None) -> Suite:
+    """Read and validate a suite file; raise UsageError naming the file and field.
+
+    With `known_probes` (harness.probes.known_probes()), every probe named is checked to
+    exist and every [probe.<name>] table against its schema; probe_params then holds the
+    validated parameters, defaults filled, of each probe the suite mentions."""
     path = Path(path)
     raw = read_toml(path, "suite")
     _check_keys(path, "top level", raw, _SUITE_KEYS)
@@ -216,8 +252,8 @@ def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> 
 
     workload = _load_workload(where, where.table(raw, "workload"))
 
-    probe_params = where.table(raw, "probe")
-    for kind, params in probe_params.items():
+    tables = where.table(raw, "probe")
+    for kind, params in tables.items():
         if known_probes is not None and kind not in known_probes:
             raise UsageError(f"{path}: [probe.{kind}]: unknown probe "
                              f"(known: {', '.join(sorted(known_probes))})")
@@ -232,6 +268,8 @@ def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> 
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise UsageError(f"{path}: duplicate [[config]] names: {', '.join(sorted(dup))}")
+    probe_params = (tables if known_probes is None
+                    else _probe_params(path, tables, configs, known_probes, workload))
 
     return Suite(
         name=where.string(raw, "name", "top level", default=path.stem),
@@ -250,23 +288,31 @@ def load_suite(path: str | Path, known_probes: frozenset[str] | None = None) -> 
     )
 
 
+def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec, ...],
+                  known_probes: Mapping[str, ProbeSchema], workload: WorkloadSpec) -> dict[str, dict[str, Any]]:
+    """The validated parameters of every probe the suite has a table for or runs."""
+    used = dict.fromkeys([*tables, *(p for c in configs for p in c.probes)])
+    params = {kind: known_probes[kind].validate(tables.get(kind, {}), f"{path}: [probe.{kind}]")
+              for kind in used}
+    for kind, p in params.items():
+        _check_workload(path, f"[workload] with [probe.{kind}]", workload.with_overrides(p))
+    return params
+
+
 def _load_workload(where: _Where, raw: dict[str, Any]) -> WorkloadSpec:
-    _check_keys(where.path, "[workload]", raw, _WORKLOAD_KEYS)
-    spec = WorkloadSpec().with_overrides(raw)
-    if spec.kind not in ("synthetic", "longbench"):
-        raise UsageError(f"{where.path}: [workload].kind: {spec.kind!r} is not synthetic|longbench")
-    lo, hi = spec.prompt_len
-    if not (0 < lo <= hi):
-        raise UsageError(f"{where.path}: [workload].prompt_len must be [min, max] with 0 < min <= max")
-    if spec.prompts < 1 or spec.output_len < 1:
-        raise UsageError(f"{where.path}: [workload].prompts and output_len must be >= 1")
-    if spec.vocab <= spec.low_token:
-        raise UsageError(f"{where.path}: [workload].vocab must exceed low_token")
+    spec = WorkloadSpec().with_overrides(validate_params(WORKLOAD_PARAMS, raw, f"{where.path}: [workload]"))
+    _check_workload(where.path, "[workload]", spec)
     return spec
 
 
+def _check_workload(path: Path, where: str, spec: WorkloadSpec) -> None:
+    """What no single field can check: how fields relate."""
+    if spec.vocab <= spec.low_token:
+        raise UsageError(f"{path}: {where}: vocab must exceed low_token")
+
+
 def _load_config(where: _Where, raw: Any, index: int,
-                 known_probes: frozenset[str] | None) -> ConfigSpec:
+                 known_probes: Mapping[str, ProbeSchema] | None) -> ConfigSpec:
     label = f"[[config]] #{index + 1}"
     if not isinstance(raw, dict):
         raise UsageError(f"{where.path}: {label} must be a table")

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from harness import __version__
-from harness.compare import compare_cells
+from harness.compare import compare_pair
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub
@@ -90,9 +90,9 @@ class RunRecorder:
             if (config, probe) in self._comparisons:
                 out.append(self._comparisons[(config, probe)])
             elif base is not None and cand is not None:
-                comparison = compare_cells(config, probe, base, cand, self.suite.probe_params.get(probe, {}))
+                comparison = compare_pair(config, probe, base, cand, self.suite.probe_params)
                 self._comparisons[(config, probe)] = comparison
                 out.append(comparison)
             elif not partial:
-                out.append(compare_cells(config, probe, base, cand, self.suite.probe_params.get(probe, {})))
+                out.append(compare_pair(config, probe, base, cand, self.suite.probe_params))
         return tuple(out)

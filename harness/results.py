@@ -212,15 +212,23 @@ class ProbeComparison:
     verdict: Verdict
     metrics: dict[str, Comparison] = field(default_factory=dict)
     note: str = ""
+    # Per side ("base", "candidate"): facts that depend on JUDGED parameters (a gate), derived
+    # when compared; a report shows them with the cell's own facts.
+    judged: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def facts(self, cell: CellResult) -> dict[str, Any]:
+        """A cell's facts with what judging this comparison added."""
+        return {**cell.facts, **self.judged.get(cell.role.value, {})}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "config": self.config,
             "probe": self.probe,
             "verdict": self.verdict.value,
             "note": self.note,
             "metrics": {k: c.to_dict() for k, c in self.metrics.items()},
         }
+        return {**d, "judged": self.judged} if self.judged else d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProbeComparison:
@@ -230,6 +238,7 @@ class ProbeComparison:
             verdict=Verdict(d["verdict"]),
             note=d.get("note", ""),
             metrics={k: Comparison.from_dict(c) for k, c in d.get("metrics", {}).items()},
+            judged=d.get("judged", {}),
         )
 
 

@@ -105,7 +105,7 @@ class Run:
         if sha is None:
             return None  # an installed package has no identity to cache by
         return CellKey(self.target.name, sha, cp.spec.name, cp.server.fingerprint, cp.workloads[probe].fingerprint,
-                       probe, params_fingerprint(self.suite.probe_spec(probe).params))
+                       probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)))
 
 
 @dataclass

@@ -177,6 +177,53 @@ def pooled_tails(per_prompt: Sequence[Sequence[float]], tau: float) -> KLTails:
     return _tails(np.concatenate(chunks), tau, None)
 
 
+
+TopLogprobs = Sequence[tuple[float, int]]  # one position's top-k (logprob, token id) pairs
+
+
+def topk_kl_per_token(ref: Sequence[TopLogprobs], test: Sequence[TopLogprobs]) -> list[float]:
+    """KL(ref || test) per position over the top-k distributions: the tokens in both top-k
+    lists, plus one "other" bucket holding each side's remaining mass.
+
+    Only tokens both sides ranked have a known probability on both; every other token is in
+    each side's "other" bucket, so this is the KL of a coarsening of the two full
+    distributions: never above the true KL, and exactly 0.0 when the two lists are
+    identical (as under deterministic inference). A side whose "other" has no mass while the
+    reference's has some gives inf.
+    """
+    if len(ref) != len(test):
+        raise ValueError(f"top-k sequences differ in length: {len(ref)} vs {len(test)}")
+    return [_topk_kl(r, t) for r, t in zip(ref, test)]
+
+
+def _topk_kl(ref: TopLogprobs, test: TopLogprobs) -> float:
+    p_of, q_of = {int(tok): float(lp) for lp, tok in ref}, {int(tok): float(lp) for lp, tok in test}
+    if p_of == q_of:
+        return 0.0  # bit-exact lists: exactly zero, not a sum of rounding errors
+    shared = p_of.keys() & q_of.keys()
+    p = [math.exp(p_of[tok]) for tok in shared]
+    q = [math.exp(q_of[tok]) for tok in shared]
+    p.append(max(0.0, 1.0 - math.fsum(p)))
+    q.append(max(0.0, 1.0 - math.fsum(q)))
+    total = 0.0
+    for pi, qi in zip(p, q):
+        if pi > 0.0:
+            total += math.inf if qi == 0.0 else pi * math.log(pi / qi)
+    return max(total, 0.0)  # a coarsened KL is >= 0; rounding may leave -1e-17
+
+
+def top1_agreement(ref: Sequence[TopLogprobs], test: Sequence[TopLogprobs]) -> float:
+    """Share of positions whose most likely token is the same on both sides."""
+    if len(ref) != len(test) or not ref:
+        raise ValueError(f"top-k sequences must be non-empty and equally long: {len(ref)} vs {len(test)}")
+    agree = sum(_top1(r) == _top1(t) for r, t in zip(ref, test))
+    return agree / len(ref)
+
+
+def _top1(top: TopLogprobs) -> int | None:
+    return int(max(top)[1]) if top else None
+
+
 # --------------------------------------------------------------------------- summaries
 
 

@@ -33,7 +33,8 @@ class CellKey:
     config_fingerprint: str
     workload_fingerprint: str
     probe: str
-    # The probe's [probe.<name>] parameters (concurrency levels, batch sizes, tau, …).
+    # The probe's MEASURED parameters (workload overrides, concurrency levels, batch sizes, top_k, …):
+    # JUDGED ones (thresholds, floors) are left out, so changing one re-judges the stored cell.
     params_fingerprint: str = ""
     harness_version: str = __version__
 

@@ -4,6 +4,7 @@ interpreter, and the check that no process a test started outlives it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,28 @@ def detcheck(*args: str, env: dict | None = None, timeout: float = 600,
     """Run the CLI as a real process, as a user would."""
     return subprocess.run(detcheck_argv(*args), capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
+
+
+def refserver_suite(path: Path, probes: list[str], tables: str = "", *, config: str = "det",
+                    deterministic: bool = True, prompts: int = 2, prompt_len: tuple[int, int] = (12, 16),
+                    output_len: int = 4, args: tuple[str, ...] = ()) -> Path:
+    """A one-configuration suite on the reference server's hybrid model, written to `path`;
+    `tables` holds its [probe.<name>] tables."""
+    path.write_text(f"""name = "{path.stem}"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = {json.dumps(list(args))}
+[workload]
+prompts = {prompts}
+prompt_len = {json.dumps(list(prompt_len))}
+output_len = {output_len}
+[[config]]
+name = "{config}"
+deterministic = {json.dumps(deterministic)}
+probes = {json.dumps(probes)}
+{tables}""")
+    return path
 
 
 SHIM = '''import runpy, sys

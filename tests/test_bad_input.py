@@ -40,6 +40,13 @@ def edit_suite(old: str, new: str):
     return prepare
 
 
+def probe_table(text: str):
+    def prepare(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+        bench.suite.write_text(bench.suite.read_text() + f"[probe.kl]\n{text}\n")
+        return bench.args(), {}
+    return prepare
+
+
 def with_args(*extra: str, drop: tuple[str, ...] = ()):
     def prepare(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
         args = bench.args(*extra)
@@ -114,6 +121,15 @@ CASES = {
                              r"matrix\.toml: \[\[entry\]\] #1: unknown field\(s\) colour"),
     "matrix-malformed": (bad_matrix("[[entry]\n"), r"matrix\.toml: not valid TOML"),
 }
+# A [probe.kl] line each, rejected by the probe's declared parameters.
+CASES.update({f"probe-param-{name}": (probe_table(line), message) for name, (line, message) in {
+    "typo": ("thresold = 1e-9", r"suite\.toml: \[probe\.kl\]: unknown key 'thresold'; did you mean 'threshold'\?"),
+    "negative": ("output_len = -1", r"\[probe\.kl\]\.output_len: -1 is out of range \[1, 1e\+06\]"),
+    "not-a-number": ('threshold = "abc"', r"\[probe\.kl\]\.threshold: expected a number, got a string 'abc'"),
+    "float-for-int": ("prompts = 1.5", r"\[probe\.kl\]\.prompts: expected an integer, got a number 1\.5"),
+    "string-for-int": ('prompts = "8"', r"\[probe\.kl\]\.prompts: expected an integer, got a string '8'"),
+    "huge": ("prompts = 1000000000", r"\[probe\.kl\]\.prompts: 1000000000 is out of range \[1, 100000\]"),
+}.items()})
 
 
 @pytest.mark.parametrize("case", list(CASES))

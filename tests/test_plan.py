@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from harness.errors import UsageError
 from harness.plan import load_suite
-from harness.probes import known_probes
+from harness.probes import PROBES, known_probes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,3 +88,35 @@ def test_probe_params_override_workload(tmp_path):
     suite = load_suite(write(tmp_path, MINIMAL + "[probe.kl]\nprompts = 3\noutput_len = 7\n"), known_probes())
     spec = suite.workload.with_overrides(suite.probe_spec("kl").params)
     assert (spec.prompts, spec.output_len) == (3, 7)
+
+
+TWO_PROBES = MINIMAL + '[[config]]\nname = "b"\nprobes = ["throughput"]\n'
+
+
+def test_suite_holds_validated_params_for_every_probe_it_names(tmp_path):
+    loaded = load_suite(write(tmp_path, TWO_PROBES + "[probe.kl]\nthreshold = 1e-9\n"), known_probes())
+    assert set(loaded.probe_params) == {"kl", "throughput"}
+    assert loaded.probe_params["kl"]["threshold"] == 1e-9
+    assert loaded.probe_params["throughput"]["concurrency"] == [1, 4, 8]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("[probe.kl]\nthresold = 1e-9\n", r"\[probe\.kl\]: unknown key 'thresold'; did you mean 'threshold'"),
+    ("[probe.throughput]\nconcurrency = []\n", r"\[probe\.throughput\]\.concurrency: must list at least one"),
+    ("[workload]\nprompts = 0\n", r"\[workload\]\.prompts: 0 is out of range"),
+    ("[workload]\npromts = 3\n", r"\[workload\]: unknown key 'promts'; did you mean 'prompts'"),
+    ("[probe.kl]\nvocab = 3\nlow_token = 3\n", r"\[workload\] with \[probe\.kl\]: vocab must exceed low_token"),
+])
+def test_probe_and_workload_tables_are_checked_with_file_and_key(tmp_path, extra, message):
+    path = write(tmp_path, TWO_PROBES + extra)
+    with pytest.raises(UsageError, match=message) as err:
+        load_suite(path, known_probes())
+    assert str(path) in str(err.value)
+
+
+def test_every_committed_suite_passes_the_strict_schema():
+    files = sorted((ROOT / "suites").rglob("*.toml"))
+    assert len(files) >= 12
+    for path in files:
+        for kind, table in tomllib.loads(path.read_text()).get("probe", {}).items():
+            PROBES[kind].validate(table, f"{path}: [probe.{kind}]")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import ROOT, detcheck, refserver_suite
 from harness.fixture_repo import FixtureRepo
 
 
@@ -67,3 +67,29 @@ def test_harness_imports_neither_sglang_nor_the_reference_server():
             "print(sorted(m for m in ('sglang', 'refserver', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.slow
+def test_a_judged_param_rejudges_stored_cells_and_a_measured_one_relaunches(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    candidate = repo.note("a harmless commit")
+
+    def run(table: str, name: str) -> dict:
+        suite = refserver_suite(tmp_path / "rejudge.toml", ["kl"], f"[probe.kl]\n{table}")
+        proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                        "--suite", str(suite), "--out", str(tmp_path / name), "--no-progress")
+        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        return json.loads((tmp_path / name / "results.json").read_text())
+
+    first = run("threshold = 1e-9\n", "first")
+    assert len(first["launches"]) == 2
+    assert first["comparisons"][0]["judged"]["base"]["passes_threshold"] is True
+    # threshold and floors are judged: the stored samples are judged again, nothing launches
+    stricter = run("threshold = 0.0\nfloor_abs = 0.5\n", "stricter")
+    assert stricter["launches"] == []
+    assert stricter["comparisons"][0]["judged"]["base"] == {"threshold": 0.0, "passes_threshold": False}
+    # top_k changes what is asked of the server: measured again
+    measured = run("threshold = 0.0\ntop_k = 2\n", "measured")
+    assert len(measured["launches"]) == 2
+    assert {c["facts"]["top_k"] for c in measured["cells"]} == {2}

@@ -22,6 +22,8 @@ from harness.stats import (
     kl_tails,
     pooled_tails,
     summarize,
+    top1_agreement,
+    topk_kl_per_token,
 )
 
 # --------------------------------------------------------------------------- k3
@@ -325,3 +327,37 @@ def test_combine_verdicts():
     assert combine_verdicts([U, D, S]) == D
     assert combine_verdicts(iter([D])) == D
     assert combine_verdicts([]) == U
+
+
+# --------------------------------------------------------------------------- top-k KL
+
+def test_topk_kl_identical_lists_are_exactly_zero():
+    top = [[(-0.1, 5), (-2.5, 7)], [(-0.3, 1)]]
+    assert topk_kl_per_token(top, [list(reversed(t)) for t in top]) == [0.0, 0.0]
+
+
+def test_topk_kl_buckets_the_rest_of_the_mass():
+    ref = [[(math.log(0.5), 1), (math.log(0.3), 2)]]  # other: 0.2
+    test = [[(math.log(0.4), 1), (math.log(0.4), 3)]]  # token 2 unknown: lumped with other (0.6)
+    p, q = [0.5, 0.5], [0.4, 0.6]  # shared token 1, then each side's other
+    expected = sum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+    assert topk_kl_per_token(ref, test) == [pytest.approx(expected)]
+
+
+def test_topk_kl_is_infinite_where_the_test_side_has_no_mass_left():
+    ref = [[(math.log(0.5), 1)]]
+    test = [[(0.0, 1)]]  # all mass on token 1: nothing left for ref's other 0.5
+    assert topk_kl_per_token(ref, test) == [math.inf]
+
+
+def test_topk_kl_needs_equal_lengths():
+    with pytest.raises(ValueError, match="differ in length"):
+        topk_kl_per_token([[(-1.0, 1)]], [])
+
+
+def test_top1_agreement():
+    ref = [[(-0.1, 5), (-2.0, 7)], [(-0.2, 9), (-1.0, 4)]]
+    test = [[(-2.0, 7), (-0.1, 5)], [(-1.0, 9), (-0.2, 4)]]
+    assert top1_agreement(ref, test) == 0.5
+    with pytest.raises(ValueError):
+        top1_agreement([], [])

@@ -1,19 +1,22 @@
-"""Probe registry: one module per probe, each exposing PROBE = ProbeKind(...)."""
+"""Probe registry: every module of this package is imported, and each probe module registers
+its ProbeKind (harness.probes.base.register), so a new probe is one new file."""
 
 from __future__ import annotations
 
-from harness.probes.base import ProbeContext, ProbeKind
-from harness.probes import accept_length, cache_hit, determinism, kl, swa_peak, throughput
+import importlib
+import pkgutil
+from types import MappingProxyType
+from typing import Mapping
 
-PROBES: dict[str, ProbeKind] = {
-    p.name: p
-    for p in (kl.PROBE, cache_hit.PREFILL_PROBE, cache_hit.DECODE_PROBE, determinism.PROBE,
-              swa_peak.PROBE, accept_length.PROBE, throughput.PROBE)
-}
+from harness.probes.base import PROBES, ProbeContext, ProbeKind, register
 
-
-def known_probes() -> frozenset[str]:
-    return frozenset(PROBES)
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
-__all__ = ["PROBES", "ProbeContext", "ProbeKind", "known_probes"]
+def known_probes() -> Mapping[str, ProbeKind]:
+    """The registered probes by name, read-only (what load_suite validates against)."""
+    return MappingProxyType(PROBES)
+
+
+__all__ = ["PROBES", "ProbeContext", "ProbeKind", "known_probes", "register"]

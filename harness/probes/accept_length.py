@@ -16,8 +16,11 @@ from typing import Any, Sequence
 
 from harness.client import Generation
 from harness.errors import ProbeNotApplicable, VacuousResult
-from harness.probes.base import ProbeContext, ProbeKind, fmt
+from harness.params import Param
+from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import batches
+from harness.probes.shared_params import BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, WORKLOAD
+from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 
@@ -26,7 +29,7 @@ def _generate(ctx: ProbeContext, prompts: Sequence[Sequence[int]], batch: int) -
     out: list[Generation] = []
     for chunk in batches(list(prompts), batch):
         out += ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
-                                   temperature=float(ctx.param("temperature", 0.0)))
+                                   temperature=ctx.param("temperature"))
     missing = [g for g in out if "spec_verify_ct" not in g.meta]
     if missing:
         raise ProbeNotApplicable("no speculative decoding on this server "
@@ -51,9 +54,9 @@ def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> d
 
 def run(ctx: ProbeContext) -> ProbeOutput:
     prompts = list(ctx.workload.prompts)
-    batch = int(ctx.param("batch_size", len(prompts)))
-    suffix_len = int(ctx.param("suffix_len", 8))
-    repeats = int(ctx.param("repeats", 1))
+    batch = ctx.param("batch_size") or len(prompts)
+    suffix_len = ctx.param("suffix_len")
+    repeats = ctx.param("repeats")
     samples: list[dict[str, Any]] = []
     turn2_hits = 0
     for rep in range(repeats):
@@ -68,7 +71,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
         turn2_hits += sum(g.cached_tokens > len(p) for p, g in zip(prompts, second))
         ctx.advance(rep + 1, repeats)
     hit_fraction = turn2_hits / (len(prompts) * repeats)
-    floor = float(ctx.param("min_hit_fraction", 0.0))
+    floor = ctx.param("min_hit_fraction")
     if hit_fraction < floor:
         raise VacuousResult(f"only {hit_fraction:.0%} of turn-2 requests hit the cache past the "
                             f"turn-1 prompt (need {floor:.0%}); raise output_len past the track interval")
@@ -103,5 +106,14 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
             f"{fmt(facts.get('completion_tokens'))} tok)")
 
 
-PROBE = ProbeKind("accept_length", run,
-                  "speculative accept length, shared-prefix multi-turn (noisy)", describe=describe)
+PARAMS = (
+    *WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION,
+    Param("temperature", float, 0.0, "sampling temperature of both turns", MEASURED, low=0.0, high=100.0),
+    Param("suffix_len", int, 8, "tokens of the next prompt appended as turn 2's follow-up", MEASURED,
+          low=0, high=1_000_000),
+    Param("repeats", int, 1, "rounds of both turns, each on a flushed cache", MEASURED, low=1, high=1000),
+    *JUDGING,
+)
+PROBE = register(ProbeKind("accept_length", run,
+                           "speculative accept length, shared-prefix multi-turn (noisy)",
+                           params=PARAMS, describe=describe))

@@ -1,13 +1,20 @@
-"""The one shape every probe has: run(ctx) -> ProbeOutput."""
+"""The one shape every probe has: run(ctx) -> ProbeOutput, with its parameters declared.
+
+A probe module registers its ProbeKind with `register`; harness.probes imports every module
+of the package, so adding a probe is adding one file (and naming it in a suite).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from harness.client import SGLangClient
+from harness.errors import UsageError
+from harness.params import Param, ParamRole, validate_params
 from harness.plan import ServerConfig
-from harness.results import Metric, ProbeOutput
+from harness.results import CellResult, Metric, ProbeOutput, Role
 from harness.server import ServerProcess
 from harness.workloads import Workload
 
@@ -18,7 +25,7 @@ class ProbeContext:
     server: ServerProcess
     config: ServerConfig
     workload: Workload
-    params: dict[str, Any]
+    params: dict[str, Any]  # validated: every declared parameter, defaults filled
     server_info: dict[str, Any]
     # advance(done, total): drives the progress bar; probes call it as requests finish.
     advance: Callable[[int, int], None] = field(default=lambda done, total: None)
@@ -27,8 +34,9 @@ class ProbeContext:
     def deterministic(self) -> bool:
         return self.config.features.deterministic
 
-    def param(self, name: str, default: Any) -> Any:
-        return self.params.get(name, default)
+    def param(self, name: str) -> Any:
+        """A declared parameter's value (the suite's, else its declared default)."""
+        return self.params[name]
 
 
 @dataclass(frozen=True)
@@ -36,32 +44,50 @@ class ProbeKind:
     name: str
     run: Callable[[ProbeContext], ProbeOutput]
     summary: str
+    params: tuple[Param, ...] = ()
     # Server flags the probe needs on top of the configuration's (the union over a
     # configuration's probes is passed at launch, so one server serves them all).
     server_args: tuple[str, ...] = ()
-    # One line for a table cell, from a cell's facts and primary metric.
+    # One line for a table cell, from a cell's facts (with what `judge` added) and primary metric.
     describe: Callable[[dict[str, Any], Metric | None], str] | None = None
+    # Facts that depend on JUDGED parameters (e.g. a gate), derived from a measured cell's facts
+    # when it is compared, so a stored cell is judged again under the suite's current values.
+    judge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
+    # Draws the (configuration, probe) pair's figure under out_dir; returns its path relative
+    # to out_dir. matplotlib is imported inside, only when a report draws.
+    plot: Callable[[str, dict[Role, CellResult], Path], str] | None = None
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"probe {self.name!r} declares a parameter twice: {names}")
+
+    def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]:
+        """Every parameter, from `raw` (a [probe.<name>] table) or its default; UsageError
+        naming `where` and the key for an unknown key or a bad value."""
+        return validate_params(self.params, raw, where)
+
+    def defaults(self) -> dict[str, Any]:
+        return self.validate({}, f"[probe.{self.name}]")
+
+    def measured(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters that change what is measured: a stored cell's key."""
+        return self._of_role(params, ParamRole.MEASURED)
+
+    def judged(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters that only change how stored samples are judged."""
+        return self._of_role(params, ParamRole.JUDGED)
+
+    def _of_role(self, params: dict[str, Any], role: ParamRole) -> dict[str, Any]:
+        return {p.name: params[p.name] for p in self.params if p.role == role}
 
 
-def fmt(x: Any, digits: int = 3) -> str:
-    """Numbers for tables: exact zero stays 0, small values in scientific notation."""
-    if x is None:
-        return "–"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if x == 0:
-            return "0"
-        if abs(x) < 1e-3 or abs(x) >= 1e6:
-            return f"{x:.{digits - 1}e}"
-        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
-    return str(x)
+PROBES: dict[str, ProbeKind] = {}
 
 
-def describe_default(facts: dict[str, Any], primary: Metric | None) -> str:
-    if primary is None:
-        return "–"
-    unit = f" {primary.unit}" if primary.unit else ""
-    return f"{primary.name} {fmt(primary.headline_value())}{unit}"
+def register(kind: ProbeKind) -> ProbeKind:
+    """Add a probe to PROBES (a module's `PROBE = register(ProbeKind(...))`)."""
+    if kind.name in PROBES and PROBES[kind.name] is not kind:
+        raise UsageError(f"two probes are named {kind.name!r}")
+    PROBES[kind.name] = kind
+    return kind

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from harness.errors import ProbeNotApplicable, VacuousResult
-from harness.probes.base import ProbeContext, ProbeKind
-from harness.probes.common import batches, cold_replay, describe_kl, kl_metric
+from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.probes.common import batches, cold_replay, describe_kl, judge_gate, kl_metric
+from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 from harness.workloads import suffix_token
@@ -22,7 +23,7 @@ from harness.workloads import suffix_token
 def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequence[int],
              total_steps: int) -> ProbeOutput:
     """Generate `turn2` (expected to hit), keep the real hits, compare them with cold replays."""
-    batch = int(ctx.param("batch_size", len(turn2)))
+    batch = ctx.param("batch_size") or len(turn2)
     outputs, lps, cached = [], [], []
     for chunk in batches(list(turn2), batch):
         for gen in ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
@@ -33,19 +34,17 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
     ctx.advance(total_steps - 1, total_steps)
     hits = [i for i, (c, m) in enumerate(zip(cached, min_hit)) if c > m]
     fraction = len(hits) / len(turn2)
-    floor = float(ctx.param("min_hit_fraction", 0.5))
+    floor = ctx.param("min_hit_fraction")
     facts = {"hit_fraction": fraction, "min_hit_fraction": floor,
              "hit_lengths": [cached[i] for i in hits]}
     if fraction < floor or not hits:
         raise VacuousResult(f"only {len(hits)}/{len(turn2)} prompts hit the prefix cache "
                             f"(need {floor:.0%}); cached_tokens={cached}")
     sequences = [list(turn2[i]) + list(outputs[i]) for i in hits]
-    replay = cold_replay(ctx.client, sequences, [len(outputs[i]) for i in hits], batch)
+    replay = [r.logprobs for r in cold_replay(ctx.client, sequences, [len(outputs[i]) for i in hits], batch)]
     ctx.advance(total_steps, total_steps)
     metric, kl_facts, per = kl_metric(replay, [lps[i] for i in hits],
-                                      deterministic=ctx.deterministic,
-                                      tau=float(ctx.param("tau", 1e-6)),
-                                      threshold=ctx.param("threshold", None))
+                                      deterministic=ctx.deterministic, tau=ctx.param("tau"))
     hit_metric = Metric("hit_fraction", Kind.EXACT, (fraction,), better="higher", headline="first")
     samples = tuple(
         {"prompt_len": len(turn2[i]), "cached_tokens": cached[i], "output_ids": list(outputs[i]),
@@ -65,7 +64,7 @@ def run_prefill(ctx: ProbeContext) -> ProbeOutput:
     _require_cache(ctx)
     prompts = list(ctx.workload.prompts)
     ctx.client.flush_cache()
-    for chunk in batches(prompts, int(ctx.param("batch_size", len(prompts)))):
+    for chunk in batches(prompts, ctx.param("batch_size") or len(prompts)):
         ctx.client.generate(list(chunk), max_new_tokens=0)
     ctx.advance(1, 3)
     return _hit_run(ctx, prompts, [0] * len(prompts), 3)
@@ -77,7 +76,7 @@ def run_decode(ctx: ProbeContext) -> ProbeOutput:
     suffix = suffix_token(ctx.workload.spec)
     ctx.client.flush_cache()
     turn2 = []
-    for chunk in batches(prompts, int(ctx.param("batch_size", len(prompts)))):
+    for chunk in batches(prompts, ctx.param("batch_size") or len(prompts)):
         for p, gen in zip(chunk, ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len)):
             turn2.append(list(p) + list(gen.output_ids) + [suffix])
     ctx.advance(1, 3)
@@ -85,7 +84,10 @@ def run_decode(ctx: ProbeContext) -> ProbeOutput:
     return _hit_run(ctx, turn2, [len(p) + 1 for p in prompts], 3)
 
 
-PREFILL_PROBE = ProbeKind("prefill_cache_hit", run_prefill,
-                          "prefix-cache hit on a seeded prompt vs cold prefill", describe=describe_kl)
-DECODE_PROBE = ProbeKind("decode_cache_hit", run_decode,
-                         "turn-2 hit on decode-written tokens vs cold prefill", describe=describe_kl)
+PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)
+PREFILL_PROBE = register(ProbeKind("prefill_cache_hit", run_prefill,
+                                   "prefix-cache hit on a seeded prompt vs cold prefill",
+                                   params=PARAMS, describe=describe_kl, judge=judge_gate))
+DECODE_PROBE = register(ProbeKind("decode_cache_hit", run_decode,
+                                  "turn-2 hit on decode-written tokens vs cold prefill",
+                                  params=PARAMS, describe=describe_kl, judge=judge_gate))

@@ -1,5 +1,5 @@
-"""Pieces probes share: batching, cold replay and the k3 metric with its tails, and the SWA
-pool curve read from Decode log lines."""
+"""Pieces probes share: batching, cold replay and the k3 metric with its tails, the threshold
+gate, and the SWA pool curve read from Decode log lines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from harness import stats
 from harness.client import SGLangClient
 from harness.logparse import parse_batch_lines
-from harness.probes.base import fmt
+from harness.report.format import fmt
 from harness.results import Metric
 from harness.stats import Kind
 
@@ -19,24 +19,37 @@ def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A cold replay's last `tail` positions: the logprob of each token, and with top_k the
+    top-k (logprob, token id) pairs there."""
+
+    logprobs: list[float]
+    top: list[list[tuple[float, int]]]
+
+
 def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails: Sequence[int],
-                batch_size: int) -> list[list[float]]:
-    """Flush, then prefill each sequence (no decode) and return the logprobs of its last
-    `tail` tokens: the reference a decode or a cache hit must reproduce."""
+                batch_size: int, top_k: int = 0) -> list[Replayed]:
+    """Flush, then prefill each sequence (no decode) and return its last `tail` positions:
+    the reference a decode or a cache hit must reproduce."""
     client.flush_cache()
-    out: list[list[float]] = []
+    out: list[Replayed] = []
     for chunk, chunk_tails in zip(batches(sequences, batch_size), batches(tails, batch_size)):
-        gens = client.generate(list(chunk), max_new_tokens=0, return_logprob=True, logprob_start_len=0)
+        gens = client.generate(list(chunk), max_new_tokens=0, return_logprob=True, logprob_start_len=0,
+                               top_logprobs_num=top_k)
         for gen, tail in zip(gens, chunk_tails):
-            lps = gen.input_logprobs
-            if len(lps) < tail or any(v is None for v in lps[len(lps) - tail:]):
-                raise ValueError(f"replay returned {len(lps)} input logprobs, needed the last {tail}")
-            out.append([float(v) for v in lps[len(lps) - tail:]])
+            lps = gen.input_logprobs[-tail:] if tail else []
+            top = gen.input_top_logprobs[-tail:] if tail and top_k else []
+            if len(lps) < tail or any(v is None for v in lps) or (top_k and (
+                    len(top) < tail or any(t is None for t in top))):
+                raise ValueError(f"replay returned {len(gen.input_logprobs)} input logprobs "
+                                 f"({len(gen.input_top_logprobs)} top-k), needed the last {tail}")
+            out.append(Replayed([float(v) for v in lps], [list(t) for t in top]))
     return out
 
 
 def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,
-              deterministic: bool, tau: float, threshold: float | None,
+              deterministic: bool, tau: float,
               name: str = "k3") -> tuple[Metric, dict[str, Any], list[dict[str, Any]]]:
     """Per-prompt k3 as a metric (exact under deterministic mode), pooled tails as facts."""
     per_prompt = [stats.k3(r, t) for r, t in zip(refs, tests)]
@@ -56,18 +69,26 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
         "prompts_diverged": len(diverged),
         "first_divergent": min(diverged) if diverged else None,
     }
-    if threshold is not None:
-        facts["threshold"] = threshold
-        facts["passes_threshold"] = mean < threshold
     metric = Metric(name=name, kind=Kind.EXACT if deterministic else Kind.NOISY,
                     values=tuple(per_prompt), better="lower", headline="mean")
     per_sample = [{"k3": k, "first_divergent": f} for k, f in zip(per_prompt, firsts)]
     return metric, facts, per_sample
 
 
+def judge_gate(facts: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's gate: a side passes when its mean k3 is below `threshold` (strict <)."""
+    threshold = params["threshold"]
+    if threshold is None or facts.get("k3_mean") is None:
+        return {}
+    return {"threshold": threshold, "passes_threshold": facts["k3_mean"] < threshold}
+
+
 def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
     text = (f"k3 {fmt(facts.get('k3_mean'))} (max {fmt(facts.get('k3_max'))}, "
             f"{fmt(facts.get('frac_over_tau', 0) * 100, 2)}% > τ)")
+    if facts.get("topk_kl_mean") is not None:
+        text += (f" · top-{facts['top_k']} KL {fmt(facts['topk_kl_mean'])} "
+                 f"(max {fmt(facts.get('topk_kl_max'))}, top-1 agree {facts['top1_agree']:.0%})")
     if facts.get("first_divergent") is not None:
         text += f", first diff @{facts['first_divergent']}"
     if "hit_fraction" in facts:

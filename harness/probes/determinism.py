@@ -9,16 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 
-from harness.probes.base import ProbeContext, ProbeKind
+from harness.params import Param
+from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 
 
 def run(ctx: ProbeContext) -> ProbeOutput:
-    sizes = [int(b) for b in ctx.param("batch_sizes", [1, 2, 3, 4, 6, 8])]
+    sizes = ctx.param("batch_sizes")
     prompts = list(ctx.workload.prompts)
     target, fillers = prompts[0], prompts[1:] or prompts
-    with_logprobs = bool(ctx.param("logprobs", True))
+    with_logprobs = ctx.param("logprobs")
     samples, signatures = [], []
     for i, size in enumerate(sizes):
         batch = [target] + [fillers[j % len(fillers)] for j in range(size - 1)]
@@ -45,5 +47,12 @@ def describe(facts: dict, primary) -> str:
     return text
 
 
-PROBE = ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs",
-                  describe=describe)
+PARAMS = (
+    *WORKLOAD,
+    Param("batch_sizes", list[int], [1, 2, 3, 4, 6, 8], "batch sizes the first prompt is sent at",
+          MEASURED, low=1, high=100_000, check=non_empty),
+    Param("logprobs", bool, True, "compare logprobs as well as output ids", MEASURED),
+    *JUDGING,
+)
+PROBE = register(ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs",
+                           params=PARAMS, describe=describe))

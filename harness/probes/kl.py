@@ -2,40 +2,84 @@
 
 SGLang's check (test/kl_test_utils.py): greedy decode with `ignore_eos`, replay with
 `max_new_tokens=0, logprob_start_len=0`, k3 on the sampled tokens' logprobs. Under
-deterministic inference the two must agree bit for bit.
+deterministic inference the two must agree bit for bit. With `top_k`, both sides also return
+the top-k logprobs per position, and the KL over those distributions (the rest of the mass as
+one bucket) sees a change in the alternatives that k3 on the sampled token alone misses.
 """
 
 from __future__ import annotations
 
-from harness.probes.base import ProbeContext, ProbeKind
-from harness.probes.common import batches, cold_replay, describe_kl, kl_metric
-from harness.results import ProbeOutput
+from typing import Any, Sequence
+
+from harness import stats
+from harness.params import Param
+from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.probes.common import batches, cold_replay, describe_kl, judge_gate, kl_metric
+from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
+from harness.results import Metric, ProbeOutput
+from harness.stats import Kind, TopLogprobs
+
+TOP_K = Param("top_k", int, 8, "top logprobs per position on both sides (0: sampled token only)",
+              MEASURED, low=0, high=1000)
 
 
 def run(ctx: ProbeContext) -> ProbeOutput:
     prompts = list(ctx.workload.prompts)
-    batch = int(ctx.param("batch_size", len(prompts)))
+    batch = ctx.param("batch_size") or len(prompts)
+    top_k = ctx.param("top_k")
     total = 2 * len(prompts)
     ctx.client.flush_cache()
-    outputs, decode_lps = [], []
+    outputs, decode_lps, decode_top = [], [], []
     for chunk in batches(prompts, batch):
         for gen in ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
-                                       return_logprob=True, logprob_start_len=-1):
+                                       return_logprob=True, logprob_start_len=-1,
+                                       top_logprobs_num=top_k):
             outputs.append(gen.output_ids)
             decode_lps.append(gen.output_logprobs)
+            decode_top.append(gen.output_top_logprobs)
         ctx.advance(len(outputs), total)
     sequences = [list(p) + list(o) for p, o in zip(prompts, outputs)]
-    replay_lps = cold_replay(ctx.client, sequences, [len(o) for o in outputs], batch)
+    replay = cold_replay(ctx.client, sequences, [len(o) for o in outputs], batch, top_k)
     ctx.advance(total, total)
-    metric, facts, per = kl_metric(replay_lps, decode_lps, deterministic=ctx.deterministic,
-                                   tau=float(ctx.param("tau", 1e-6)),
-                                   threshold=ctx.param("threshold", None))
+    tau = ctx.param("tau")
+    metric, facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
+                                   deterministic=ctx.deterministic, tau=tau)
+    metrics = (metric,)
+    if top_k:
+        top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_top, top_k,
+                                                     deterministic=ctx.deterministic, tau=tau)
+        metrics, facts = (metric, top_metric), {**facts, **top_facts}
+        per = [{**x, **y} for x, y in zip(per, top_per)]
     samples = tuple(
-        {"prompt_len": len(p), "output_ids": list(o), "decode_logprobs": d, "replay_logprobs": r, **x}
-        for p, o, d, r, x in zip(prompts, outputs, decode_lps, replay_lps, per)
+        {"prompt_len": len(p), "output_ids": list(o), "decode_logprobs": d, "replay_logprobs": r.logprobs,
+         **({"decode_top_logprobs": dt, "replay_top_logprobs": r.top} if top_k else {}), **x}
+        for p, o, d, dt, r, x in zip(prompts, outputs, decode_lps, decode_top, replay, per)
     )
-    return ProbeOutput(samples=samples, metrics=(metric,), facts=facts)
+    return ProbeOutput(samples=samples, metrics=metrics, facts=facts)
 
 
-PROBE = ProbeKind("kl", run, "decode vs cold prefill replay (k3 on sampled-token logprobs)",
-                  describe=describe_kl)
+def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[TopLogprobs]], k: int, *,
+                deterministic: bool, tau: float) -> tuple[Metric, dict[str, Any], list[dict[str, Any]]]:
+    """Per-prompt mean top-k KL as a metric (exact under deterministic mode), pooled tails and
+    the top-1 agreement as facts."""
+    per_token = [stats.topk_kl_per_token(r, t) for r, t in zip(refs, tests)]
+    per_prompt = [sum(terms) / len(terms) for terms in per_token]
+    tails = stats.pooled_tails(per_token, tau)
+    agree = [stats.top1_agreement(r, t) for r, t in zip(refs, tests)]
+    facts = {
+        "top_k": k,
+        "topk_kl_mean": sum(per_prompt) / len(per_prompt),
+        "topk_kl_p99": tails.p99,
+        "topk_kl_max": tails.max,
+        "topk_frac_over_tau": tails.frac_over_tau,
+        # token-weighted: every position counts once, whichever prompt it is in
+        "top1_agree": sum(a * len(t) for a, t in zip(agree, per_token)) / tails.n_tokens,
+    }
+    metric = Metric("topk_kl", Kind.EXACT if deterministic else Kind.NOISY, tuple(per_prompt),
+                    better="lower", headline="mean")
+    return metric, facts, [{"topk_kl": k_, "top1_agree": a} for k_, a in zip(per_prompt, agree)]
+
+
+PROBE = register(ProbeKind(
+    "kl", run, "decode vs cold prefill replay (k3 on sampled-token logprobs, KL over the top-k)",
+    params=(*WORKLOAD, BATCH_SIZE, TOP_K, *KL, *JUDGING), describe=describe_kl, judge=judge_gate))

@@ -16,14 +16,17 @@ from __future__ import annotations
 import statistics
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator
-
 
 from harness.client import SGLangClient
 from harness.errors import ProbeNotApplicable, ServerError
-from harness.probes.base import ProbeContext, ProbeKind, fmt
+from harness.params import Param
+from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import SwaCurve, swa_curve
-from harness.results import Metric, ProbeOutput
+from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
+from harness.report.format import fmt
+from harness.results import CellResult, Metric, ProbeOutput, Role
 from harness.stats import Kind
 
 GAUGE = "sglang:swa_used_tokens"
@@ -82,7 +85,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     for i, prompt in enumerate(prompts):
         ctx.client.flush_cache()
         mark = ctx.server.log_size()
-        with gauge_poll(ctx.client, float(ctx.param("gauge_poll_s", 0.1))) as gauge:
+        with gauge_poll(ctx.client, ctx.param("gauge_poll_s")) as gauge:
             gen = ctx.client.generate(prompt, max_new_tokens=ctx.workload.output_len)[0]
         curve = swa_curve(ctx.server.log_since(mark))
         if not curve:
@@ -151,5 +154,33 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     return text
 
 
-PROBE = ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",
-                  server_args=("--decode-log-interval", "1", "--enable-metrics"), describe=describe)
+def plot(config: str, cells: dict[Role, CellResult], out_dir: Path) -> str:
+    """SWA tokens held vs generated tokens, one line per request, base and candidate."""
+    from harness.report import plot as draw  # matplotlib: only when a report draws
+
+    name = f"{config}-swa_peak"
+    with draw.figure(out_dir, name) as ax:
+        for role, cell in cells.items():
+            for i, sample in enumerate(cell.samples):
+                label = (f"{role.value} {draw.rev_name(cell)}: peak {cell.facts.get('swa_peak')}"
+                         if i == 0 else None)
+                ax.plot(sample["generated"], sample["swa_tokens"], color=draw.COLORS[role], lw=1.2,
+                        alpha=0.9 if i == 0 else 0.5, label=label)
+        ax.set_xlabel("generated tokens")
+        ax.set_ylabel("SWA pool tokens held (#swa token)")
+        ax.set_title(f"{config}: SWA tokens vs generated tokens")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    return draw.png_path(name)
+
+
+PARAMS = (
+    *WORKLOAD,
+    Param("gauge_poll_s", float, 0.1, "seconds between scrapes of the SWA gauge", MEASURED,
+          low=0.001, high=60.0),
+    *JUDGING,
+)
+PROBE = register(ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",
+                           params=PARAMS, server_args=("--decode-log-interval", "1", "--enable-metrics"),
+                           describe=describe, plot=plot))

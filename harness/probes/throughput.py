@@ -18,8 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from harness.client import Generation, SGLangClient
-from harness.probes.base import ProbeContext, ProbeKind, fmt
+from harness.params import Param
+from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import swa_curve
+from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
+from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 
@@ -35,7 +38,7 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
         return clients[i % level].generate(prompts[i % len(prompts)],
                                            max_new_tokens=ctx.workload.output_len)[0]
 
-    n = level * int(ctx.param("requests_per_client", 1))
+    n = level * ctx.param("requests_per_client")
     ctx.client.flush_cache()
     mark = ctx.server.log_size()
     t0 = time.perf_counter()
@@ -57,10 +60,10 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
 
 
 def run(ctx: ProbeContext) -> ProbeOutput:
-    levels = sorted({int(c) for c in ctx.param("concurrency", [1, 4, 8])})
-    repeats = int(ctx.param("repeats", 3))
+    levels = sorted(set(ctx.param("concurrency")))
+    repeats = ctx.param("repeats")
     prompts = list(ctx.workload.prompts)
-    for _ in range(int(ctx.param("warmup", 1))):
+    for _ in range(ctx.param("warmup")):
         ctx.client.generate(prompts[0], max_new_tokens=ctx.workload.output_len)
     samples = []
     for rep in range(repeats):
@@ -98,5 +101,15 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     return text + f", {fmt(facts.get('retractions'))} retractions"
 
 
-PROBE = ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
-                  describe=describe)
+PARAMS = (
+    *WORKLOAD,
+    Param("concurrency", list[int], [1, 4, 8], "concurrent clients per level", MEASURED,
+          low=1, high=4096, check=non_empty),
+    Param("requests_per_client", int, 1, "requests each client sends per level", MEASURED,
+          low=1, high=100_000),
+    Param("repeats", int, 3, "rounds over all levels", MEASURED, low=1, high=1000),
+    Param("warmup", int, 1, "requests sent before measuring", MEASURED, low=0, high=1000),
+    *JUDGING,
+)
+PROBE = register(ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
+                           params=PARAMS, describe=describe))

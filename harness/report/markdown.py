@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from harness.probes.base import fmt
+from harness.report.format import fmt
 from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, headline,
                                  launches_text, rows)
-from harness.results import CellResult, Role, RunResult, Status
+from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
 
 
 def _esc(text: str) -> str:
@@ -71,19 +71,20 @@ class MarkdownReport:
                 out += [f"**{side}: {cell.status.value}** — {_esc(failure_text(cell))}", ""]
                 if cell.log_tail:
                     out += ["```", *cell.log_tail.splitlines()[-15:], "```", ""]
-        out += self._facts(base, cand)
+        out += self._facts(comp, base, cand)
         return out
 
-    def _facts(self, base: CellResult | None, cand: CellResult | None) -> list[str]:
+    def _facts(self, comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> list[str]:
+        facts = [comp.facts(cell) if cell else {} for cell in (base, cand)]
         keys: list[str] = []
-        for cell in (base, cand):
-            for k, v in (cell.facts if cell else {}).items():
+        for side in facts:
+            for k, v in side.items():
                 if k not in keys and not isinstance(v, (list, dict)):
                     keys.append(k)
         if not keys:
             return []
-        get = lambda c, k: fmt(c.facts.get(k)) if c and k in c.facts else "–"
-        return _table(("fact", "base", "candidate"), ((k, get(base, k), get(cand, k)) for k in keys)) + [""]
+        get = lambda side, k: fmt(side[k]) if k in side else "–"
+        return _table(("fact", "base", "candidate"), ((k, *(get(side, k) for side in facts)) for k in keys)) + [""]
 
     def _footer(self) -> list[str]:
         r = self.result

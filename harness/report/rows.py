@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from harness.compare import overall
 from harness.logparse import last_exception
 from harness.probes import PROBES
-from harness.probes.base import describe_default, fmt
+from harness.report.format import describe_default, fmt
 from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
 from harness.stats import Comparison, Kind
 
@@ -25,7 +25,7 @@ class Row:
     note: str
 
 
-def cell_text(cell: CellResult | None) -> str:
+def cell_text(cell: CellResult | None, comp: ProbeComparison) -> str:
     if cell is None:
         return "–"
     if cell.status == Status.NOT_APPLICABLE:
@@ -34,7 +34,7 @@ def cell_text(cell: CellResult | None) -> str:
         return "error"
     kind = PROBES.get(cell.probe)
     describe = (kind.describe if kind and kind.describe else None) or describe_default
-    return describe(cell.facts, cell.primary)
+    return describe(comp.facts(cell), cell.primary)
 
 
 def comparison_text(c: Comparison) -> str:
@@ -50,7 +50,7 @@ def rows(result: RunResult) -> list[Row]:
     for comp in result.comparisons:
         base = result.cell(comp.config, comp.probe, Role.BASE)
         cand = result.cell(comp.config, comp.probe, Role.CANDIDATE)
-        out.append(Row(comp.config, comp.probe, cell_text(base), cell_text(cand),
+        out.append(Row(comp.config, comp.probe, cell_text(base, comp), cell_text(cand, comp),
                        comp.verdict, _row_note(comp, base, cand)))
     return out
 

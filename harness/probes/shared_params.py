@@ -1,0 +1,58 @@
+"""Parameters several probes take, declared once: the workload overrides, the batch size, the
+KL tail and gate, the prefix-cache hit floor, and how noisy metrics are judged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.params import Param, ParamRole
+from harness.plan import WORKLOAD_PARAMS
+
+MEASURED, JUDGED = ParamRole.MEASURED, ParamRole.JUDGED
+
+
+def non_empty(value: list[Any]) -> str | None:
+    return None if value else "must list at least one value"
+
+
+def _floor_table(value: dict[str, dict[str, float]]) -> str | None:
+    for metric, floor in value.items():
+        unknown = set(floor) - {"absolute", "relative"}
+        if unknown:
+            return f"{metric}: unknown key(s) {', '.join(sorted(unknown))} (absolute, relative)"
+        if any(v < 0 for v in floor.values()):
+            return f"{metric}: a floor is >= 0"
+    return None
+
+
+# A [probe.<name>] table may override any [workload] key for that probe alone.
+WORKLOAD = WORKLOAD_PARAMS
+
+BATCH_SIZE = Param("batch_size", int, None, "prompts per /generate request (default: all at once)",
+                   MEASURED, low=1, high=100_000)
+
+# tau is MEASURED: the share of tokens over it and the first divergent position are summarised
+# into the cell's facts and samples when the cell is measured.
+KL = (
+    Param("tau", float, 1e-6, "a per-token KL term above this counts as diverged", MEASURED, low=0.0),
+    Param("threshold", float, None, "gate on the mean k3 of each side (strict <)", JUDGED, low=0.0),
+)
+
+# MEASURED: below it the probe stops before its cold replay, so the cell's samples depend on it.
+MIN_HIT_FRACTION = Param("min_hit_fraction", float, 0.5,
+                         "fewer real prefix-cache hits than this share of prompts is vacuous",
+                         MEASURED, low=0.0, high=1.0)
+
+# How compare.py judges: floors for noisy metrics, the test's alpha, which metrics decide.
+JUDGING = (
+    Param("floors", dict[str, dict[str, float]], {},
+          "per metric: {absolute, relative} practical floor of a noisy comparison", JUDGED,
+          check=_floor_table),
+    Param("floor_abs", float, 0.0, "absolute floor of the primary metric", JUDGED, low=0.0),
+    Param("floor_rel", float, 0.0, "floor of the primary metric, relative to the base median",
+          JUDGED, low=0.0),
+    Param("alpha", float, 0.05, "Mann-Whitney significance level", JUDGED, low=0.0, high=1.0),
+    Param("bootstrap_seed", int, 0, "seed of the bootstrap confidence intervals", JUDGED, low=0),
+    Param("verdict_metrics", list[str], None, "metrics that decide the verdict (default: the primary)",
+          JUDGED, check=non_empty),
+)
