@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable
 
 from harness.errors import UsageError
+from harness.params import reject_unknown
 from harness.results import CellResult, Role, RunResult, Status
 from harness.stats import Kind
 from harness.result_files import atomic_write_json, read_json
@@ -63,6 +64,9 @@ class Entry:
         return f"= {_g(self.reference)}" if self.min == self.max is not None else f"[{_g(self.min)}, {_g(self.max)}]"
 
 
+ENTRY_FIELDS = tuple(f.name for f in fields(Entry))
+
+
 @dataclass(frozen=True)
 class Baselines:
     entries: tuple[Entry, ...]
@@ -84,6 +88,7 @@ def load(path: Path) -> Baselines:
     data = read_json(path, "baselines")
     if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
         raise UsageError(f"{path}: version must be {FORMAT_VERSION}")
+    reject_unknown(str(path), data, ("version", "entries"))
     raw = data.get("entries")
     if not isinstance(raw, list):
         raise UsageError(f"{path}: entries must be a list")
@@ -94,6 +99,7 @@ def _entry(path: Path, i: int, raw: object) -> Entry:
     where = f"{path}: entries[{i}]"
     if not isinstance(raw, dict):
         raise UsageError(f"{where} must be an object")
+    reject_unknown(where, raw, ENTRY_FIELDS)
     for name in ("model", "config", "gpu", "probe", "metric", "kind", "headline",
                  "config_fingerprint", "workload_fingerprint"):
         if not isinstance(raw.get(name), str):
@@ -116,7 +122,7 @@ def _entry(path: Path, i: int, raw: object) -> Entry:
 
 
 def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _opt(v: object) -> float | None:

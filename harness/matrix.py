@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.plan import read_toml
+from harness.params import reject_unknown
+from harness.plan import check_reserved, read_toml
 from harness.targets import TARGET_NAMES
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "suites", "target", "server_args", "env"}
@@ -83,9 +84,7 @@ class Matrix:
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
     raw = read_toml(path, "matrix")
-    unknown = sorted(set(raw) - {"entry"})
-    if unknown:
-        raise UsageError(f"{path}: top level: unknown field(s) {', '.join(unknown)} (allowed: entry)")
+    reject_unknown(f"{path}: top level", raw, ("entry",))
     items = raw.get("entry")
     if not isinstance(items, list) or not items:
         raise UsageError(f"{path}: needs at least one [[entry]]")
@@ -103,10 +102,7 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     where = f"{path}: [[entry]] #{index + 1}"
     if not isinstance(raw, dict):
         raise UsageError(f"{where} must be a table")
-    unknown = sorted(set(raw) - _ENTRY_KEYS)
-    if unknown:
-        raise UsageError(f"{where}: unknown field(s) {', '.join(unknown)} "
-                         f"(allowed: {', '.join(sorted(_ENTRY_KEYS))})")
+    reject_unknown(where, raw, _ENTRY_KEYS)
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise UsageError(f"{where}.name: must be a string of letters, digits, '_', '.', '-'")
@@ -135,8 +131,10 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise UsageError(f"{where}.description: must be a string")
+    server_args = _strings(where, raw, "server_args")
+    check_reserved(server_args, f"{where}.server_args")
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
-                       server_args=_strings(where, raw, "server_args"),
+                       server_args=server_args,
                        env={str(k): str(v) for k, v in env.items()}, description=description)
 
 

@@ -60,13 +60,20 @@ def validate_params(params: Iterable[Param], raw: Any, where: str) -> dict[str, 
     declared = {p.name: p for p in params}
     if not isinstance(raw, dict):
         raise UsageError(f"{where} must be a table")
-    for key in raw:
-        if key not in declared:
-            close = difflib.get_close_matches(key, declared, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(declared))})"
-            raise UsageError(f"{where}: unknown key {key!r}{hint}")
+    reject_unknown(where, raw, declared)
     return {name: p.validate(raw[name], where) if name in raw else p.default
             for name, p in declared.items()}
+
+
+def reject_unknown(where: str, keys: Iterable[str], known: Iterable[str]) -> None:
+    """UsageError for the first key not in `known`, naming the closest known one: a mistyped
+    key must never silently drop the setting it meant to make."""
+    known = sorted(known)
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+            raise UsageError(f"{where}: unknown key {key!r}{hint}")
 
 
 def _typed(expected: Any, value: Any, at: str) -> Any:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
 from harness.errors import UsageError
-from harness.params import Param, ParamRole, validate_params
+from harness.params import Param, ParamRole, reject_unknown, validate_params
 from harness.targets import TARGET_NAMES
 
 # Set by the harness alone: every server listens on 127.0.0.1, on a port the harness picks.
@@ -33,6 +34,30 @@ _CONFIG_KEYS = {
 _SPEC_KEYS = {
     "algorithm", "num_steps", "eagle_topk", "num_draft_tokens", "block_size", "multi_layer",
 }
+# A configuration name becomes part of file names (logs, plots, store paths).
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+
+
+def _scalar(name: str, type_: Any, doc: str, **bounds: Any) -> Param:
+    """A typed [[config]] field (its role does not apply: every field is in the fingerprint)."""
+    return Param(name, type_, None, doc, ParamRole.MEASURED, **bounds)
+
+
+CONFIG_SCALARS = {p.name: p for p in (
+    _scalar("deterministic", bool, "--enable-deterministic-inference"),
+    _scalar("disable_radix_cache", bool, "--disable-radix-cache"),
+    _scalar("mamba_pool", str, "Mamba state pool", choices=MAMBA_POOLS),
+    _scalar("mamba_track_interval", int, "tokens between Mamba checkpoints", low=1, high=1_000_000),
+    _scalar("swa_ratio", float, "--swa-full-tokens-ratio", low=1e-6, high=1.0),
+)}
+SPECULATIVE_SCALARS = {p.name: p for p in (
+    _scalar("algorithm", str, "speculative algorithm"),
+    _scalar("num_steps", int, "draft steps", low=1, high=64),
+    _scalar("eagle_topk", int, "EAGLE top-k", low=1, high=64),
+    _scalar("num_draft_tokens", int, "draft tokens", low=1, high=1024),
+    _scalar("block_size", int, "DFLASH/DSPARK block", low=1, high=1024),
+    _scalar("multi_layer", bool, "multi-layer EAGLE"),
+)}
 
 
 @dataclass(frozen=True)
@@ -280,8 +305,8 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
         server_env=where.env(server, "[server]"),
         target_args={t: where.server_args(target_args_raw, t, "[server.target_args]")
                      for t in target_args_raw},
-        startup_timeout_s=where.number(server, "startup_timeout_s", "[server]", 180.0),
-        request_timeout_s=where.number(server, "request_timeout_s", "[server]", 300.0),
+        startup_timeout_s=where.seconds(server, "startup_timeout_s", "[server]", 180.0),
+        request_timeout_s=where.seconds(server, "request_timeout_s", "[server]", 300.0),
         workload=workload,
         configs=configs,
         probe_params=probe_params,
@@ -318,7 +343,12 @@ def _load_config(where: _Where, raw: Any, index: int,
         raise UsageError(f"{where.path}: {label} must be a table")
     _check_keys(where.path, label, raw, _CONFIG_KEYS)
     name = where.string(raw, "name", label)
+    if not CONFIG_NAME.match(name):
+        raise UsageError(f"{where.path}: {label}.name: {name!r} must be 1-64 ASCII letters, digits "
+                         f"and _ . + -, starting with a letter or digit (it names log and store files)")
     label = f"[[config]] {name!r}"
+    typed = {k: CONFIG_SCALARS[k].validate(v, f"{where.path}: {label}") for k, v in raw.items()
+             if k in CONFIG_SCALARS}
     probes = where.strings(raw, "probes", label)
     if not probes:
         raise UsageError(f"{where.path}: {label}.probes: list at least one probe")
@@ -327,18 +357,13 @@ def _load_config(where: _Where, raw: Any, index: int,
             raise UsageError(f"{where.path}: {label}.probes: unknown probe {p!r} "
                              f"(known: {', '.join(sorted(known_probes))})")
 
-    pool = raw.get("mamba_pool")
-    if pool is not None and pool not in MAMBA_POOLS:
-        raise UsageError(f"{where.path}: {label}.mamba_pool: {pool!r} is not one of {', '.join(MAMBA_POOLS)}")
-    ratio = raw.get("swa_ratio")
-    if ratio is not None and not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
-        raise UsageError(f"{where.path}: {label}.swa_ratio must be in (0, 1]")
     spec = None
     if "speculative" in raw:
         s = raw["speculative"]
         if not isinstance(s, dict):
             raise UsageError(f"{where.path}: {label}.speculative must be a table")
         _check_keys(where.path, f"{label}.speculative", s, _SPEC_KEYS)
+        s = {k: SPECULATIVE_SCALARS[k].validate(v, f"{where.path}: {label}.speculative") for k, v in s.items()}
         algo = str(s.get("algorithm", "")).upper()
         if algo not in SPEC_ALGORITHMS:
             raise UsageError(f"{where.path}: {label}.speculative.algorithm: {s.get('algorithm')!r} "
@@ -364,12 +389,12 @@ def _load_config(where: _Where, raw: Any, index: int,
         name=name,
         probes=probes,
         features=Features(
-            deterministic=bool(raw.get("deterministic", False)),
-            mamba_pool=pool,
-            mamba_track_interval=raw.get("mamba_track_interval"),
+            deterministic=typed.get("deterministic", False),
+            mamba_pool=typed.get("mamba_pool"),
+            mamba_track_interval=typed.get("mamba_track_interval"),
             speculative=spec,
-            swa_ratio=float(ratio) if ratio is not None else None,
-            disable_radix_cache=bool(raw.get("disable_radix_cache", False)),
+            swa_ratio=typed.get("swa_ratio"),
+            disable_radix_cache=typed.get("disable_radix_cache", False),
         ),
         args=where.server_args(raw, "args", label),
         env=where.env(raw, label),
@@ -395,10 +420,7 @@ def check_reserved(args: tuple[str, ...], where: str) -> None:
 
 
 def _check_keys(path: Path, where: str, raw: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise UsageError(f"{path}: {where}: unknown field(s) {', '.join(unknown)} "
-                         f"(allowed: {', '.join(sorted(allowed))})")
+    reject_unknown(f"{path}: {where}", raw, allowed)
 
 
 @dataclass(frozen=True)
@@ -430,10 +452,12 @@ class _Where:
         check_reserved(args, f"{self.path}: {where}.{key}")
         return args
 
-    def number(self, raw: dict[str, Any], key: str, where: str, default: float) -> float:
+    def seconds(self, raw: dict[str, Any], key: str, where: str, default: float) -> float:
+        """A timeout: a finite number of seconds in (0, one day]."""
         value = raw.get(key, default)
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise UsageError(f"{self.path}: {where}.{key} must be a positive number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86_400:
+            raise UsageError(f"{self.path}: {where}.{key} must be a number of seconds in (0, 86400], "
+                             f"got {value!r}")
         return float(value)
 
     def env(self, raw: dict[str, Any], where: str) -> dict[str, str]:

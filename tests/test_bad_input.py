@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import detcheck
+from conftest import ROOT, detcheck
 from faultlib import Bench
 
 
@@ -81,6 +81,24 @@ def resume_fresh(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
     return bench.args("--resume", "--fresh"), {}
 
 
+def duplicate_names(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+    bench.write_suite({"a": [], "b": []})
+    bench.suite.write_text(bench.suite.read_text().replace('name = "b"', 'name = "a"'))
+    return bench.args(), {}
+
+
+def out_holds_a_run(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+    bench.out.mkdir()
+    (bench.out / "results.json").write_text("{}")
+    return bench.args(), {}
+
+
+def bad_baseline(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
+    path = tmp_path / "b.json"
+    path.write_text('{"version": 1, "entries": [], "colour": 1}')
+    return bench.args("--baseline", str(path)), {}
+
+
 def bad_matrix(text: str):
     def prepare(bench: Bench, tmp_path: Path) -> tuple[list[str], dict]:
         matrix = tmp_path / "matrix.toml"
@@ -94,9 +112,9 @@ ENTRY = '[[entry]]\nname = "cpu"\ngpus = 0\ntarget = "refserver"\nsuites = ["sui
 CASES = {
     "malformed-toml": (edit_suite("[models]", "[models"), r"suite\.toml: not valid TOML"),
     "unknown-top-level-field": (edit_suite('name = "faults"', 'name = "faults"\ncolour = "red"'),
-                                r"suite\.toml: top level: unknown field\(s\) colour"),
+                                r"suite\.toml: top level: unknown key 'colour' \(known: "),
     "unknown-config-field": (edit_suite("deterministic = true", "deterministic = true\nspeed = 3"),
-                             r"suite\.toml: \[\[config\]\] #1: unknown field\(s\) speed"),
+                             r"suite\.toml: \[\[config\]\] #1: unknown key 'speed' \(known: "),
     "unknown-probe-in-suite": (edit_suite('probes = ["kl"]', 'probes = ["kl", "klx"]'),
                                r"suite\.toml: \[\[config\]\] 'only'\.probes: unknown probe 'klx'"),
     "unknown-probe-option": (with_args("--probe", "nope"), r"unknown probe 'nope' \(known: "),
@@ -118,8 +136,27 @@ CASES = {
     "missing-interpreter": (with_args("--python", "/nonexistent/python", drop=("--python",)),
                             r"--python /nonexistent/python: no such executable"),
     "matrix-unknown-field": (bad_matrix(ENTRY + 'colour = "red"\n'),
-                             r"matrix\.toml: \[\[entry\]\] #1: unknown field\(s\) colour"),
+                             r"matrix\.toml: \[\[entry\]\] #1: unknown key 'colour' \(known: "),
     "matrix-malformed": (bad_matrix("[[entry]\n"), r"matrix\.toml: not valid TOML"),
+    "matrix-host-in-server-args": (bad_matrix(ENTRY.replace("suites/", f"{ROOT}/suites/")
+                                                 + 'server_args = ["--host", "0.0.0.0"]\n'),
+                                   r"matrix\.toml: \[\[entry\]\] 'cpu'\.server_args: --host is set by the harness"),
+    "config-key-typo": (edit_suite("deterministic = true", "determinstic = true"),
+                        r"\[\[config\]\] #1: unknown key 'determinstic'; did you mean 'deterministic'\?"),
+    "config-bool-as-string": (edit_suite("deterministic = true", 'deterministic = "no"'),
+                              r"\[\[config\]\] 'only'\.deterministic: expected true or false, got a string 'no'"),
+    "config-negative-interval": (edit_suite("deterministic = true", "deterministic = true\nmamba_track_interval = -5"),
+                                 r"\[\[config\]\] 'only'\.mamba_track_interval: -5 is out of range"),
+    "timeout-nan": (edit_suite("startup_timeout_s = 3", "startup_timeout_s = nan"),
+                    r"\[server\]\.startup_timeout_s must be a number of seconds in \(0, 86400\], got nan"),
+    "config-name-too-long": (edit_suite('name = "only"', f'name = "{"x" * 500}"'),
+                             r"\[\[config\]\] #1\.name: 'x{10}.*must be 1-64 ASCII letters"),
+    "config-name-not-ascii": (edit_suite('name = "only"', 'name = "ünïcode"'),
+                              r"\[\[config\]\] #1\.name: 'ünïcode' must be 1-64 ASCII letters"),
+    "config-name-duplicate": (duplicate_names, r"suite\.toml: duplicate \[\[config\]\] names: a"),
+    "out-holds-another-run": (out_holds_a_run,
+                              r"--out \S+/out holds an earlier run; pass --resume to continue it or --force"),
+    "baseline-bad-before-launch": (bad_baseline, r"b\.json: unknown key 'colour'"),
 }
 # A [probe.kl] line each, rejected by the probe's declared parameters.
 CASES.update({f"probe-param-{name}": (probe_table(line), message) for name, (line, message) in {

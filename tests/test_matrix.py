@@ -57,10 +57,10 @@ def test_entry_fields(tmp_path):
     ("[[entry]]\nname = 'x'\nsuites = ['missing.toml']", "'x'.suites: 'missing.toml' not found"),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\nenv = 3", "'x'.env"),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\nserver_args = '--a'", "'x'.server_args"),
-    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\ngpu_count = 1", "unknown field(s) gpu_count"),
+    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\ngpu_count = 1", "unknown key 'gpu_count' (known: "),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\n[[entry]]\nname = 'x'\nsuites = ['{suite}']",
      "[[entry]] #2.name: duplicate name 'x' (also [[entry]] #1)"),
-    ("entries = 1", "unknown field(s) entries"),
+    ("entries = 1", "unknown key 'entries'; did you mean 'entry'?"),
     ("", "needs at least one [[entry]]"),
     ("[[entry]\n", "not valid TOML"),
 ])

@@ -10,6 +10,8 @@ import pytest
 from harness.errors import UsageError
 from harness.plan import load_suite
 from harness.probes import PROBES, known_probes
+from harness.revisions import Revision
+from harness.run import RunRequest, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,16 +51,16 @@ def test_fingerprint_changes_with_args(tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ("bogus = 1\n", "unknown field(s) bogus"),
+    ("bogus = 1\n", "unknown key 'bogus'"),
     ("[workload]\nprompt_len = [10, 5]\n", "prompt_len"),
     ("[workload]\nkind = 'web'\n", "[workload].kind"),
     ("[probe.nope]\nx = 1\n", "[probe.nope]: unknown probe"),
     ("[[config]]\nname = 'a'\nprobes = ['kl']\n", "duplicate [[config]] names: a"),
     ("[[config]]\nname = 'b'\nprobes = ['klx']\n", "unknown probe 'klx'"),
     ("[[config]]\nname = 'b'\nprobes = ['kl']\nmamba_pool = 'huge'\n", "mamba_pool"),
-    ("[[config]]\nname = 'b'\nprobes = ['kl']\nswa_ratio = 1.5\n", "swa_ratio must be in (0, 1]"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\nswa_ratio = 1.5\n", "swa_ratio: 1.5 is out of range"),
     ("[[config]]\nname = 'b'\nprobes = ['kl']\nspeculative = {algorithm = 'MAGIC'}\n", "speculative.algorithm"),
-    ("[[config]]\nname = 'b'\nprobes = ['kl']\ncolour = 'red'\n", "unknown field(s) colour"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\ncolour = 'red'\n", "unknown key 'colour'"),
 ])
 def test_bad_fields_are_named(tmp_path, extra, message):
     path = write(tmp_path, MINIMAL + extra)
@@ -120,3 +122,12 @@ def test_every_committed_suite_passes_the_strict_schema():
     for path in files:
         for kind, table in tomllib.loads(path.read_text()).get("probe", {}).items():
             PROBES[kind].validate(table, f"{path}: [probe.{kind}]")
+
+
+def test_a_configuration_named_twice_runs_once(tmp_path):
+    suite = load_suite(ROOT / "suites" / "default.toml", known_probes())
+    name = suite.configs[0].name
+    req = RunRequest(suite_path=suite.path, target="refserver", base=Revision.installed(),
+                     candidate=Revision.installed(), out_dir=tmp_path, store_root=tmp_path,
+                     only_configs=(name, name))
+    assert [cp.spec.name for cp in plan(suite, req)] == [name]

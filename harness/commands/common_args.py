@@ -151,6 +151,13 @@ def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int
     return EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME
 
 
+def check_baseline_file(path: Path | None) -> None:
+    """Read and validate a --baseline file before anything launches: a bad one is exit 2 now,
+    not after a suite's worth of launches."""
+    if path is not None:
+        baseline.load(path)
+
+
 def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
     """Render `result`, gate it on a baselines file if one is given, and return the exit code."""
     emit(result, fmt, out_dir)

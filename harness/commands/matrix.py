@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.commands.common_args import (add_format_arg, add_revision_args, claim_out_dir, command_line,
-                                          conclude, observer_for, revisions_from)
+from harness.commands.common_args import (add_format_arg, add_revision_args, check_baseline_file, claim_out_dir,
+                                          command_line, conclude, observer_for, revisions_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.observer import QuietObserver
 from harness.paths import PROJECT_ROOT, cache_dir
@@ -71,6 +71,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_entry(args: argparse.Namespace) -> int:
     entry = load_matrix(args.matrix).entry(args.entry)
+    check_baseline_file(args.baseline)
     base, candidate = revisions_from(args)
     root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     gpu_env = {Role(k): v for k, v in entry.gpu_env(os.environ.get("CUDA_VISIBLE_DEVICES")).items()}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.commands.common_args import (add_execution_args, add_revision_args, conclude, observer_for,
-                                          request_from, revisions_from)
+from harness.commands.common_args import (add_execution_args, add_revision_args, check_baseline_file, conclude,
+                                          observer_for, request_from, revisions_from)
 from harness.run import execute
 
 
@@ -22,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_baseline_file(args.baseline)
     base, candidate = revisions_from(args)
     req = request_from(args, base, candidate, args.suite)
     result = execute(req, observer_for(args))
