@@ -171,11 +171,11 @@ class CellResult:
             config_fingerprint=d["config_fingerprint"],
             workload_fingerprint=d["workload_fingerprint"],
             reason=d.get("reason", ""),
-            facts=d.get("facts", {}),
-            metrics=tuple(Metric.from_dict(m) for m in d.get("metrics", [])),
-            samples=tuple(d.get("samples", [])),
-            log_tail=d.get("log_tail", ""),
-            metadata=d.get("metadata", {}),
+            facts=_typed(d, "facts", dict),
+            metrics=tuple(Metric.from_dict(m) for m in _typed(d, "metrics", list)),
+            samples=tuple(_typed(d, "samples", list)),
+            log_tail=_typed(d, "log_tail", str),
+            metadata=_typed(d, "metadata", dict),
             key=d["key"],
         )
 
@@ -283,8 +283,17 @@ class RunResult:
             target=d["target"],
             base=RevisionInfo.from_dict(d["base"]),
             candidate=RevisionInfo.from_dict(d["candidate"]),
-            metadata=d.get("metadata", {}),
-            launches=tuple(Launch.from_dict(l) for l in d.get("launches", [])),
-            comparisons=tuple(ProbeComparison.from_dict(c) for c in d.get("comparisons", [])),
-            cells=tuple(CellResult.from_dict(c) for c in d.get("cells", [])),
+            metadata=_typed(d, "metadata", dict),
+            launches=tuple(Launch.from_dict(l) for l in _typed(d, "launches", list)),
+            comparisons=tuple(ProbeComparison.from_dict(c) for c in _typed(d, "comparisons", list)),
+            cells=tuple(CellResult.from_dict(c) for c in _typed(d, "cells", list)),
         )
+
+
+def _typed(d: dict[str, Any], key: str, kind: type) -> Any:
+    """d[key] (an empty `kind` when absent), or TypeError naming the key: a results file whose
+    containers have the wrong type is reported as damaged, not found later by a renderer."""
+    value = d.get(key, kind())
+    if not isinstance(value, kind):
+        raise TypeError(f"{key} is a {type(value).__name__}, expected a {kind.__name__}")
+    return value

@@ -53,13 +53,14 @@ def test_wrong_container_is_a_clean_error(tmp_path, doc):
         read_run(path)
 
 
-def test_wrong_field_types_are_a_clean_error(tmp_path):
+@pytest.mark.parametrize("key, value", [("metadata", []), ("cells", "nope"), ("launches", {}),
+                                        ("comparisons", 3)])
+def test_wrong_container_types_are_a_clean_error(tmp_path, key, value):
     data = json.loads(SCHEMA1.read_text())
-    data["metadata"] = []
-    data["cells"] = "nope"
+    data[key] = value
     path = tmp_path / "results.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(CorruptResult, match="bad field"):
+    with pytest.raises(CorruptResult, match=f"bad field: {key} is a"):
         read_run(path)
 
 
