@@ -75,7 +75,9 @@ def _cell_1_to_2(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_1_to_2(run: dict[str, Any]) -> dict[str, Any]:
-    cells = [_cell_1_to_2(c) if isinstance(c, dict) else c for c in run.get("cells", [])]
+    cells = run.get("cells", [])
+    if isinstance(cells, list):  # a damaged container is left for the reader to report
+        cells = [_cell_1_to_2(c) if isinstance(c, dict) else c for c in cells]
     return {**run, "schema": 2, "cells": cells}
 
 
