@@ -7,7 +7,8 @@ stored run from an earlier detcheck still renders and compares.
 
     schema 1  first format
     schema 2  cells record the full key they were measured under (`key`); comparisons carry
-              the verdict enum's values (unchanged strings)
+              `judged` facts per side (gates derived at compare time) and the verdict enum's
+              values (the same strings)
 """
 
 from __future__ import annotations
