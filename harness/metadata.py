@@ -1,7 +1,9 @@
 """Where a result was measured: machine, GPU, driver, torch, server version.
 
-Collected once per revision by running the server's own interpreter (the harness does not
-import torch or SGLang). Missing tools give missing keys, never errors.
+Collected by running the server's own interpreter (the harness does not import torch or
+SGLang): torch, CUDA and the GPUs once per interpreter (a subprocess that imports torch takes
+seconds), where the server package is imported from once per revision (no torch import).
+Missing tools give missing keys, never errors.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from harness import __version__
-from harness.paths import sha_cache_file
+from harness.paths import cache_dir, sha_cache_file
 from harness.result_files import atomic_write_json
 from harness.targets import Target
 
-_PROBE = r"""
-import json, importlib
+_TORCH_PROBE = r"""
+import json
 out = {}
 try:
     import torch
@@ -31,6 +34,12 @@ try:
         out["gpu_count"] = torch.cuda.device_count()
 except Exception as exc:
     out["torch_error"] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+_PACKAGE_PROBE = r"""
+import json, importlib.util
+out = {}
 for mod in ("sglang", "refserver"):
     try:
         spec = importlib.util.find_spec(mod)
@@ -60,25 +69,33 @@ def host_metadata() -> dict[str, object]:
     return meta
 
 
-def interpreter_metadata(python: str, env: dict[str, str]) -> dict[str, object]:
+def _run_probe(python: str, code: str, env: dict[str, str]) -> dict[str, object]:
     try:
-        proc = subprocess.run([python, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
         return {}
 
 
-def revision_interpreter_metadata(target: Target, sha: str | None, worktree: Path | None) -> dict[str, object]:
-    """torch/CUDA/GPU as the server's interpreter sees them: a subprocess that imports torch
-    (seconds), so it is kept per (interpreter, sha) like the --help text."""
-    interpreter = hashlib.sha256(target.python.encode()).hexdigest()[:8]
-    cache = sha_cache_file("meta", target.name, sha, f"-{interpreter}.json")
+def _cached(cache: Path | None, collect: Callable[[], dict[str, object]]) -> dict[str, object]:
     if cache is not None and cache.is_file():
         try:
             return json.loads(cache.read_text())
         except json.JSONDecodeError:
             pass  # a torn write from an interrupted run: collect it again
-    meta = interpreter_metadata(target.python, target.env(worktree, {}))
+    meta = collect()
     if cache is not None and meta:
         atomic_write_json(cache, meta)
     return meta
+
+
+def revision_interpreter_metadata(target: Target, sha: str | None, worktree: Path | None) -> dict[str, object]:
+    """torch/CUDA/GPU as the server's interpreter sees them (kept per interpreter), and where it
+    imports the server package from (kept per interpreter and sha)."""
+    interpreter = hashlib.sha256(target.python.encode()).hexdigest()[:8]
+    env = target.env(worktree, {})
+    torch_facts = _cached(cache_dir() / "meta" / f"interpreter-{interpreter}.json",
+                          lambda: _run_probe(target.python, _TORCH_PROBE, env))
+    package = _cached(sha_cache_file("meta", target.name, sha, f"-{interpreter}.json"),
+                      lambda: _run_probe(target.python, _PACKAGE_PROBE, env))
+    return {**torch_facts, **package}

@@ -6,8 +6,10 @@ Cell metadata is assembled here and nowhere else; comparisons are computed once 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from harness import __version__
@@ -26,6 +28,24 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+class StepClock:
+    """Seconds spent per pipeline step (checkout, help, startup, probes, teardown, writing…),
+    summed over jobs: what `nox -s bench` splits a run's wall time into."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def __call__(self, step: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - t0
+
+
 class RunRecorder:
     def __init__(self, suite: Suite, req: RunRequest, target: str, order: tuple[tuple[str, str], ...]):
         """`order`: the plan's (configuration, probe) pairs, the order of the comparisons."""
@@ -35,6 +55,7 @@ class RunRecorder:
         self.cells: list[CellResult] = []
         self.launches: list[Launch] = []
         self._comparisons: dict[tuple[str, str], ProbeComparison] = {}
+        self.clock = StepClock()
         self._lock = threading.Lock()  # base and candidate jobs may run in two threads
 
     def cell(self, job: Job, probe: str, outcome: Outcome) -> CellResult:
@@ -76,7 +97,8 @@ class RunRecorder:
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
                       "started_at": self.started, "harness_version": __version__,
-                      "finished_at": utc_now()},
+                      "finished_at": utc_now(),
+                      "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
         )
 
     def _compare(self, cells: tuple[CellResult, ...], partial: bool) -> tuple[ProbeComparison, ...]:

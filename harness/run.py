@@ -146,14 +146,14 @@ class Outcome:
 def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
     run = open_run(req, observer or QuietObserver())
     # On disk from the start, so that `--resume` works after any death, even in the first cell.
-    write_run(req.out_dir, run.recorder.result(partial=True))
+    save(run, partial=True)
     run.observer.begin(sum(2 * len(cp.probes) for cp in run.plans))
     try:
         for i, cp in enumerate(run.plans):
             run_config(run, cp, role_order(i))
-            write_run(req.out_dir, run.recorder.result(partial=True))
+            save(run, partial=True)
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
-        write_run(req.out_dir, run.recorder.result(partial=True))
+        save(run, partial=True)
         exc.resume_hint = (f"--resume --out {req.out_dir}" if run.recorder.cells else None)
         raise
     finally:
@@ -165,19 +165,21 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     """Everything that can fail on bad input, done before any launch (exit 2)."""
     suite = load_suite(req.suite_path, known_probes())
     plans = plan(suite, req)
-    # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
-    worktrees = {role: req.revision(role).checkout() for role in Role}
-    check_writable(req)
     target = get_target(req.target, req.python)
-    run = Run(req, suite, plans, target, ResultStore(req.store_root), observer, worktrees, {},
-              RunRecorder(suite, req, target.name, tuple((cp.spec.name, p) for cp in plans for p in cp.probes)))
+    recorder = RunRecorder(suite, req, target.name, tuple((cp.spec.name, p) for cp in plans for p in cp.probes))
+    # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
+    with recorder.clock("checkout"):
+        worktrees = {role: req.revision(role).checkout() for role in Role}
+    check_writable(req)
+    run = Run(req, suite, plans, target, ResultStore(req.store_root), observer, worktrees, {}, recorder)
     for pid in reap_orphans():
         print(f"detcheck: stopped server pid {pid} left running by an earlier run that died",
               file=sys.stderr)
     if not req.fresh:
         # Read once: a damaged stored cell is reported with its path now, not half way.
-        run.stored = {key: run.store.get(key) for cp in plans for p in cp.probes for role in Role
-                      if (key := run.key(cp, p, role)) is not None}
+        with recorder.clock("store read"):
+            run.stored = {key: run.store.get(key) for cp in plans for p in cp.probes for role in Role
+                          if (key := run.key(cp, p, role)) is not None}
         for mismatch in run.store.mismatched:
             print(f"detcheck: warning: {mismatch}; measuring it again", file=sys.stderr)
     return run
@@ -201,8 +203,14 @@ def run_config(run: Run, cp: ConfigPlan, roles: tuple[Role, Role]) -> None:
 
 
 def finish(run: Run) -> RunResult:
-    result = run.recorder.result(partial=False)
-    write_run(run.req.out_dir, result)
+    return save(run, partial=False)
+
+
+def save(run: Run, partial: bool) -> RunResult:
+    """results.json as it stands; `partial`: pairs still missing a side are left out."""
+    with run.recorder.clock("writing"):
+        result = run.recorder.result(partial)
+        write_run(run.req.out_dir, result)
     return result
 
 
@@ -212,14 +220,17 @@ JobStep = Callable[[Run, Job], bool]  # False: the job is finished (every cell r
 
 
 def run_job(run: Run, job: Job) -> None:
+    clock = run.recorder.clock
     try:
         for step in JOB_STEPS:
-            if not step(run, job):
-                return
+            with clock(step.__name__):
+                if not step(run, job):
+                    return
     finally:
         if job.server is not None:
-            job.server.stop()
-            scrub_file(job.server.log_path, job.secrets)
+            with clock("teardown"):
+                job.server.stop()
+                scrub_file(job.server.log_path, job.secrets)
 
 
 def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
@@ -258,15 +269,19 @@ def resolve_flags(run: Run, job: Job) -> bool:
 def launch_server(run: Run, job: Job) -> bool:
     log_path = (run.req.out_dir / "logs" /
                 f"{safe_name(job.cp.spec.name)}-{job.role.value}-{job.revision.short()}.log")
-    server, failure = launch(
-        lambda port: run.target.launch_argv(job.cp.server, job.args, port),
-        run.target.env(job.worktree, job.env), log_path, job.worktree,
-        run.suite.startup_timeout_s, run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref))
+    # The interpreter's metadata (a subprocess importing torch, seconds) is read while the server
+    # starts, not after it.
+    with ThreadPoolExecutor(1) as pool:
+        interpreter = pool.submit(revision_interpreter_metadata, run.target, job.revision.sha, job.worktree)
+        server, failure = launch(
+            lambda port: run.target.launch_argv(job.cp.server, job.args, port),
+            run.target.env(job.worktree, job.env), log_path, job.worktree,
+            run.suite.startup_timeout_s, run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref))
+        job.meta.update(interpreter.result())
     job.server = server
     record = Launch(job.cp.spec.name, job.role, job.revision.sha, server.port, server.startup_s,
                     failure is None, tuple(redact_argv(list(server.argv[1:]))))
     run.recorder.launched(record, run.observer)
-    job.meta.update(revision_interpreter_metadata(run.target, job.revision.sha, job.worktree))
     job.meta.update(server_argv=list(record.args), server_env=redact_env(job.env),
                     startup_s=round(server.startup_s, 3), port=server.port,
                     started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
