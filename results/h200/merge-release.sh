@@ -3,6 +3,6 @@
 # store (a cell still missing would be launched: the short limit stops that), into $DEST/<suite>.
 set -uo pipefail
 for s in release-pools release-speculative release-inkling; do
-  LIMIT=${MERGE_LIMIT:-120} bash results/h200/run-release.sh "$s" "suites/h200/$s.toml" &
+  LIMIT=${MERGE_LIMIT:-100} bash results/h200/run-release.sh "$s" "suites/h200/$s.toml" &
 done
 wait

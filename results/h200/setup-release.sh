@@ -5,7 +5,7 @@
 # revisions checked out once for every worker, and the seeded checkpoints the suites use.
 set -euo pipefail
 REPO=${REPO:-/tmp/sglang-release}
-export PYTHONPATH=/tmp/site
+export PYTHONPATH=/tmp/site DETCHECK_CACHE_DIR=/tmp/detcheck-cache-release
 rm -rf "$REPO" && mkdir -p "$REPO/python"
 cp -r /tmp/site/sglang "$REPO/python/"
 find "$REPO" -name __pycache__ -prune -exec rm -rf {} +
