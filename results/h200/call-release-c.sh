@@ -14,15 +14,19 @@ python3 -c "import deep_gemm; print('deep_gemm', deep_gemm.__file__)" 2>&1 | tai
 bash results/h200/setup-release.sh > /tmp/h200/setup.log 2>&1 || { tail -30 /tmp/h200/setup.log; exit 1; }
 echo "setup done at ${SECONDS}s"
 (while sleep 20; do echo "$(date +%T) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d" " -f1 /proc/loadavg)"; done > /tmp/h200/gpumem.txt 2>&1) &
+MONITOR=$!
 export LIMIT=${LIMIT_C:-390}
 w() { local name=$1 suite=$2; shift 2
-  bash results/h200/run-release.sh "$name" "suites/h200/$suite.toml" --parallel "$@" & sleep 3; }
+  bash results/h200/run-release.sh "$name" "suites/h200/$suite.toml" --parallel "$@" & PIDS+=($!); sleep 3; }
+PIDS=()
 w c-eagle-on release-speculative --config eagle-graphs-on
 w c-eagle3-on release-speculative --config eagle3-graphs-on
 w c-ink-static release-inkling --config static-graphs-off --config static-graphs-on
 w c-ink-lazy release-inkling --config lazy-graphs-off --config lazy-graphs-on
 w c-ink-unified release-inkling --config unified-graphs-off --config unified-graphs-on
-wait
+# Wait for the workers only (a bare `wait` also waits for the monitor loop, for ever: the first
+# run of this script sat idle from ~330 s to its 600 s limit and its tar came in a separate call).
+wait "${PIDS[@]}"; kill "$MONITOR"
 tar czf "$OUT/h200-rc.tgz" -C /tmp h200 2>/dev/null
 cat /tmp/h200/summary.txt; tail -3 /tmp/h200/gpumem.txt
 for f in /tmp/h200/c-*/stdout.md; do echo "== $f"; sed -n '/^| configuration/,/^$/p' "$f" | cut -c1-330; done
