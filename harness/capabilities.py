@@ -23,6 +23,11 @@ _CHOICES = re.compile(r"(--[a-z0-9][a-z0-9-]*)(?:[ =]\{([^}]*)\})")
 
 MAMBA_STRATEGY_FLAGS = ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")
 POOL_STRATEGY = {"no_buffer": "no_buffer", "static": "extra_buffer", "lazy": "extra_buffer_lazy"}
+# Graphs off, newest spelling first: per-phase backends set to `disabled`, then per-phase
+# switches, then the single switch (deprecated from SGLang 0.5.14, still accepted for a while).
+GRAPH_BACKEND_FLAGS = ("--cuda-graph-backend-decode", "--cuda-graph-backend-prefill")
+GRAPH_PHASE_FLAGS = ("--disable-decode-cuda-graph", "--disable-prefill-cuda-graph")
+GRAPH_ALL_FLAG = "--disable-cuda-graph"
 
 
 class NotExpressible(Exception):
@@ -74,6 +79,8 @@ class Capabilities:
         if features.mamba_track_interval is not None:
             args += [self._need("a Mamba track interval", "--mamba-track-interval"),
                      str(features.mamba_track_interval)]
+        if features.cuda_graph is False:
+            args += self.graphs_off_args()
         spec = features.speculative
         if spec is not None:
             flag = self._need("speculative decoding", "--speculative-algorithm")
@@ -98,6 +105,20 @@ class Capabilities:
                     raise NotExpressible(f"block_size applies to DFLASH/DSPARK, not {spec.algorithm}")
                 args += [self._need("a draft block size", block_flag), str(spec.block_size)]
         return tuple(args)
+
+    def graphs_off_args(self) -> tuple[str, ...]:
+        """The flags that turn CUDA graphs off in every phase at this revision. Graphs on is the
+        server's default and needs no flag."""
+        if all(self.knows(f) and self.choices.get(f) and self.allows(f, "disabled")
+               for f in GRAPH_BACKEND_FLAGS):
+            return tuple(a for f in GRAPH_BACKEND_FLAGS for a in (f, "disabled"))
+        if all(self.knows(f) for f in GRAPH_PHASE_FLAGS):
+            return GRAPH_PHASE_FLAGS
+        if self.knows(GRAPH_ALL_FLAG):
+            # Plus a lone per-phase switch, if any: the single switch may leave that phase on.
+            return (GRAPH_ALL_FLAG, *(f for f in GRAPH_PHASE_FLAGS if self.knows(f)))
+        raise NotExpressible("no flag to turn CUDA graphs off at this revision (looked for "
+                             f"{' / '.join((*GRAPH_BACKEND_FLAGS, *GRAPH_PHASE_FLAGS, GRAPH_ALL_FLAG))})")
 
     def check_args(self, args: tuple[str, ...]) -> None:
         """Every literal flag in a configuration's args must exist at this revision."""

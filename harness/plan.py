@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
@@ -25,12 +25,17 @@ RESERVED_FLAGS = ("--host", "--port")
 MAMBA_POOLS = ("no_buffer", "static", "lazy", "unified")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH", "DSPARK")
 
-_SUITE_KEYS = {"name", "description", "models", "server", "workload", "config", "probe"}
+_SUITE_KEYS = {"name", "description", "models", "server", "workload", "config", "probe", "graph_modes"}
 _SERVER_KEYS = {"args", "env", "target_args", "startup_timeout_s", "request_timeout_s"}
 _CONFIG_KEYS = {
     "name", "probes", "deterministic", "mamba_pool", "mamba_track_interval", "speculative",
-    "draft", "model", "swa_ratio", "disable_radix_cache", "args", "env", "target_args",
+    "draft", "model", "swa_ratio", "disable_radix_cache", "cuda_graph", "args", "env", "target_args",
 }
+# Suite-level `graph_modes`: each configuration without its own `cuda_graph` runs once per mode,
+# as `<name>-graphs-<mode>`.
+GRAPH_MODES = {"off": False, "on": True}
+# Literal flags that switch every CUDA graph off: they contradict (or duplicate) `cuda_graph`.
+GRAPH_OFF_FLAGS = ("--disable-cuda-graph",)
 _SPEC_KEYS = {
     "algorithm", "num_steps", "eagle_topk", "num_draft_tokens", "block_size", "multi_layer",
 }
@@ -49,6 +54,7 @@ CONFIG_SCALARS = {p.name: p for p in (
     _scalar("mamba_pool", str, "Mamba state pool", choices=MAMBA_POOLS),
     _scalar("mamba_track_interval", int, "tokens between Mamba checkpoints", low=1, high=1_000_000),
     _scalar("swa_ratio", float, "--swa-full-tokens-ratio", low=1e-6, high=1.0),
+    _scalar("cuda_graph", bool, "CUDA graphs off/on, spelled per revision (unset: the server's default)"),
 )}
 SPECULATIVE_SCALARS = {p.name: p for p in (
     _scalar("algorithm", str, "speculative algorithm"),
@@ -80,6 +86,8 @@ class Features:
     speculative: SpeculativeSpec | None = None
     swa_ratio: float | None = None
     disable_radix_cache: bool = False
+    # None: the server's default (graphs on); False/True: graphs off/on, spelled per revision.
+    cuda_graph: bool | None = None
 
 
 def _min_max(value: list[int]) -> str | None:
@@ -234,6 +242,8 @@ class Suite:
 def _features_dict(f: Features) -> dict[str, Any]:
     d = dict(f.__dict__)
     d["speculative"] = dict(f.speculative.__dict__) if f.speculative else None
+    if f.cuda_graph is None:
+        del d["cuda_graph"]  # fingerprints of configurations that leave graphs alone are unchanged
     return d
 
 
@@ -289,22 +299,25 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     if not isinstance(configs_raw, list) or not configs_raw:
         raise UsageError(f"{path}: needs at least one [[config]]")
     configs = tuple(_load_config(where, c, i, known_probes) for i, c in enumerate(configs_raw))
+    configs = _expand_graph_modes(path, raw.get("graph_modes"), configs)
     names = [c.name for c in configs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise UsageError(f"{path}: duplicate [[config]] names: {', '.join(sorted(dup))}")
     probe_params = (tables if known_probes is None
                     else _probe_params(path, tables, configs, known_probes, workload))
+    server_args = where.server_args(server, "args", "[server]")
+    target_args = {t: where.server_args(target_args_raw, t, "[server.target_args]") for t in target_args_raw}
+    _check_graph_args(path, (*server_args, *(a for args in target_args.values() for a in args)), configs)
 
     return Suite(
         name=where.string(raw, "name", "top level", default=path.stem),
         path=path,
         description=where.string(raw, "description", "top level", default=""),
         models=models,
-        server_args=where.server_args(server, "args", "[server]"),
+        server_args=server_args,
         server_env=where.env(server, "[server]"),
-        target_args={t: where.server_args(target_args_raw, t, "[server.target_args]")
-                     for t in target_args_raw},
+        target_args=target_args,
         startup_timeout_s=where.seconds(server, "startup_timeout_s", "[server]", 180.0),
         request_timeout_s=where.seconds(server, "request_timeout_s", "[server]", 300.0),
         workload=workload,
@@ -395,6 +408,7 @@ def _load_config(where: _Where, raw: Any, index: int,
             speculative=spec,
             swa_ratio=typed.get("swa_ratio"),
             disable_radix_cache=typed.get("disable_radix_cache", False),
+            cuda_graph=typed.get("cuda_graph"),
         ),
         args=where.server_args(raw, "args", label),
         env=where.env(raw, label),
@@ -402,6 +416,37 @@ def _load_config(where: _Where, raw: Any, index: int,
         draft={t: str(v) for t, v in draft.items()},
         model={t: str(v) for t, v in model.items()},
     )
+
+
+def _expand_graph_modes(path: Path, modes: Any, configs: tuple[ConfigSpec, ...]) -> tuple[ConfigSpec, ...]:
+    """`graph_modes = ["off", "on"]`: each configuration that sets no `cuda_graph` of its own
+    becomes one configuration per mode, named `<name>-graphs-<mode>`."""
+    if modes is None:
+        return configs
+    if (not isinstance(modes, list) or not modes or len(set(map(str, modes))) != len(modes)
+            or any(m not in GRAPH_MODES for m in modes)):
+        raise UsageError(f"{path}: graph_modes must be a non-empty list of distinct modes from "
+                         f"{', '.join(GRAPH_MODES)} (e.g. [\"off\", \"on\"])")
+    out: list[ConfigSpec] = []
+    for c in configs:
+        if c.features.cuda_graph is not None:
+            out.append(c)
+            continue
+        for mode in modes:
+            out.append(replace(c, name=f"{c.name}-graphs-{mode}",
+                               features=replace(c.features, cuda_graph=GRAPH_MODES[mode])))
+    return tuple(out)
+
+
+def _check_graph_args(path: Path, suite_args: tuple[str, ...], configs: tuple[ConfigSpec, ...]) -> None:
+    for c in configs:
+        if c.features.cuda_graph is None:
+            continue
+        every = (*suite_args, *c.args, *(a for args in c.target_args.values() for a in args))
+        for a in every:
+            if a.split("=", 1)[0] in GRAPH_OFF_FLAGS:
+                raise UsageError(f"{path}: [[config]] {c.name!r}: {a} contradicts cuda_graph / graph_modes "
+                                 f"(the harness spells graphs off per revision); drop it from the args")
 
 
 def _resolve_model(suite_path: Path, rel: str, field_name: str) -> Path:

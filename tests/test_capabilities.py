@@ -68,3 +68,55 @@ def test_unknown_literal_flag():
     caps.check_args(("--enable-deterministic-inference", "1"))
     with pytest.raises(NotExpressible, match="--decode-log-interval unknown"):
         caps.check_args(("--decode-log-interval", "1"))
+
+
+# SGLang 0.5.16 --help (abridged): per-phase backends, per-phase switches, deprecated single switch.
+HELP_0516 = """
+  --cuda-graph-backend-decode {full,breakable,tc_piecewise,disabled}
+                        Backend for the decode phase.
+  --cuda-graph-backend-prefill {full,breakable,tc_piecewise,disabled}
+  --cuda-graph-max-bs-decode CUDA_GRAPH_MAX_BS_DECODE
+  --disable-prefill-cuda-graph
+                        Disable the prefill-phase CUDA graph.
+  --disable-decode-cuda-graph
+  --cuda-graph-max-bs CUDA_GRAPH_MAX_BS
+                        Deprecated alias for --cuda-graph-max-bs-decode.
+  --disable-cuda-graph  Deprecated. Use --cuda-graph-backend-{decode,prefill}=disabled instead.
+"""
+# Per-phase switches only (no backend choice).
+HELP_PHASES = """
+  --disable-prefill-cuda-graph  --disable-decode-cuda-graph
+  --disable-cuda-graph  Deprecated.
+"""
+# Before 0.5.14: one switch, and an opt-in piecewise prefill graph.
+HELP_OLD_GRAPHS = """
+  --cuda-graph-max-bs CUDA_GRAPH_MAX_BS
+  --disable-cuda-graph  Disable cuda graph.
+  --enable-piecewise-cuda-graph
+"""
+
+
+@pytest.mark.parametrize("help_text, off", [
+    (HELP_0516, ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")),
+    (HELP_PHASES, ("--disable-decode-cuda-graph", "--disable-prefill-cuda-graph")),
+    (HELP_OLD_GRAPHS, ("--disable-cuda-graph",)),
+    ("--disable-cuda-graph\n--disable-prefill-cuda-graph\n", ("--disable-cuda-graph", "--disable-prefill-cuda-graph")),
+])
+def test_graphs_off_spelled_per_revision(help_text, off):
+    caps = Capabilities.parse(help_text)
+    assert caps.feature_args(Features(cuda_graph=False), None) == off
+    # On is the server's default: no flag, at any revision.
+    assert caps.feature_args(Features(cuda_graph=True), None) == ()
+    assert caps.feature_args(Features(), None) == ()
+
+
+def test_graph_backend_without_disabled_choice_falls_back():
+    caps = Capabilities.parse(HELP_PHASES + "  --cuda-graph-backend-decode {full,breakable}\n"
+                              "  --cuda-graph-backend-prefill {full,breakable}\n")
+    assert caps.graphs_off_args() == ("--disable-decode-cuda-graph", "--disable-prefill-cuda-graph")
+
+
+def test_graphs_off_not_expressible():
+    caps = Capabilities.parse(OLD_HELP)
+    with pytest.raises(NotExpressible, match="turn CUDA graphs off"):
+        caps.feature_args(Features(cuda_graph=False), None)

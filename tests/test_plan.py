@@ -131,3 +131,53 @@ def test_a_configuration_named_twice_runs_once(tmp_path):
                      candidate=Revision.installed(), out_dir=tmp_path, store_root=tmp_path,
                      only_configs=(name, name))
     assert [cp.spec.name for cp in plan(suite, req)] == [name]
+
+
+GRAPHS = """
+name = "t"
+graph_modes = {modes}
+[models]
+refserver = "{model}"
+[server]
+args = {args}
+[[config]]
+name = "a"
+probes = ["kl"]
+[[config]]
+name = "b"
+probes = ["kl"]
+cuda_graph = false
+"""
+
+
+def test_graph_modes_expand_configs_and_fingerprints(tmp_path):
+    suite = load_suite(write(tmp_path, GRAPHS.format(modes='["off", "on"]', args="[]", model="{model}")),
+                       known_probes())
+    assert [c.name for c in suite.configs] == ["a-graphs-off", "a-graphs-on", "b"]
+    assert [c.features.cuda_graph for c in suite.configs] == [False, True, False]
+    prints = {suite.server_config(c, "refserver").fingerprint for c in suite.configs}
+    assert len(prints) == 2  # a-graphs-off and b mean the same server
+
+
+def test_cuda_graph_unset_keeps_old_fingerprint(tmp_path):
+    from harness.plan import Features, _features_dict
+
+    assert "cuda_graph" not in _features_dict(Features())
+    assert _features_dict(Features(cuda_graph=True))["cuda_graph"] is True
+
+
+@pytest.mark.parametrize("modes, args, message", [
+    ('["off", "off"]', "[]", "graph_modes must be"),
+    ('["sometimes"]', "[]", "graph_modes must be"),
+    ('"on"', "[]", "graph_modes must be"),
+    ('["on"]', '["--disable-cuda-graph"]', "--disable-cuda-graph contradicts cuda_graph"),
+])
+def test_bad_graph_modes(tmp_path, modes, args, message):
+    with pytest.raises(UsageError, match=message):
+        load_suite(write(tmp_path, GRAPHS.format(modes=modes, args=args, model="{model}")), known_probes())
+
+
+def test_cuda_graph_must_be_bool(tmp_path):
+    text = MINIMAL + "cuda_graph = 'yes'\n"
+    with pytest.raises(UsageError, match="cuda_graph: expected true or false, got a string .yes."):
+        load_suite(write(tmp_path, text), known_probes())

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the project root, after the kit is installed in /tmp/site: a git repo
+# whose python/sglang is the released 0.5.16 source (main~1, base) then the released 0.5.17 source
+# (main, candidate; .gpu-kit/sglang-0.5.17-py.tar.xz from the kit's release-source.sh), both
+# revisions checked out once for every worker, and the seeded checkpoints the suites use.
+set -euo pipefail
+REPO=${REPO:-/tmp/sglang-release}
+export PYTHONPATH=/tmp/site DETCHECK_CACHE_DIR=/tmp/detcheck-cache-release
+rm -rf "$REPO" && mkdir -p "$REPO/python"
+cp -r /tmp/site/sglang "$REPO/python/"
+find "$REPO" -name __pycache__ -prune -exec rm -rf {} +
+G=(git -C "$REPO" -c user.name=detcheck -c user.email=detcheck@localhost)
+git -C "$REPO" init -q -b main
+"${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.16 (released package source)"
+rm -rf "$REPO/python/sglang" && tar -xJf .gpu-kit/sglang-0.5.17-py.tar.xz -C "$REPO/python"
+"${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.17 (released package source)"
+git -C "$REPO" log --oneline
+# Workers run side by side on one cache: make both worktrees now, not concurrently later.
+python3 - "$REPO" <<'PY'
+import sys
+from harness.revisions import Revision
+for ref in ("main~1", "main"):
+    print(ref, Revision.resolve(sys.argv[1], ref).checkout())
+PY
+for m in tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-eagle3; do
+  python3 -m harness.cli make-model fixtures/models/$m --out .models/$m --seed 0
+done
