@@ -32,6 +32,9 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         missing = "base" if base is None else "candidate"
         return ProbeComparison(config, probe, Verdict.ERROR, note=f"no {missing} result")
     sides = {"base": base, "candidate": cand}
+    changed = finding_change(sides)
+    if changed is not None:
+        return ProbeComparison(config, probe, changed[0], note=changed[1])
     for status in (Status.ERROR, Status.NOT_APPLICABLE):
         bad = [name for name, c in sides.items() if c.status == status]
         if bad:
@@ -56,6 +59,19 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in decisive if n in comparisons)
     return ProbeComparison(config, probe, verdict, comparisons, note,
                            {role: facts for role, facts in judged.items() if facts})
+
+
+def finding_change(sides: dict[str, CellResult]) -> tuple[Verdict, str] | None:
+    """A finding on either side decides the pair: the revision went from serving (or failing
+    one way) to failing another way, a change between the sides; the same finding on both is
+    not a pass, and reads error."""
+    base, cand = sides["base"], sides["candidate"]
+    if Status.FINDING not in (base.status, cand.status):
+        return None
+    if base.status == cand.status and base.reason == cand.reason:
+        return Verdict.ERROR, f"both: {base.reason}"
+    notes = "; ".join(f"{side}: {c.reason or 'serves'}" for side, c in sides.items())
+    return Verdict.DIFFERENT, f"changed between the sides: {notes}"
 
 
 def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, Any]],

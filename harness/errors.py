@@ -24,6 +24,16 @@ class ServerError(Exception):
     """A running server answered wrongly: HTTP error, malformed JSON, timeout, death."""
 
 
+class ServerFinding(Exception):
+    """The server answered, but not as SGLang must: null or missing logprobs, a death in the
+    middle of a probe. A result about the revision (cell status "finding"), kept with the raw
+    samples that show it, never a harness exception."""
+
+    def __init__(self, message: str, samples: tuple[dict, ...] = ()):
+        super().__init__(message)
+        self.samples = samples
+
+
 class ProbeNotApplicable(Exception):
     """The configuration cannot serve this probe (e.g. DFLASH rejects return_logprob)."""
 

@@ -20,6 +20,9 @@ SCHEMA_VERSION = 2  # history and upgraders: harness/result_files.py
 
 class Status(str, Enum):
     OK = "ok"
+    # The server answered, but not as SGLang must (null logprobs, died mid-probe): a result
+    # about the revision, with the raw samples that show it.
+    FINDING = "finding"
     ERROR = "error"
     NOT_APPLICABLE = "n/a"
 

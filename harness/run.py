@@ -31,8 +31,9 @@ from typing import Callable
 
 from harness.capabilities import NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
-from harness.errors import LaunchError, ProbeNotApplicable, ServerError, UsageError, VacuousResult
+from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
 from harness.lifeline import reap_orphans
+from harness.logparse import last_exception
 from harness.metadata import revision_interpreter_metadata
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import safe_name
@@ -320,11 +321,19 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str) -> Outco
         output = PROBES[probe].run(ctx)
     except ProbeNotApplicable as exc:
         return Outcome(Status.NOT_APPLICABLE, f"n/a: {exc}")
+    except ServerFinding as exc:
+        return Outcome(Status.FINDING, str(exc), server.log_tail(), ProbeOutput(exc.samples, ()))
     except VacuousResult as exc:
         return Outcome(Status.ERROR, f"vacuous: {exc}")
     except (ServerError, ValueError) as exc:
         dying_s = 0.5 if isinstance(exc, ConnectionLost) else 0.0
-        return Outcome(Status.ERROR, f"{exc}{died(server, dying_s)}", server.log_tail())
+        exit_note = died(server, dying_s)
+        if exit_note:  # the server died under this probe: a finding about the revision
+            cause = last_exception(server.log_tail(200))
+            return Outcome(Status.FINDING, f"server died during this probe{exit_note}"
+                                           f"{f': {cause}' if cause else ''} (request: {exc})",
+                           server.log_tail())
+        return Outcome(Status.ERROR, str(exc), server.log_tail())
     except Exception as exc:
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         return Outcome(Status.ERROR, f"probe failed: {type(exc).__name__}: {exc} "

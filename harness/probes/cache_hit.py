@@ -13,7 +13,8 @@ from typing import Sequence
 
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.probes.base import ProbeContext, ProbeKind, register
-from harness.probes.common import batches, cold_replay, describe_kl, judge_gate, kl_metric
+from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
+                                   require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -32,6 +33,7 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
             lps.append(gen.output_logprobs)
             cached.append(gen.cached_tokens)
     ctx.advance(total_steps - 1, total_steps)
+    lps = require_output_logprobs(lps, "the turn that should hit the cache")
     hits = [i for i, (c, m) in enumerate(zip(cached, min_hit)) if c > m]
     fraction = len(hits) / len(turn2)
     floor = ctx.param("min_hit_fraction")

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from harness import stats
 from harness.client import SGLangClient
+from harness.errors import ServerFinding
 from harness.logparse import parse_batch_lines
 from harness.report.format import fmt
 from harness.results import Metric
@@ -34,18 +35,39 @@ def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails:
     the reference a decode or a cache hit must reproduce."""
     client.flush_cache()
     out: list[Replayed] = []
+    broken: list[dict[str, Any]] = []
     for chunk, chunk_tails in zip(batches(sequences, batch_size), batches(tails, batch_size)):
         gens = client.generate(list(chunk), max_new_tokens=0, return_logprob=True, logprob_start_len=0,
                                top_logprobs_num=top_k)
         for gen, tail in zip(gens, chunk_tails):
             lps = gen.input_logprobs[-tail:] if tail else []
             top = gen.input_top_logprobs[-tail:] if tail and top_k else []
-            if len(lps) < tail or any(v is None for v in lps) or (top_k and (
-                    len(top) < tail or any(t is None for t in top))):
-                raise ValueError(f"replay returned {len(gen.input_logprobs)} input logprobs "
-                                 f"({len(gen.input_top_logprobs)} top-k), needed the last {tail}")
+            nulls = [i for i, v in enumerate(lps) if v is None]
+            if len(lps) < tail or nulls or (top_k and (len(top) < tail or any(t is None for t in top))):
+                broken.append({"prompt": len(out) + len(broken), "returned": len(gen.input_logprobs),
+                               "needed_last": tail, "null_positions_of_last": nulls})
+                continue
             out.append(Replayed([float(v) for v in lps], [list(t) for t in top]))
+    if broken:
+        first = broken[0]
+        raise ServerFinding(
+            f"cold replay returned null or missing input logprobs on {len(broken)} of {len(sequences)} "
+            f"prompts (prompt {first['prompt']}: {first['returned']} returned, "
+            f"{len(first['null_positions_of_last'])} of the last {first['needed_last']} null)", tuple(broken))
     return out
+
+
+def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str) -> list[list[float]]:
+    """Every output position of every answer has a logprob, or a ServerFinding that says on how
+    many prompts and where the first null is."""
+    broken = [{"prompt": i, "tokens": len(row), "null_positions": [j for j, v in enumerate(row) if v is None]}
+              for i, row in enumerate(rows) if any(v is None for v in row)]
+    if broken:
+        first = broken[0]
+        raise ServerFinding(f"{what} returned null output logprobs on {len(broken)} of {len(rows)} prompts "
+                            f"(first at position {first['null_positions'][0]} of prompt {first['prompt']})",
+                            tuple(broken))
+    return [[float(v) for v in row] for row in rows]
 
 
 def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,
@@ -93,6 +115,8 @@ def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
         text += f", first diff @{facts['first_divergent']}"
     if "hit_fraction" in facts:
         text += f", hit {facts['hit_fraction']:.0%}"
+    if facts.get("degenerate_prompts"):
+        text += f", ⚠ {facts['degenerate_prompts']}/{facts.get('prompts')} outputs one token repeated"
     if facts.get("threshold") is not None:
         mark = "✓" if facts.get("passes_threshold") else "✗"
         text += f"; gate < {fmt(facts['threshold'])} {mark}"

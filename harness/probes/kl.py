@@ -14,7 +14,8 @@ from typing import Any, Sequence
 from harness import stats
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
-from harness.probes.common import batches, cold_replay, describe_kl, judge_gate, kl_metric
+from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
+                                   require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind, TopLogprobs
@@ -38,12 +39,15 @@ def run(ctx: ProbeContext) -> ProbeOutput:
             decode_lps.append(gen.output_logprobs)
             decode_top.append(gen.output_top_logprobs)
         ctx.advance(len(outputs), total)
+    decode_lps = require_output_logprobs(decode_lps, "decode")
     sequences = [list(p) + list(o) for p, o in zip(prompts, outputs)]
     replay = cold_replay(ctx.client, sequences, [len(o) for o in outputs], batch, top_k)
     ctx.advance(total, total)
     tau = ctx.param("tau")
     metric, facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
                                    deterministic=ctx.deterministic, tau=tau)
+    # One token over and over: what a server with broken state (or dummy weights) decodes.
+    facts["degenerate_prompts"] = sum(1 for o in outputs if len(o) >= 8 and len(set(o)) == 1)
     metrics = (metric,)
     if top_k:
         top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_top, top_k,

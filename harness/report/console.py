@@ -40,8 +40,8 @@ class ConsoleReport:
         console = console or Console()
         console.print(self.table())
         for c in self.result.cells:
-            if c.status == Status.ERROR:
-                console.print(f"[magenta]error[/] {c.config}/{c.probe} ({c.role.value}): {c.reason}")
+            if c.status in (Status.ERROR, Status.FINDING):
+                console.print(f"[magenta]{c.status.value}[/] {c.config}/{c.probe} ({c.role.value}): {c.reason}")
 
 
 class ConsoleObserver:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Iterable
 
 from harness.report.format import fmt
@@ -69,6 +70,9 @@ class MarkdownReport:
                 continue
             if cell.status != Status.OK:
                 out += [f"**{side}: {cell.status.value}** — {_esc(failure_text(cell))}", ""]
+                if cell.status == Status.FINDING and cell.samples:
+                    out += [f"{side}'s evidence (first of {len(cell.samples)} in results.json):", "",
+                            "```", *(json.dumps(s, default=str) for s in cell.samples[:3]), "```", ""]
                 if cell.log_tail:
                     out += ["```", *cell.log_tail.splitlines()[-15:], "```", ""]
         out += self._facts(comp, base, cand)

@@ -30,8 +30,8 @@ def cell_text(cell: CellResult | None, comp: ProbeComparison) -> str:
         return "–"
     if cell.status == Status.NOT_APPLICABLE:
         return "n/a"
-    if cell.status == Status.ERROR:
-        return "error"
+    if cell.status in (Status.ERROR, Status.FINDING):
+        return cell.status.value
     kind = PROBES.get(cell.probe)
     describe = (kind.describe if kind and kind.describe else None) or describe_default
     return describe(comp.facts(cell), cell.primary)
@@ -57,7 +57,7 @@ def rows(result: RunResult) -> list[Row]:
 
 def failure_text(cell: CellResult) -> str:
     """A failed cell's reason, with the exception its server's log ends on, if any."""
-    cause = last_exception(cell.log_tail) if cell.status == Status.ERROR else None
+    cause = last_exception(cell.log_tail) if cell.status in (Status.ERROR, Status.FINDING) else None
     return f"{cell.reason} ({cause})" if cause and cause not in cell.reason else cell.reason
 
 
@@ -83,7 +83,8 @@ def headline(result: RunResult) -> str:
     parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     cells = {status: sum(1 for c in result.cells if c.status == status) for status in Status}
     return (f"{verdict} ({parts or 'no comparisons'}); cells: {cells[Status.OK]} measured, "
-            f"{cells[Status.NOT_APPLICABLE]} n/a, {cells[Status.ERROR]} error")
+            f"{cells[Status.NOT_APPLICABLE]} n/a, {cells[Status.ERROR]} error"
+            + (f", {cells[Status.FINDING]} finding" if cells[Status.FINDING] else ""))
 
 
 def launches_text(result: RunResult) -> str:
