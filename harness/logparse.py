@@ -10,8 +10,9 @@ What SGLang 0.5.16 writes around the numbers:
   tp > 1, also ` PP<p>`, ` EP<e>`): parsed into `BatchLine.dp_rank` / `tp_rank`, so a consumer
   can keep one curve per DP rank (`by_dp_rank`);
 - after a request finishes, 1–2 Decode lines with nothing held (`#token: 0` / `#full token: 0`),
-  one of them after the HTTP answer (the overlap scheduler's extra step): `BatchLine.released`
-  marks them, `decode_series` skips them unless asked.
+  one of them after the HTTP answer (the overlap scheduler's extra step), so whether a reader
+  sees it races the answer: `BatchLine.released` marks them and `parse_batch_lines` (hence
+  every curve built on it) leaves them out unless asked (`include_released=True`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ class BatchLine:
         return self.kind == "decode" and self.held_tokens == 0
 
 
-def parse_batch_lines(text: str) -> list[BatchLine]:
+def parse_batch_lines(text: str, *, include_released: bool = False) -> list[BatchLine]:
+    """Prefill and Decode lines, in order; released (zero-token) Decode lines only when
+    `include_released`."""
     out = []
     for line in text.splitlines():
         m = _BATCH.search(line)
@@ -68,7 +71,9 @@ def parse_batch_lines(text: str) -> list[BatchLine]:
                 fields[key] = 1.0 if value == "True" else 0.0
             else:
                 fields[key] = float(value)
-        out.append(BatchLine(m.group(1).lower(), fields, ranks.get("DP"), ranks.get("TP")))
+        parsed = BatchLine(m.group(1).lower(), fields, ranks.get("DP"), ranks.get("TP"))
+        if include_released or not parsed.released:
+            out.append(parsed)
     return out
 
 
@@ -85,9 +90,8 @@ def decode_series(text: str, name: str, *, include_released: bool = False,
     """One field of every Decode line, in order (e.g. '#swa token', 'accept len').  Lines
     logged after everything was released are skipped unless `include_released`; with
     `dp_rank`, only that rank's lines."""
-    return [v for line in parse_batch_lines(text) if line.kind == "decode"
-            and (include_released or not line.released)
-            and (dp_rank is None or line.dp_rank == dp_rank)
+    return [v for line in parse_batch_lines(text, include_released=include_released)
+            if line.kind == "decode" and (dp_rank is None or line.dp_rank == dp_rank)
             for v in [line.get(name)] if v is not None]
 
 

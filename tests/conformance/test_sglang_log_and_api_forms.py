@@ -25,9 +25,10 @@ DP = """\
 
 
 def test_zero_token_lines_are_marked_released():
-    lines = parse_batch_lines(TAIL)
+    lines = parse_batch_lines(TAIL, include_released=True)
     assert [line.released for line in lines] == [False, True, True, False]
     assert lines[3].held_tokens == 4962  # the plain-pool form (#token)
+    assert [line.held_tokens for line in parse_batch_lines(TAIL)] == [3077, 4962]
     assert decode_series(TAIL, "#swa token") == [3077]
     assert decode_series(TAIL, "#swa token", include_released=True) == [3077, 0, 0]
 
