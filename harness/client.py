@@ -24,6 +24,27 @@ class ConnectionLost(ServerError):
     """The connection failed or broke off mid-answer: often the server is dying."""
 
 
+def _logprob(entry: Any) -> float | None:
+    """The value of one `[logprob, token_id, text]` entry; None where SGLang sends null (the
+    first requested input position) or the entry is not of that form."""
+    if not isinstance(entry, (list, tuple)) or not entry or entry[0] is None:
+        return None
+    try:
+        return float(entry[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def _number(meta: dict[str, Any], key: str, kind: type) -> Any:
+    value = meta.get(key)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class Generation:
     """One /generate answer, reduced to what probes read."""
@@ -32,12 +53,29 @@ class Generation:
     meta: dict[str, Any]
 
     @property
-    def output_logprobs(self) -> list[float]:
-        return [float(e[0]) for e in self.meta.get("output_token_logprobs") or []]
+    def output_logprobs(self) -> list[float | None]:
+        return [_logprob(e) for e in self.meta.get("output_token_logprobs") or []]
 
     @property
     def input_logprobs(self) -> list[float | None]:
-        return [None if e[0] is None else float(e[0]) for e in self.meta.get("input_token_logprobs") or []]
+        """With `logprob_start_len` s: L - s entries, the first None (SGLang 0.5.16)."""
+        return [_logprob(e) for e in self.meta.get("input_token_logprobs") or []]
+
+    # SGLang 0.5.16 writes the spec_* keys only for a request that had a verify round: on a
+    # speculative server their absence means 0 rounds, not "no speculative decoding".
+    @property
+    def spec_verify_ct(self) -> int | None:
+        """Verify rounds; None when meta_info has no `spec_verify_ct`."""
+        return _number(self.meta, "spec_verify_ct", int)
+
+    @property
+    def spec_accept_length(self) -> float | None:
+        """Completion tokens per verify round (bonus included); None when absent."""
+        return _number(self.meta, "spec_accept_length", float)
+
+    @property
+    def spec_accept_rate(self) -> float | None:
+        return _number(self.meta, "spec_accept_rate", float)
 
     @property
     def output_top_logprobs(self) -> list[list[tuple[float, int]]]:
@@ -123,7 +161,14 @@ class SGLangClient:
         for item in items:
             if not isinstance(item, dict) or "meta_info" not in item or "output_ids" not in item:
                 raise ServerError(f"/generate: answer lacks output_ids/meta_info: {str(item)[:120]}")
-            out.append(Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"]))
+            gen = Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"])
+            if return_logprob and None in gen.output_logprobs:
+                # Input logprobs may start with null (SGLang's first requested position);
+                # an output token always has one: a null is the server's fault, said as such.
+                bad = gen.output_logprobs.index(None)
+                raise ServerError(f"/generate: output_token_logprobs[{bad}] has no logprob "
+                                  f"(null) in an answer of {len(gen.output_ids)} tokens")
+            out.append(gen)
         return out
 
     def flush_cache(self) -> None:
@@ -159,18 +204,40 @@ class SGLangClient:
         return parse_prometheus(resp.text) if resp.status_code == 200 else {}
 
 
-_PROM_LINE = re.compile(r"^(sglang:[A-Za-z0-9_]+)(\{[^}]*\})?\s+(\S+)")
+# A label block may hold `}` (or `,`, escaped quotes) inside quoted values, and SGLang 0.5.16
+# labels every scheduler metric (model_name, engine_type, tp_rank, pp_rank, moe_ep_rank, and
+# dp_rank under data parallelism); an optional timestamp may follow the value.
+_LABEL_VALUE = r'"(?:[^"\\]|\\.)*"'
+_PROM_LINE = re.compile(r"^(sglang:[A-Za-z0-9_:]+)\s*(\{(?:[^\"}]|" + _LABEL_VALUE + r")*\})?"
+                        r"\s+(\S+)(?:\s+-?\d+)?\s*$")
+_PROM_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(' + _LABEL_VALUE + r')')
+
+
+def _unescape(quoted: str) -> str:
+    return re.sub(r'\\(.)', lambda m: "\n" if m.group(1) == "n" else m.group(1), quoted[1:-1])
+
+
+def parse_prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every `sglang:*` sample as (name, labels, value), e.g. to split gauges by dp_rank."""
+    out = []
+    for line in text.splitlines():
+        m = _PROM_LINE.match(line.strip())
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        labels = {k: _unescape(v) for k, v in _PROM_LABEL.findall(m.group(2) or "")}
+        out.append((m.group(1), labels, value))
+    return out
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
+    """`sglang:*` samples summed over label sets (DP ranks, cache sources, ...)."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _PROM_LINE.match(line)
-        if m:
-            try:
-                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-            except ValueError:
-                continue
+    for name, _, value in parse_prometheus_samples(text):
+        out[name] = out.get(name, 0.0) + value
     return out
 
 
