@@ -328,7 +328,7 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str) -> Outco
     except (ServerError, ValueError) as exc:
         dying_s = 0.5 if isinstance(exc, ConnectionLost) else 0.0
         exit_note = died(server, dying_s)
-        if exit_note:  # the server died under this probe: a finding about the revision
+        if exit_note and not server.stopped_by_harness:  # it died by itself: a finding about the revision
             cause = last_exception(server.log_tail(200))
             return Outcome(Status.FINDING, f"server died during this probe{exit_note}"
                                            f"{f': {cause}' if cause else ''} (request: {exc})",

@@ -111,6 +111,8 @@ class ServerProcess:
     cwd: Path | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
     startup_s: float = 0.0
+    # Set when the harness itself signals the server: its death is then no finding about it.
+    stopped_by_harness: bool = False
 
     @property
     def url(self) -> str:
@@ -178,6 +180,7 @@ class ServerProcess:
         """SIGTERM the group, then SIGKILL whatever is left of it."""
         if self.proc is None:
             return
+        self.stopped_by_harness = True
         pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             try:

@@ -43,16 +43,23 @@ FAULTS = {
     "never-healthy": (["--fault", "never-healthy", "--spawn-child"], "error",
                       r"^launch failed: server not healthy after 2 s", r"ready to roll"),
     "hang": (["--fault", "hang-generate"], "error", r"^POST /generate: no answer within 1 s$", ""),
-    "sigkill": (["--fault", "sigkill-generate", "--spawn-child"], "error",
-                r"^POST /generate: connection failed .*\(server was killed by SIGKILL\)$", ""),
+    "sigkill": (["--fault", "sigkill-generate", "--spawn-child"], "finding",
+                r"^server died during this probe \(server was killed by SIGKILL\) \(request: POST /generate: "
+                r"connection failed", ""),
+    "die-second-batch": (["--fault", "die-second-batch"], "finding",
+                         r"^server died during this probe \(server was killed by SIGKILL\): RuntimeError: CUDA "
+                         r"error: device-side assert triggered \(in store_kvcache\)", r"device-side assert"),
     "malformed-json": (["--fault", "malformed-json"], "error",
                        r"^/generate: malformed JSON \(HTTP 200, \d+ bytes", ""),
     "truncated-json": (["--fault", "truncated-json"], "error",
                        r"^POST /generate: answer broken off .*IncompleteRead", ""),
     "http-500": (["--fault", "http-500"], "error",
                  r"^/generate: HTTP 500: CUDA error: an illegal memory access", ""),
-    "null-logprobs": (["--fault", "null-logprobs"], "error",
-                      r"^probe failed: TypeError: float\(\) argument .*NoneType.* \(at client\.py:\d+\)$", ""),
+    "null-logprobs": (["--fault", "null-logprobs"], "finding",
+                      r"^decode returned null output logprobs on 2 of 2 prompts \(first at position 0 of prompt 0\)$", ""),
+    "null-replay": (["--fault", "null-replay-logprobs"], "finding",
+                    r"^cold replay returned null or missing input logprobs on 2 of 2 prompts \(prompt 0: \d+ "
+                    r"returned, \d+ of the last 4 null\)$", ""),
     "flush-busy": (["--fault", "flush-busy"], "error",
                    r"^/flush_cache: still busy after \d+ tries over 1 s: Cache not flushed", ""),
     "flush-busy-then-idle": (["--fault", "flush-busy", "--fault-requests", "2"], "ok", r"^$", ""),
@@ -134,13 +141,20 @@ def test_fault_is_a_recorded_cell(matrix, name):
         assert cell["status"] == status, cell["reason"]
         assert re.search(reason, cell["reason"]), cell["reason"]
         assert re.search(log, cell["log_tail"]), cell["log_tail"][-1500:]
+    if name.startswith("null-"):  # a finding keeps the answers that show it
+        assert all(cell["samples"] for cell in found), found
     verdict = next(c["verdict"] for c in result["comparisons"] if c["config"] == name)
-    assert verdict == ("same" if status == "ok" else "error")
+    assert verdict == ("same" if status == "ok" else "error")  # the same on both sides: never a pass
     launches = matrix.bench.launches(name)
     if name != "bad-flag":  # argparse exits before the server records anything
         assert len(launches) == LAUNCHES.get(name, 2)
     pids = {p for launch in launches for p in (launch["pid"], launch.get("child")) if p}
     assert not pids & {p.pid for p in tagged(matrix.tag)}, "a process of this configuration is alive"
+
+
+def test_no_harness_exception_text_reaches_a_reason(matrix):
+    for cell in matrix.result["cells"]:
+        assert not re.search(r"probe failed|Traceback|NoneType|\(at \w+\.py:\d+\)", cell["reason"]), cell["reason"]
 
 
 def test_servers_listen_on_loopback_only(matrix):

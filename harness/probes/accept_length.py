@@ -30,16 +30,19 @@ def _generate(ctx: ProbeContext, prompts: Sequence[Sequence[int]], batch: int) -
     for chunk in batches(list(prompts), batch):
         out += ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
                                    temperature=ctx.param("temperature"))
-    missing = [g for g in out if "spec_verify_ct" not in g.meta]
-    if missing:
+    # SGLang writes the spec_* keys only for a request that had a verify round: one answer
+    # without them is 0 rounds; none with them is a server without speculative decoding.
+    if all(g.spec_verify_ct is None for g in out):
         raise ProbeNotApplicable("no speculative decoding on this server "
-                                 "(meta_info has no spec_verify_ct)")
+                                 "(no answer's meta_info has spec_verify_ct)")
     return out
 
 
 def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> dict[str, Any]:
-    verify = int(gen.meta["spec_verify_ct"])
-    length = gen.meta.get("spec_accept_length")
+    verify = gen.spec_verify_ct or 0
+    length = gen.spec_accept_length
+    if length is None and verify:
+        length = gen.completion_tokens / verify
     return {
         "repeat": repeat,
         "turn": turn,
@@ -47,8 +50,8 @@ def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> d
         "cached_tokens": gen.cached_tokens,
         "completion_tokens": gen.completion_tokens,
         "spec_verify_ct": verify,
-        "accept_length": float(length) if length is not None else gen.completion_tokens / max(verify, 1),
-        "accept_rate": gen.meta.get("spec_accept_rate"),
+        "accept_length": length,  # None: no verify round, so no acceptance to measure
+        "accept_rate": gen.spec_accept_rate,
     }
 
 
@@ -75,7 +78,10 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     if hit_fraction < floor:
         raise VacuousResult(f"only {hit_fraction:.0%} of turn-2 requests hit the cache past the "
                             f"turn-1 prompt (need {floor:.0%}); raise output_len past the track interval")
-    metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in samples),
+    measured = [s for s in samples if s["accept_length"] is not None]
+    if not measured:
+        raise VacuousResult(f"none of {len(samples)} requests had a verify round")
+    metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in measured),
                     better="higher", headline="median")
     return ProbeOutput(samples=tuple(samples), metrics=(metric,),
                        facts=_facts(ctx, samples, hit_fraction))
@@ -84,15 +90,17 @@ def run(ctx: ProbeContext) -> ProbeOutput:
 def _facts(ctx: ProbeContext, samples: list[dict[str, Any]], hit_fraction: float) -> dict[str, Any]:
     tokens = sum(s["completion_tokens"] for s in samples)
     verifies = sum(s["spec_verify_ct"] for s in samples)
-    by_turn = {t: [s["accept_length"] for s in samples if s["turn"] == t] for t in (1, 2)}
+    by_turn = {t: [s["accept_length"] for s in samples if s["turn"] == t and s["accept_length"] is not None]
+               for t in (1, 2)}
     states = (ctx.client.server_info().get("internal_states") or [{}])[0]
     return {
         "requests": len(samples),
         "completion_tokens": tokens,
         "verify_calls": verifies,
         "aggregate_accept_length": tokens / verifies if verifies else None,
-        "turn1_median": statistics.median(by_turn[1]),
-        "turn2_median": statistics.median(by_turn[2]),
+        "requests_without_verify": sum(1 for s in samples if s["accept_length"] is None),
+        "turn1_median": statistics.median(by_turn[1]) if by_turn[1] else None,
+        "turn2_median": statistics.median(by_turn[2]) if by_turn[2] else None,
         "turn2_hit_fraction": hit_fraction,
         # Cumulative since the last flush, folded in at decode-log boundaries (SGLang's counter).
         "server_avg_accept_length": states.get("avg_spec_accept_length"),

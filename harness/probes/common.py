@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from harness import stats
 from harness.client import SGLangClient
 from harness.errors import ServerFinding
-from harness.logparse import parse_batch_lines
+from harness.logparse import by_dp_rank, parse_batch_lines
 from harness.report.format import fmt
 from harness.results import Metric
 from harness.stats import Kind
@@ -141,10 +141,13 @@ def swa_curve(log_text: str) -> SwaCurve:
 
     The x axis counts generated tokens: one per sequence a Prefill line admits (its first
     token), then per Decode line `accept len` tokens per running request under speculative
-    decoding and one without. Lines without `#swa token` (no SWA pool) are skipped.
+    decoding and one without. Lines without `#swa token` (no SWA pool) are skipped. Under DP
+    attention each rank has its own pool and scheduler: the curve is the lowest rank's, never a
+    mix of ranks' lines.
     """
+    ranks = by_dp_rank(parse_batch_lines(log_text))
     generated, held, usage, total = [], [], [], 0.0
-    for line in parse_batch_lines(log_text):
+    for line in ranks[min(ranks, key=lambda r: -1 if r is None else r)] if ranks else []:
         if line.kind == "prefill":
             total += line.get("#new-seq") or 0.0
             continue

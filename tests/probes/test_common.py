@@ -47,3 +47,12 @@ def test_kl_line_shows_k3_and_top_k_side_by_side_then_the_gate():
                                         "first diff @5; gate < 1.00e-09 ✓")
     cache = {"k3_mean": 0.5, "k3_max": 1.0, "frac_over_tau": 0.25, "hit_fraction": 1.0}
     assert describe_kl(cache, None) == "k3 0.5 (max 1, 25% > τ), hit 100%"
+
+
+def test_swa_curve_keeps_one_dp_rank():
+    from harness.probes.common import swa_curve
+    line = ("[2026-01-01 00:00:00 DP{rank} TP0] Decode batch, #running-req: 1, #full token: 10, "
+            "full token usage: 0.01, #swa token: {swa}, swa token usage: 0.02, cuda graph: False, "
+            "gen throughput (token/s): 1.0, #queue-req: 0")
+    text = "\n".join(line.format(rank=r, swa=s) for r, s in ((0, 10), (1, 500), (0, 11), (1, 501)))
+    assert swa_curve(text).held == (10, 11)
