@@ -23,16 +23,36 @@ PACKAGE = "refserver"
 
 @dataclass(frozen=True)
 class Regression:
+    """A planted bug: the code of the line marked `# regression-hook: <name>` in `file`
+    becomes `replace` (indentation and marker kept)."""
+
     name: str
     file: str  # relative to the package's parent, e.g. "refserver/cache.py"
-    find: str
     replace: str
     description: str = ""
+
+    @property
+    def marker(self) -> str:
+        return f"# regression-hook: {self.name}"
+
+    def marked_line(self, lines: list[str]) -> int:
+        """The index of the one line carrying this hook's marker."""
+        hits = [i for i, line in enumerate(lines) if line.rstrip().endswith(self.marker)]
+        if len(hits) != 1:
+            raise RuntimeError(f"regression {self.name}: {len(hits)} lines of {self.file} carry {self.marker!r}")
+        return hits[0]
+
+    def apply(self, text: str) -> str:
+        lines = text.split("\n")
+        i = self.marked_line(lines)
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        lines[i] = f"{indent}{self.replace}  {self.marker}"
+        return "\n".join(lines)
 
 
 def load_regressions(path: Path = REGRESSIONS_FILE) -> dict[str, Regression]:
     raw = tomllib.loads(path.read_text())
-    return {name: Regression(name=name, file=t["file"], find=t["find"], replace=t["replace"],
+    return {name: Regression(name=name, file=t["file"], replace=t["replace"],
                              description=t.get("description", ""))
             for name, t in raw.items()}
 
@@ -44,7 +64,7 @@ class FixtureRepo:
         self.path = path
         self._tick = 0
         self.regressions = load_regressions()
-        self._edited: dict[str, int] = {}  # regression -> line index it edited (undo goes there)
+        self._original: dict[str, str] = {}  # regression -> its file's text before the edit
 
     @classmethod
     def create(cls, path: Path) -> FixtureRepo:
@@ -73,22 +93,16 @@ class FixtureRepo:
         return self._git("rev-parse", "HEAD")
 
     def edit(self, name: str, undo: bool = False) -> None:
-        """Apply (or undo) a planted regression: exactly one matching line must exist."""
+        """Apply (or undo) a planted regression."""
         if name not in self.regressions:
             raise UsageError(f"unknown regression {name!r} (known: {', '.join(self.regressions)})")
         reg = self.regressions[name]
-        old, new = (reg.replace, reg.find) if undo else (reg.find, reg.replace)
         file = self.path / "python" / reg.file
-        lines = file.read_text().split("\n")
-        hits = [i for i, line in enumerate(lines) if line.strip() == old.strip()]
-        if undo and self._edited.get(name) in hits:  # the replacement may also occur elsewhere
-            hits = [self._edited[name]]
-        if len(hits) != 1:
-            raise RuntimeError(f"regression {name}: {len(hits)} lines of {reg.file} match {old!r}")
-        line = lines[hits[0]]
-        lines[hits[0]] = line[: len(line) - len(line.lstrip())] + new.strip()
-        file.write_text("\n".join(lines))
-        self._edited[name] = hits[0]
+        if undo:
+            file.write_text(self._original.pop(name))
+            return
+        self._original[name] = file.read_text()
+        file.write_text(reg.apply(self._original[name]))
 
     def note(self, subject: str) -> str:
         """A harmless commit (a changelog line), as most commits in a bisect range are."""
