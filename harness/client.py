@@ -46,6 +46,18 @@ def _number(meta: dict[str, Any], key: str, kind: type) -> Any:
 
 
 @dataclass(frozen=True)
+class Logprobs:
+    """Ask /generate for logprobs: of the output only (start_len -1), or of the input from
+    position start_len on too; top_k > 0 adds the top-k alternatives at every position."""
+
+    start_len: int = -1
+    top_k: int = 0
+
+
+OUTPUT_LOGPROBS = Logprobs()
+
+
+@dataclass(frozen=True)
 class Generation:
     """One /generate answer, reduced to what probes read."""
 
@@ -133,8 +145,7 @@ class SGLangClient:
 
     def generate(self, input_ids: Sequence[int] | Sequence[Sequence[int]], *,
                  max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = True,
-                 return_logprob: bool = False, logprob_start_len: int = -1,
-                 top_logprobs_num: int = 0, sampling_seed: int | None = None) -> list[Generation]:
+                 logprobs: Logprobs | None = None, sampling_seed: int | None = None) -> list[Generation]:
         """One request, or a batch when given a list of prompts; always returns a list."""
         batched = bool(input_ids) and isinstance(input_ids[0], (list, tuple))
         params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature,
@@ -145,9 +156,9 @@ class SGLangClient:
             "input_ids": [list(p) for p in input_ids] if batched else list(input_ids),
             "sampling_params": params,
         }
-        if return_logprob:
-            body.update(return_logprob=True, logprob_start_len=logprob_start_len,
-                        top_logprobs_num=top_logprobs_num)
+        if logprobs is not None:
+            body.update(return_logprob=True, logprob_start_len=logprobs.start_len,
+                        top_logprobs_num=logprobs.top_k)
         resp = self._request("POST", "/generate", body)
         if resp.status_code == 400 and _UNSUPPORTED.search(resp.text):
             raise ProbeNotApplicable(_error_message(resp))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from harness.client import OUTPUT_LOGPROBS
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
@@ -28,7 +29,7 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
     outputs, lps, cached = [], [], []
     for chunk in batches(list(turn2), batch):
         for gen in ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
-                                       return_logprob=True, logprob_start_len=-1):
+                                       logprobs=OUTPUT_LOGPROBS):
             outputs.append(gen.output_ids)
             lps.append(gen.output_logprobs)
             cached.append(gen.cached_tokens)

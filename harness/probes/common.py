@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from harness import stats
-from harness.client import SGLangClient
+from harness.client import Logprobs, SGLangClient
 from harness.errors import ServerFinding
 from harness.logparse import by_dp_rank, parse_batch_lines
 from harness.report.format import fmt
@@ -37,8 +37,7 @@ def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails:
     out: list[Replayed] = []
     broken: list[dict[str, Any]] = []
     for chunk, chunk_tails in zip(batches(sequences, batch_size), batches(tails, batch_size)):
-        gens = client.generate(list(chunk), max_new_tokens=0, return_logprob=True, logprob_start_len=0,
-                               top_logprobs_num=top_k)
+        gens = client.generate(list(chunk), max_new_tokens=0, logprobs=Logprobs(start_len=0, top_k=top_k))
         for gen, tail in zip(gens, chunk_tails):
             lps = gen.input_logprobs[-tail:] if tail else []
             top = gen.input_top_logprobs[-tail:] if tail and top_k else []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from harness.client import OUTPUT_LOGPROBS
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
@@ -25,7 +26,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     for i, size in enumerate(sizes):
         batch = [target] + [fillers[j % len(fillers)] for j in range(size - 1)]
         gen = ctx.client.generate(batch, max_new_tokens=ctx.workload.output_len,
-                                  return_logprob=with_logprobs)[0]
+                                  logprobs=OUTPUT_LOGPROBS if with_logprobs else None)[0]
         record = {"output_ids": list(gen.output_ids),
                   "logprobs": gen.output_logprobs if with_logprobs else None}
         signature = hashlib.sha256(json.dumps(record).encode()).hexdigest()[:16]

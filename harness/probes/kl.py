@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from harness import stats
+from harness.client import Logprobs
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
@@ -33,8 +34,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     outputs, decode_lps, decode_top = [], [], []
     for chunk in batches(prompts, batch):
         for gen in ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
-                                       return_logprob=True, logprob_start_len=-1,
-                                       top_logprobs_num=top_k):
+                                       logprobs=Logprobs(top_k=top_k)):
             outputs.append(gen.output_ids)
             decode_lps.append(gen.output_logprobs)
             decode_top.append(gen.output_top_logprobs)
