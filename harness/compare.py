@@ -1,7 +1,9 @@
 """Base vs candidate, per (configuration, probe): metric comparisons and one verdict.
 
 Exact metrics (bit-exact under deterministic mode, fixed-workload peaks) compare by equality;
-noisy ones by bootstrap CI + Mann-Whitney against a practical floor. Floors and which metrics
+noisy ones against a practical floor: paired metrics (the same prompts on both sides) by a
+Wilcoxon signed-rank test + paired bootstrap CI of the median difference, unpaired ones by
+bootstrap CI + Mann-Whitney. Floors and which metrics
 decide the verdict come from the suite's [probe.<name>] table (validated, defaults filled by
 the probe's declared parameters), never from code. A probe's JUDGED facts (a gate) are derived
 here too, so stored cells are judged under the suite's current values.
@@ -48,14 +50,22 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         if m.kind == Kind.EXACT and other.kind == Kind.EXACT:
             comparisons[m.name] = stats.compare_exact(m.values, other.values)
         else:
-            comparisons[m.name] = stats.compare_noisy(
+            paired = m.paired and other.paired and len(m.values) == len(other.values)
+            compare = stats.compare_paired if paired else stats.compare_noisy
+            comparisons[m.name] = compare(
                 m.values, other.values, floor_for(params, m.name, primary=(i == 0)),
                 alpha=params["alpha"], boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
-    decided = [comparisons[n].verdict for n in decisive if n in comparisons]
-    verdict = stats.combine_verdicts(decided)
-    note = "; ".join(f"{n}: {comparisons[n].note}" for n in decisive if n in comparisons)
+    deciding = [n for n in decisive if n in comparisons]
+    verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
+    note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding)
+    decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
+    vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
+    if vacuous and verdict != Verdict.DIFFERENT:
+        # Too few samples to vouch for a match; a difference among those there are still counts.
+        return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "vacuous: " + "; ".join(vacuous),
+                               {role: facts for role, facts in judged.items() if facts})
     return ProbeComparison(config, probe, verdict, comparisons, note,
-                           {role: facts for role, facts in judged.items() if facts})
+                           {role: facts for role, facts in judged.items() if facts}, decided_by)
 
 
 def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, Any]],

@@ -83,6 +83,10 @@ class ConfigPlan:
     server: ServerConfig
     probes: tuple[str, ...]
     workloads: dict[str, Workload]
+    # The flags the configuration's probes add (their union, first occurrence kept): every
+    # server of the configuration gets all of them, whichever probes are still to measure, so
+    # that a cell's key names every argument that reached its server.
+    probe_args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -105,7 +109,8 @@ class Run:
         if sha is None:
             return None  # an installed package has no identity to cache by
         return CellKey(self.target.name, sha, cp.spec.name, cp.server.fingerprint, cp.workloads[probe].fingerprint,
-                       probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)))
+                       probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)),
+                       server_args_fingerprint=params_fingerprint(list(cp.probe_args)))
 
 
 @dataclass
@@ -124,6 +129,8 @@ class Job:
     server_info: dict = field(default_factory=dict)
     # What every cell of this job records about where it was measured.
     meta: dict = field(default_factory=dict)
+    # Noisy probes stored by an earlier run: when and what they measured, for reference only.
+    earlier: dict[str, dict] = field(default_factory=dict)
     # Values masked in everything kept: what the server saw (the caller's environment, the
     # configuration's, which holds a matrix entry's, and its arguments) must not come back
     # through its own output.
@@ -231,12 +238,18 @@ def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
 
 
 def reuse_stored(run: Run, job: Job) -> bool:
+    """Exact cells come from the store. A noisy cell (one with a noisy metric) is measured
+    again whatever is stored: noisy values measured at another time, under another load, are
+    not comparable with this run's, so both sides of a noisy comparison are measured in the
+    same run (the stored one is kept in the cell's metadata, for reference only)."""
     for probe in job.cp.probes:
         stored = run.stored.get(job.keys[probe]) if job.keys[probe] is not None else None
+        if stored is not None and not stored.noisy:
+            run.recorder.add(stored.with_role(job.role).as_reused(), reused=True, observer=run.observer)
+            continue
         if stored is not None:
-            run.recorder.add(stored.with_role(job.role), reused=True, observer=run.observer)
-        else:
-            job.todo.append(probe)
+            job.earlier[probe] = stored.reference()
+        job.todo.append(probe)
     return bool(job.todo)
 
 
@@ -244,13 +257,12 @@ def resolve_flags(run: Run, job: Job) -> bool:
     try:
         caps = revision_capabilities(run.target, job.revision.sha, job.worktree, run.suite.startup_timeout_s)
         feature_args = caps.feature_args(job.cp.server.features, job.cp.server.draft_model)
-        probe_args = tuple(a for p in job.todo for a in PROBES[p].server_args)
-        caps.check_args((*job.cp.server.args, *probe_args))
+        caps.check_args((*job.cp.server.args, *job.cp.probe_args))
     except NotExpressible as exc:
         return finish_job(run, job, Outcome(Status.NOT_APPLICABLE, f"n/a at this revision: {exc}"))
     except (LaunchError, UsageError) as exc:
         return finish_job(run, job, Outcome(Status.ERROR, str(exc), getattr(exc, "log_tail", "")))
-    job.args = feature_args + dedupe_flags(probe_args)
+    job.args = feature_args + job.cp.probe_args
     job.env = {**job.cp.server.env, **run.req.role_env.get(job.role, {})}
     return True
 
@@ -352,7 +364,8 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
         workloads = {p: build_workload(scaled(suite.workload.with_overrides(suite.probe_spec(p).params),
                                               req.workload_scale))
                      for p in probes}
-        plans.append(ConfigPlan(spec, server, probes, workloads))
+        probe_args = dedupe_flags(tuple(a for p in probes for a in PROBES[p].server_args))
+        plans.append(ConfigPlan(spec, server, probes, workloads, probe_args))
     if not plans:
         raise UsageError(f"{suite.path}: nothing to run after --config/--probe filters")
     return tuple(plans)

@@ -75,8 +75,9 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     if hit_fraction < floor:
         raise VacuousResult(f"only {hit_fraction:.0%} of turn-2 requests hit the cache past the "
                             f"turn-1 prompt (need {floor:.0%}); raise output_len past the track interval")
+    # Value i is the same (repeat, turn, prompt) on both sides: a paired design.
     metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in samples),
-                    better="higher", headline="median")
+                    better="higher", headline="median", paired=True)
     return ProbeOutput(samples=tuple(samples), metrics=(metric,),
                        facts=_facts(ctx, samples, hit_fraction))
 

@@ -43,7 +43,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     ctx.advance(total, total)
     tau = ctx.param("tau")
     metric, facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
-                                   deterministic=ctx.deterministic, tau=tau)
+                                   deterministic=ctx.deterministic, tau=tau, paired=True)
     metrics = (metric,)
     if top_k:
         top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_top, top_k,
@@ -76,7 +76,7 @@ def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[
         "top1_agree": sum(a * len(t) for a, t in zip(agree, per_token)) / tails.n_tokens,
     }
     metric = Metric("topk_kl", Kind.EXACT if deterministic else Kind.NOISY, tuple(per_prompt),
-                    better="lower", headline="mean")
+                    better="lower", headline="mean", paired=True)
     return metric, facts, [{"topk_kl": k_, "top1_agree": a} for k_, a in zip(per_prompt, agree)]
 
 
