@@ -191,11 +191,15 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
 
 
 def run_config(run: Run, cp: ConfigPlan, roles: tuple[Role, Role]) -> None:
-    """Both revisions of one configuration: one after the other, or at once on an entry that
-    gives each its own GPUs."""
-    if not run.req.parallel_roles:
+    """Both revisions of one configuration: one after the other; with interleaved (noisy)
+    probes, both servers up and those probes' rounds alternating sides; or at once on an entry
+    that gives each its own GPUs."""
+    if not run.req.parallel_roles and not any(PROBES[p].interleaved for p in cp.probes):
         for role in roles:
             run_job(run, new_job(run, cp, role))
+        return
+    if not run.req.parallel_roles:
+        run_interleaved(run, [new_job(run, cp, role) for role in roles])
         return
     with ThreadPoolExecutor(len(roles)) as pool:
         futures = [pool.submit(run_job, run, new_job(run, cp, role)) for role in roles]
@@ -224,9 +228,69 @@ def run_job(run: Run, job: Job) -> None:
             if not step(run, job):
                 return
     finally:
-        if job.server is not None:
-            job.server.stop()
-            scrub_file(job.server.log_path, job.secrets)
+        stop_job(job)
+
+
+def stop_job(job: Job) -> None:
+    if job.server is not None:
+        job.server.stop()
+        scrub_file(job.server.log_path, job.secrets)
+
+
+# -- interleaving: the noisy probes of both sides, round by round -------------------------
+
+def run_interleaved(run: Run, jobs: list[Job]) -> None:
+    """Both jobs of a configuration with their servers up at once: each side's other probes,
+    then the interleaved probes one round at a time, alternating which side goes first
+    (A B B A …, as Pinpoint and pyperf do), so that load and drift over the run fall on both
+    sides alike and round i of the two sides are neighbours in time."""
+    try:
+        live = [job for job in jobs if all(step(run, job) for step in JOB_STEPS[:-1])]
+        clients = {job.role: open_client(run, job) for job in live}
+        noisy: dict[str, list[Job]] = {}
+        for job in live:
+            for probe in job.todo:
+                if PROBES[probe].interleaved:
+                    noisy.setdefault(probe, []).append(job)
+                else:
+                    record_cell(run, job, probe, probe_outcome(run, job, clients[job.role], probe))
+        for probe, sides in noisy.items():
+            outcomes = alternate_rounds(run, sides, clients, probe)
+            for job in sides:
+                record_cell(run, job, probe, outcomes[job.role])
+    except BaseException:
+        stop_all()
+        raise
+    finally:
+        for job in jobs:
+            stop_job(job)
+
+
+def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
+                     probe: str) -> dict[Role, Outcome]:
+    """One probe's rounds on each job in turn, merged per side; a side that fails a round
+    ends with that failure while the other goes on."""
+    done: dict[Role, list[Outcome]] = {job.role: [] for job in jobs}
+    failed: dict[Role, Outcome] = {}
+    for rep in range(run.suite.probe_spec(probe).params["repeats"]):
+        for job in (jobs if rep % 2 == 0 else jobs[::-1]):
+            if job.role in failed:
+                continue
+            outcome = probe_outcome(run, job, clients[job.role], probe, (rep,))
+            if outcome.status == Status.OK:
+                done[job.role].append(outcome)
+            else:
+                failed[job.role] = outcome
+    return {role: failed.get(role) or merged(probe, outcomes) for role, outcomes in done.items()}
+
+
+def merged(probe: str, outcomes: list[Outcome]) -> Outcome:
+    try:
+        output = PROBES[probe].merge([o.output for o in outcomes])
+    except VacuousResult as exc:
+        return Outcome(Status.ERROR, f"vacuous: {exc}")
+    return Outcome(Status.OK, "", outcomes[-1].log_tail, output,
+                   wall_s=round(sum(o.wall_s or 0.0 for o in outcomes), 3))
 
 
 def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
@@ -288,6 +352,14 @@ def launch_server(run: Run, job: Job) -> bool:
 
 
 def run_probes(run: Run, job: Job) -> bool:
+    client = open_client(run, job)
+    for probe in job.todo:
+        record_cell(run, job, probe, probe_outcome(run, job, client, probe))
+    return False
+
+
+def open_client(run: Run, job: Job) -> SGLangClient:
+    """A client of the job's server; what the server says about itself goes in the metadata."""
     client = SGLangClient(job.server.url, timeout_s=run.suite.request_timeout_s)
     try:
         job.server_info = client.server_info()
@@ -295,23 +367,23 @@ def run_probes(run: Run, job: Job) -> bool:
         job.server_info = {}
     job.meta.update(server_version=job.server_info.get("version"),
                     max_total_num_tokens=job.server_info.get("max_total_num_tokens"))
-    for probe in job.todo:
-        record_cell(run, job, probe, probe_outcome(run, job, client, probe))
-    return False
+    return client
 
 
 JOB_STEPS: tuple[JobStep, ...] = (reuse_stored, resolve_flags, launch_server, run_probes)
 
 
-def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str) -> Outcome:
-    """One probe on the job's server; whatever goes wrong fails this cell, not the suite."""
+def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
+                  rounds: tuple[int, ...] | None = None) -> Outcome:
+    """One probe on the job's server (of an interleaved probe, only `rounds`); whatever goes
+    wrong fails this cell, not the suite."""
     server = job.server
     if not server.alive():
         return Outcome(Status.ERROR, f"server {exit_text(server.proc.poll())} before this probe",
                        server.log_tail())
     ctx = ProbeContext(client=client, server=server, config=job.cp.server, workload=job.cp.workloads[probe],
                        params=run.suite.probe_spec(probe).params, server_info=job.server_info,
-                       advance=run.observer.probing(job.cp.spec.name, job.role.value, probe))
+                       advance=run.observer.probing(job.cp.spec.name, job.role.value, probe), rounds=rounds)
     t0 = time.time()
     try:
         output = PROBES[probe].run(ctx)
