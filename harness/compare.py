@@ -11,9 +11,10 @@ here too, so stored cells are judged under the suite's current values.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable
 
-from harness import stats
+from harness import __version__, stats
 from harness.probes import PROBES
 from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
@@ -109,14 +110,16 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
                                     by_key.get((comp.config, comp.probe, Role.CANDIDATE)))
                         for comp in compare_run((*base, *cand), probe_params, order))
 
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
     def revision(run: RunResult) -> RevisionInfo:
         return run.base if side == Role.BASE else run.candidate
 
     return RunResult(
         suite=base_run.suite, target=base_run.target, base=revision(base_run), candidate=revision(cand_run),
         cells=(*base, *cand), comparisons=comparisons, launches=(),
-        metadata={"command": command, "compared_from": [base_run.metadata.get("started_at"),
-                                                        cand_run.metadata.get("started_at")]},
+        metadata={"command": command, "harness_version": __version__, "started_at": now, "finished_at": now,
+                  "compared_from": [base_run.metadata.get("started_at"), cand_run.metadata.get("started_at")]},
     )
 
 

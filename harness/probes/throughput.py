@@ -42,6 +42,7 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     n = level * ctx.param("requests_per_client")
     ctx.client.flush_cache()
     mark = ctx.server.log_size()
+    started = time.time()  # when, so a report can show how the two sides' rounds interleaved
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=level) as pool:
         gens = list(pool.map(one, range(n)))
@@ -50,6 +51,7 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     tokens = sum(g.completion_tokens for g in gens)
     return {
         "concurrency": level,
+        "started_at": round(started, 3),
         "requests": n,
         "completion_tokens": tokens,
         "wall_s": wall,

@@ -126,6 +126,13 @@ def headline(result: RunResult) -> str:
             f"{cells[Status.NOT_APPLICABLE]} n/a, {cells[Status.ERROR]} error")
 
 
+def revision_label(info) -> str:
+    """A ref with its short sha ("HEAD (1a2b3c4d5e6f)"); a bare sha shortened."""
+    if not info.sha:
+        return info.ref
+    return info.short if info.ref == info.sha else f"{info.ref} ({info.short})"
+
+
 def launches_text(result: RunResult) -> str:
     ok = sum(1 for l in result.launches if l.ok)
     configs = {c.config for c in result.cells}
