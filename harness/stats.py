@@ -579,9 +579,15 @@ def _judged(ev: _Evidence, sides: tuple[Summary, Summary], threshold: float, alp
                       paired=paired, needed=needed)
 
 
-def _check_alpha(alpha: float) -> None:
+def _sides(base: Sequence[float], candidate: Sequence[float], alpha: float,
+           boot: Bootstrap) -> tuple[np.ndarray, np.ndarray, tuple[Summary, Summary]]:
+    """Both samples checked, with their summaries (each side's own median CI)."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    _check_boot(boot.confidence, boot.n_boot)
+    x, y = _noisy_array(base), _noisy_array(candidate)
+    return x, y, tuple(summarize(v, confidence=boot.confidence, n_boot=boot.n_boot, seed=boot.seed)
+                       for v in (x, y))
 
 
 def compare_noisy(
@@ -603,13 +609,8 @@ def compare_noisy(
     ``threshold = floor.threshold(median(base))``. The two sides are resampled independently
     from streams derived from ``boot.seed``, so the result is reproducible.
     """
-    _check_alpha(alpha)
+    x, y, (bs, cs) = _sides(base, candidate, alpha, boot)
     confidence, n_boot, seed = boot.confidence, boot.n_boot, boot.seed
-    _check_boot(confidence, n_boot)
-    x, y = _noisy_array(base), _noisy_array(candidate)
-    bs = summarize(x, confidence=confidence, n_boot=n_boot, seed=seed)
-    cs = summarize(y, confidence=confidence, n_boot=n_boot, seed=seed)
-
     # Separate child streams: the summaries above reuse `seed` directly, and with n1 == n2 a
     # shared stream would pair the resamples of the two sides and narrow the CI falsely.
     rng_b, rng_c = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
@@ -621,13 +622,8 @@ def compare_noisy(
     return _judged(ev, (bs, cs), floor.threshold(bs.median), alpha, spread)
 
 
-def compare_paired(
-    base: Sequence[float],
-    candidate: Sequence[float],
-    floor: Floor,
-    alpha: float = 0.05,
-    boot: Bootstrap = Bootstrap(),
-) -> Comparison:
+def compare_paired(base: Sequence[float], candidate: Sequence[float], floor: Floor, alpha: float = 0.05,
+                   boot: Bootstrap = Bootstrap()) -> Comparison:
     """Three-way verdict for a noisy metric measured on the same prompts on both sides
     (``base[i]`` and ``candidate[i]`` are one prompt): a Wilcoxon signed-rank test on the
     per-prompt differences and a paired bootstrap CI of their median (the prompts are
@@ -640,14 +636,10 @@ def compare_paired(
 
     ``effect`` is the median of the differences (not the difference of the medians).
     """
-    _check_alpha(alpha)
-    _check_boot(boot.confidence, boot.n_boot)
-    x, y = _noisy_array(base), _noisy_array(candidate)
-    if x.size != y.size:
-        raise ValueError(f"paired samples differ in length: {x.size} vs {y.size}")
+    if len(base) != len(candidate):
+        raise ValueError(f"paired samples differ in length: {len(base)} vs {len(candidate)}")
+    x, y, (bs, cs) = _sides(base, candidate, alpha, boot)
     d = y - x
-    bs = summarize(x, confidence=boot.confidence, n_boot=boot.n_boot, seed=boot.seed)
-    cs = summarize(y, confidence=boot.confidence, n_boot=boot.n_boot, seed=boot.seed)
     boot_d = _boot_medians(d, boot.n_boot, np.random.default_rng(boot.seed))
     ci = _percentile_ci(boot_d, boot.confidence) if d.size > 1 else (float(d[0]), float(d[0]))
     ev = _Evidence(float(np.median(d)), ci, _wilcoxon_p(d), _min_wilcoxon_p(int(np.count_nonzero(d))),
