@@ -62,9 +62,8 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
 def hit_text(cached: Sequence[int], min_hit: Sequence[int], reached: int, floor: float) -> str:
     """What the cache did: how many prompts hit at all, how many hits reached far enough."""
     hit = sum(c > 0 for c in cached)
-    past = "reached past the prompt" if any(min_hit) else "were real hits"
-    return (f"{hit}/{len(cached)} prompts hit, {reached} {past} "
-            f"(min_hit_fraction {floor:g}); cached_tokens={list(cached)}")
+    reach = f", {reached} reached past the prompt" if any(min_hit) else " the prefix cache"
+    return f"{hit}/{len(cached)} prompts hit{reach} (min_hit_fraction {floor:g}); cached_tokens={list(cached)}"
 
 
 def _require_cache(ctx: ProbeContext) -> None:

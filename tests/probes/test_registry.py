@@ -82,5 +82,5 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
     assert "| plain | `toy` | 2 requests | 2 requests | ✅ same |" in proc.stdout
 
     suite.write_text(suite.read_text().replace("tokens = 5", "tokens = 500"))
-    bad = detcheck_with_toy(tmp_path, "run", "--suite", str(suite), "--out", str(out))
+    bad = detcheck_with_toy(tmp_path, "run", "--suite", str(suite), "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and "[probe.toy].tokens: 500 is out of range [1, 64]" in bad.stderr
