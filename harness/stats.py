@@ -572,7 +572,7 @@ def _judged(ev: _Evidence, sides: tuple[Summary, Summary], threshold: float, alp
         if estimate is not None:
             needed = max(estimate, n + 1)  # undecided at n: at least one more
             size = f"the floor's size ±{_g(threshold)}" if threshold else f"the observed {ev.effect:+.3g}"
-            note += (f"; needs ≈ {needed - n} more {'prompts' if paired else 'samples'} per side "
+            note += (f"; needs ≈ {needed - n} more {'paired samples' if paired else 'samples'} per side "
                      f"(n={needed}) to resolve an effect of {size}")
     return Comparison(kind=Kind.NOISY, verdict=verdict, base=sides[0], candidate=sides[1], effect=ev.effect,
                       ci=ev.ci, p=ev.p, floor=threshold, first_difference=None, note=note,

@@ -346,7 +346,7 @@ def test_paired_unknown_states_a_sample_count_that_decides():
 
     c = compare_paired(*draw(4), floor)
     assert c.verdict == Verdict.UNKNOWN and c.needed is not None and c.needed > 4
-    assert f"needs ≈ {c.needed - 4} more prompts per side (n={c.needed})" in c.note
+    assert f"needs ≈ {c.needed - 4} more paired samples per side (n={c.needed})" in c.note
     # Measured again with that many prompts, it decides.
     assert compare_paired(*draw(c.needed), floor).verdict == Verdict.DIFFERENT
 
