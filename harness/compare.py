@@ -11,6 +11,7 @@ here too, so stored cells are judged under the suite's current values.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Iterable
 
@@ -124,7 +125,9 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
 
 
 def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> ProbeComparison:
-    """asv's `x`: a pair measured on different configurations or workloads is not a comparison."""
+    """asv's `x`: a pair measured on different configurations or workloads is not a comparison.
+    A noisy metric measured in two runs (other times, other load) is shown but decides nothing:
+    a verdict it decided reads *unknown*."""
     if base is None or cand is None:
         return comp
     for what, a, b in (("server configuration", base.config_fingerprint, cand.config_fingerprint),
@@ -132,4 +135,10 @@ def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult
         if a != b:
             return ProbeComparison(comp.config, comp.probe, Verdict.ERROR,
                                    note=f"not comparable: {what} differs ({a} vs {b})")
+    decided = comp.metrics.get(comp.decided_by or "")
+    if decided is not None and decided.kind == Kind.NOISY and comp.verdict != Verdict.UNKNOWN:
+        when = " and ".join(str(c.metadata.get("finished_at") or "?") for c in (base, cand))
+        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, note=(
+            f"{comp.decided_by} is noisy and was measured in two runs ({when}): shown, not judged "
+            f"(would read {comp.verdict}); measure both in one run; {comp.note}"))
     return comp

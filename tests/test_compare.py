@@ -74,3 +74,21 @@ def test_below_the_vacuity_floor_a_difference_counts_and_a_match_does_not():
     matches = compare_cells("eagle", "accept_length", accept_cell(Role.BASE, BASE_ACCEPT, vacuous=vacuous),
                             accept_cell(Role.CANDIDATE, BASE_ACCEPT), params)
     assert matches.verdict == "error" and matches.note == f"vacuous: base: {vacuous}"
+
+
+def test_compare_of_two_runs_does_not_judge_a_noisy_metric_across_them():
+    from harness.compare import compare_runs
+    from harness.results import RunResult
+
+    def run_of(values: tuple[float, ...], when: str) -> RunResult:
+        rev = RevisionInfo("HEAD", "b" * 40)
+        cell = accept_cell(Role.CANDIDATE, values)
+        cell = CellResult(**{**cell.__dict__, "metadata": {"finished_at": when}})
+        return RunResult("s", "refserver", rev, rev, (cell,), (), (), {"started_at": when})
+
+    result = compare_runs(run_of(BASE_ACCEPT, "2026-11-30T01:00:00Z"), run_of(DROPPED, "2026-11-30T02:00:00Z"),
+                          Role.CANDIDATE, {"accept_length": PROBES["accept_length"].validate(
+                              {"floor_rel": 0.05}, "[probe.accept_length]")})
+    (comp,) = result.comparisons
+    assert comp.verdict == "unknown" and "measured in two runs" in comp.note and "would read different" in comp.note
+    assert result.metadata["harness_version"] and result.metadata["started_at"]

@@ -102,6 +102,8 @@ def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult |
 def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
     if comp.metrics and comp.verdict in (Verdict.SAME, Verdict.DIFFERENT, Verdict.UNKNOWN):
         name = comp.decided_by or next(iter(comp.metrics))
+        if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
+            return comp.note
         metrics = [c.metric(name) if c is not None else None for c in (base, cand)]
         text = comparison_text(comp.metrics[name], *metrics)
         return f"{name}: {text}" if len(comp.metrics) > 1 else text
