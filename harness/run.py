@@ -5,10 +5,13 @@
                        and the outputs writable, read the store once: bad input fails here,
                        before any launch
       run_job          one job per (configuration, revision), a chain of steps:
-        reuse_stored     cells already in the store need no server
+        reuse_stored     exact cells already in the store need no server (noisy ones are
+                         measured again: only the same run's measurements are comparable)
         resolve_flags    the revision's `--help` maps the configuration's features to flags
-        launch_server    one server for every pending probe of the job
+        launch_server    one server for every probe of the configuration
         run_probes       each probe on that server; each cell stored as soon as it exists
+      run_interleaved  instead of two run_jobs when a probe is interleaved (noisy): both
+                       servers up, that probe's rounds alternating sides (A B B A …)
       finish           compare base vs candidate, write results.json
 
 A crash loses at most the cell in flight: cells are stored as they finish, and results.json
