@@ -10,7 +10,9 @@ the good endpoint is measured once and every commit's cells land in the store: a
 a bisect after `detcheck run`, reuses them. Its exit code is git's protocol: 0 same as good,
 1 different, 125 cannot be tested (checkout, `--help` or launch failed, n/a at that
 revision, or still *unknown* with the most prompts allowed), 128 the good endpoint itself
-failed (aborts the bisect). An *unknown* verdict is measured again with twice the prompts.
+failed (aborts the bisect). An *unknown* verdict is measured again with the prompts its
+comparison says would resolve it (twice as many where it gives no estimate), up to
+`max_scale` times the suite's. Each step prints where its results are.
 
 The culprit is confirmed as in Pinpoint and SGLang #25647: the bad endpoint with that commit
 reverted must compare *same* to good.
@@ -55,7 +57,7 @@ class BisectSpec:
     target: str = "refserver"
     store_root: Path = Path()
     session_dir: Path = Path()
-    max_scale: int = 8  # an unknown verdict doubles the prompts up to this multiple
+    max_scale: int = 8  # an unknown verdict is measured with more prompts, up to this multiple
     python: str | None = None
 
     def save(self) -> Path:
@@ -88,6 +90,7 @@ class Evaluation:
     launches: int  # servers started for this commit (0: every cell came from the store)
     scale: int  # prompts multiple of the run that decided
     note: str = ""
+    results: str = ""  # the results.json of the run that decided (absent in older logs)
 
     @property
     def source(self) -> str:
@@ -98,8 +101,9 @@ class Evaluation:
     def line(self, label: str) -> str:
         scale = f" ×{self.scale} prompts" if self.scale > 1 else ""
         note = f"  {self.note}" if self.note else ""
+        where = f"\n{'':<9} results: {self.results}" if self.results else ""
         return (f"{label:<9} {self.sha[:12]}  {self.verdict:<9} exit {self.exit_code:<3} "
-                f"{self.source}{scale}  {self.subject[:60]!r}{note}")
+                f"{self.source}{scale}  {self.subject[:60]!r}{note}{where}")
 
 
 def evaluate(spec: BisectSpec, sha: str, phase: str = "step") -> Evaluation:
@@ -107,21 +111,24 @@ def evaluate(spec: BisectSpec, sha: str, phase: str = "step") -> Evaluation:
     subject = git(spec.repo, "log", "-1", "--format=%s", sha, check=False)
     launches, scale = 0, 1
     while True:
+        req = _request(spec, sha, scale)
+        results = str(req.out_dir / "results.json")
         try:
-            result = execute(_request(spec, sha, scale))
+            result = execute(req)
         except UsageError as exc:  # the commit cannot be checked out
             ev = Evaluation(phase, sha, subject, "skip", SKIP, launches, scale, f"cannot check out: {exc}")
             break
         launches += len(result.launches)
         verdict, code, note = judge(result)
         if code is not None:
-            ev = Evaluation(phase, sha, subject, verdict, code, launches, scale, note)
+            ev = Evaluation(phase, sha, subject, verdict, code, launches, scale, note, results)
             break
-        if scale * 2 > spec.max_scale:
+        following = next_scale(result, scale, spec.max_scale)
+        if following is None:
             ev = Evaluation(phase, sha, subject, "unknown", SKIP, launches, scale,
-                            f"still unknown with {scale}× prompts ({note}); skipped")
+                            f"still unknown with {scale}× prompts ({note}); skipped", results)
             break
-        scale *= 2
+        scale = following
     with open(spec.session_dir / LOG_FILE, "a") as f:
         f.write(json.dumps(asdict(ev)) + "\n")
     return ev
@@ -167,6 +174,18 @@ def judge(result: RunResult) -> tuple[str, int | None, str]:
     if verdict == Verdict.UNKNOWN:
         return verdict.value, None, note
     return verdict.value, DIFFERENT if verdict == Verdict.DIFFERENT else SAME, note
+
+
+def next_scale(result: RunResult, scale: int, max_scale: int) -> int | None:
+    """The prompts multiple an *unknown* run is measured again with: what its unknown
+    comparisons say would resolve them (the largest; twice the current one where none gives an
+    estimate), capped at `max_scale`; None when already there."""
+    if scale >= max_scale:
+        return None
+    wanted = [math.ceil(scale * c.needed / c.base.n)
+              for comp in result.comparisons if comp.verdict == Verdict.UNKNOWN.value
+              for c in comp.metrics.values() if c.verdict == Verdict.UNKNOWN and c.needed and c.base.n]
+    return min(max_scale, max([scale + 1, *wanted]) if wanted else scale * 2)
 
 
 def _first_line(text: str) -> str:
@@ -267,9 +286,12 @@ def _bisect_run(spec: BisectSpec, wt: Path, good: str, bad: str, out: Outcome,
         out.first_bad = (sha, git(spec.repo, "log", "-1", "--format=%s", sha))
         say(f"first bad commit: {sha[:12]} {out.first_bad[1]!r}")
     elif "could be any of" in text:
-        out.candidates = tuple(re.findall(r"^([0-9a-f]{40})$", text.split("could be any of:")[1], re.M))
-        out.problem = ("skipped commits hide the first bad commit; it is one of: "
-                       + ", ".join(c[:12] for c in out.candidates))
+        listed = set(re.findall(r"^([0-9a-f]{40})$", text.split("could be any of:")[1], re.M))
+        # git lists them in sha order; history order (oldest first) with subjects reads better
+        history = git(spec.repo, "rev-list", "--reverse", f"{good}..{bad}").split()
+        out.candidates = tuple(c for c in history if c in listed) + tuple(sorted(listed - set(history)))
+        out.problem = ("skipped commits hide the first bad commit; it is one of (oldest first):\n" + "\n".join(
+            f"  {c[:12]} {git(spec.repo, 'log', '-1', '--format=%s', c, check=False)!r}" for c in out.candidates))
     else:
         tail = "\n".join(lines[-8:])
         out.problem = f"git bisect run stopped (exit {proc.returncode}):\n{tail}"

@@ -1,7 +1,9 @@
 """Base vs candidate, per (configuration, probe): metric comparisons and one verdict.
 
 Exact metrics (bit-exact under deterministic mode, fixed-workload peaks) compare by equality;
-noisy ones by bootstrap CI + Mann-Whitney against a practical floor. Floors and which metrics
+noisy ones against a practical floor: paired metrics (the same prompts on both sides) by a
+Wilcoxon signed-rank test + paired bootstrap CI of the median difference, unpaired ones by
+bootstrap CI + Mann-Whitney. Floors and which metrics
 decide the verdict come from the suite's [probe.<name>] table (validated, defaults filled by
 the probe's declared parameters), never from code. A probe's JUDGED facts (a gate) are derived
 here too, so stored cells are judged under the suite's current values.
@@ -9,9 +11,11 @@ here too, so stored cells are judged under the suite's current values.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any, Iterable
 
-from harness import stats
+from harness import __version__, stats
 from harness.probes import PROBES
 from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
@@ -51,14 +55,22 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         if m.kind == Kind.EXACT and other.kind == Kind.EXACT:
             comparisons[m.name] = stats.compare_exact(m.values, other.values)
         else:
-            comparisons[m.name] = stats.compare_noisy(
+            paired = m.paired and other.paired and len(m.values) == len(other.values)
+            compare = stats.compare_paired if paired else stats.compare_noisy
+            comparisons[m.name] = compare(
                 m.values, other.values, floor_for(params, m.name, primary=(i == 0)),
                 alpha=params["alpha"], boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
-    decided = [comparisons[n].verdict for n in decisive if n in comparisons]
-    verdict = stats.combine_verdicts(decided)
-    note = "; ".join(f"{n}: {comparisons[n].note}" for n in decisive if n in comparisons)
+    deciding = [n for n in decisive if n in comparisons]
+    verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
+    note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding)
+    decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
+    vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
+    if vacuous and verdict != Verdict.DIFFERENT:
+        # Too few samples to vouch for a match; a difference among those there are still counts.
+        return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "vacuous: " + "; ".join(vacuous),
+                               {role: facts for role, facts in judged.items() if facts})
     return ProbeComparison(config, probe, verdict, comparisons, note,
-                           {role: facts for role, facts in judged.items() if facts})
+                           {role: facts for role, facts in judged.items() if facts}, decided_by)
 
 
 def finding_change(sides: dict[str, CellResult]) -> tuple[Verdict, str] | None:
@@ -115,19 +127,23 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
                                     by_key.get((comp.config, comp.probe, Role.CANDIDATE)))
                         for comp in compare_run((*base, *cand), probe_params, order))
 
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
     def revision(run: RunResult) -> RevisionInfo:
         return run.base if side == Role.BASE else run.candidate
 
     return RunResult(
         suite=base_run.suite, target=base_run.target, base=revision(base_run), candidate=revision(cand_run),
         cells=(*base, *cand), comparisons=comparisons, launches=(),
-        metadata={"command": command, "compared_from": [base_run.metadata.get("started_at"),
-                                                        cand_run.metadata.get("started_at")]},
+        metadata={"command": command, "harness_version": __version__, "started_at": now, "finished_at": now,
+                  "compared_from": [base_run.metadata.get("started_at"), cand_run.metadata.get("started_at")]},
     )
 
 
 def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> ProbeComparison:
-    """asv's `x`: a pair measured on different configurations or workloads is not a comparison."""
+    """asv's `x`: a pair measured on different configurations or workloads is not a comparison.
+    A noisy metric measured in two runs (other times, other load) is shown but decides nothing:
+    a verdict it decided reads *unknown*."""
     if base is None or cand is None:
         return comp
     for what, a, b in (("server configuration", base.config_fingerprint, cand.config_fingerprint),
@@ -135,4 +151,10 @@ def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult
         if a != b:
             return ProbeComparison(comp.config, comp.probe, Verdict.ERROR,
                                    note=f"not comparable: {what} differs ({a} vs {b})")
+    decided = comp.metrics.get(comp.decided_by or "")
+    if decided is not None and decided.kind == Kind.NOISY and comp.verdict != Verdict.UNKNOWN:
+        when = " and ".join(str(c.metadata.get("finished_at") or "?") for c in (base, cand))
+        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, note=(
+            f"{comp.decided_by} is noisy and was measured in two runs ({when}): shown, not judged "
+            f"(would read {comp.verdict}); measure both in one run; {comp.note}"))
     return comp

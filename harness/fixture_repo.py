@@ -30,10 +30,11 @@ class Regression:
     file: str  # relative to the package's parent, e.g. "refserver/cache.py"
     replace: str
     description: str = ""
+    hook: str = ""  # the marker's name where it is not `name` (two edits of one line)
 
     @property
     def marker(self) -> str:
-        return f"# regression-hook: {self.name}"
+        return f"# regression-hook: {self.hook or self.name}"
 
     def marked_line(self, lines: list[str]) -> int:
         """The index of the one line carrying this hook's marker."""
@@ -53,7 +54,7 @@ class Regression:
 def load_regressions(path: Path = REGRESSIONS_FILE) -> dict[str, Regression]:
     raw = tomllib.loads(path.read_text())
     return {name: Regression(name=name, file=t["file"], replace=t["replace"],
-                             description=t.get("description", ""))
+                             description=t.get("description", ""), hook=t.get("hook", ""))
             for name, t in raw.items()}
 
 

@@ -67,6 +67,8 @@ class RunRecorder:
                 "workload_name": workload.name}
         if outcome.wall_s is not None:
             meta["probe_wall_s"] = outcome.wall_s
+        if probe in job.earlier:
+            meta["earlier"] = job.earlier[probe]
         output = outcome.output
         return CellResult(
             config=cp.spec.name, probe=probe, role=job.role, revision=job.revision.info,

@@ -44,6 +44,9 @@ class Metric:
     better: str | None = None
     # The number a reviewer reads in the table: "median", "mean", "max", "sum" or "first".
     headline: str = "median"
+    # values[i] of base and candidate come from the same prompt (or seed): a noisy comparison
+    # is then judged on the per-index differences (Wilcoxon signed-rank, paired bootstrap).
+    paired: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +56,8 @@ class Metric:
             "unit": self.unit,
             "better": self.better,
             "headline": self.headline,
+            # written only when set, so a file from before pairing round-trips unchanged
+            **({"paired": True} if self.paired else {}),
         }
 
     @classmethod
@@ -64,6 +69,7 @@ class Metric:
             unit=d.get("unit", ""),
             better=d.get("better"),
             headline=d.get("headline", "median"),
+            paired=bool(d.get("paired", False)),  # absent before pairing: unpaired
         )
 
     def headline_value(self) -> float | None:
@@ -143,6 +149,23 @@ class CellResult:
     def with_role(self, role: Role) -> CellResult:
         return dataclasses.replace(self, role=role)
 
+    @property
+    def noisy(self) -> bool:
+        """Holds a noisy metric: comparable only with a measurement of the same run."""
+        return any(m.kind == Kind.NOISY for m in self.metrics)
+
+    def as_reused(self) -> CellResult:
+        """This stored cell, marked as taken from the store (its `finished_at` says when it
+        was measured)."""
+        return dataclasses.replace(self, metadata={**self.metadata, "reused": True})
+
+    def reference(self) -> dict[str, Any]:
+        """What an earlier, stored measurement of a noisy cell said: shown, never judged."""
+        primary = self.primary
+        return {"finished_at": self.metadata.get("finished_at"),
+                "metric": primary.name if primary else None,
+                "headline": primary.headline_value() if primary else None}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": self.schema,
@@ -218,6 +241,9 @@ class ProbeComparison:
     # Per side ("base", "candidate"): facts that depend on JUDGED parameters (a gate), derived
     # when compared; a report shows them with the cell's own facts.
     judged: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The metric whose verdict is the comparison's (the first deciding metric that reads it);
+    # None when no metric decided (n/a, error), or in a file written before it was recorded.
+    decided_by: str | None = None
 
     def facts(self, cell: CellResult) -> dict[str, Any]:
         """A cell's facts with what judging this comparison added."""
@@ -231,6 +257,8 @@ class ProbeComparison:
             "note": self.note,
             "metrics": {k: c.to_dict() for k, c in self.metrics.items()},
         }
+        if self.decided_by is not None:
+            d["decided_by"] = self.decided_by
         return {**d, "judged": self.judged} if self.judged else d
 
     @classmethod
@@ -242,6 +270,7 @@ class ProbeComparison:
             note=d.get("note", ""),
             metrics={k: Comparison.from_dict(c) for k, c in d.get("metrics", {}).items()},
             judged=d.get("judged", {}),
+            decided_by=d.get("decided_by"),  # absent in schema-2 files written before it
         )
 
 

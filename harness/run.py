@@ -5,10 +5,13 @@
                        and the outputs writable, read the store once: bad input fails here,
                        before any launch
       run_job          one job per (configuration, revision), a chain of steps:
-        reuse_stored     cells already in the store need no server
+        reuse_stored     exact cells already in the store need no server (noisy ones are
+                         measured again: only the same run's measurements are comparable)
         resolve_flags    the revision's `--help` maps the configuration's features to flags
-        launch_server    one server for every pending probe of the job
+        launch_server    one server for every probe of the configuration
         run_probes       each probe on that server; each cell stored as soon as it exists
+      run_interleaved  instead of two run_jobs when a probe is interleaved (noisy): both
+                       servers up, that probe's rounds alternating sides (A B B A …)
       finish           compare base vs candidate, write results.json
 
 A crash loses at most the cell in flight: cells are stored as they finish, and results.json
@@ -84,6 +87,10 @@ class ConfigPlan:
     server: ServerConfig
     probes: tuple[str, ...]
     workloads: dict[str, Workload]
+    # The flags the configuration's probes add (their union, first occurrence kept): every
+    # server of the configuration gets all of them, whichever probes are still to measure, so
+    # that a cell's key names every argument that reached its server.
+    probe_args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -106,7 +113,8 @@ class Run:
         if sha is None:
             return None  # an installed package has no identity to cache by
         return CellKey(self.target.name, sha, cp.spec.name, cp.server.fingerprint, cp.workloads[probe].fingerprint,
-                       probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)))
+                       probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)),
+                       server_args_fingerprint=params_fingerprint(list(cp.probe_args)))
 
 
 @dataclass
@@ -125,6 +133,8 @@ class Job:
     server_info: dict = field(default_factory=dict)
     # What every cell of this job records about where it was measured.
     meta: dict = field(default_factory=dict)
+    # Noisy probes stored by an earlier run: when and what they measured, for reference only.
+    earlier: dict[str, dict] = field(default_factory=dict)
     # Values masked in everything kept: what the server saw (the caller's environment, the
     # configuration's, which holds a matrix entry's, and its arguments) must not come back
     # through its own output.
@@ -187,11 +197,15 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
 
 
 def run_config(run: Run, cp: ConfigPlan, roles: tuple[Role, Role]) -> None:
-    """Both revisions of one configuration: one after the other, or at once on an entry that
-    gives each its own GPUs."""
-    if not run.req.parallel_roles:
+    """Both revisions of one configuration: one after the other; with interleaved (noisy)
+    probes, both servers up and those probes' rounds alternating sides; or at once on an entry
+    that gives each its own GPUs."""
+    if not run.req.parallel_roles and not any(PROBES[p].interleaved for p in cp.probes):
         for role in roles:
             run_job(run, new_job(run, cp, role))
+        return
+    if not run.req.parallel_roles:
+        run_interleaved(run, [new_job(run, cp, role) for role in roles])
         return
     with ThreadPoolExecutor(len(roles)) as pool:
         futures = [pool.submit(run_job, run, new_job(run, cp, role)) for role in roles]
@@ -228,10 +242,70 @@ def run_job(run: Run, job: Job) -> None:
                 if not step(run, job):
                     return
     finally:
-        if job.server is not None:
-            with clock("teardown"):
-                job.server.stop()
-                scrub_file(job.server.log_path, job.secrets)
+        stop_job(run, job)
+
+
+def stop_job(run: Run, job: Job) -> None:
+    if job.server is not None:
+        with run.recorder.clock("teardown"):
+            job.server.stop()
+            scrub_file(job.server.log_path, job.secrets)
+
+
+# -- interleaving: the noisy probes of both sides, round by round -------------------------
+
+def run_interleaved(run: Run, jobs: list[Job]) -> None:
+    """Both jobs of a configuration with their servers up at once: each side's other probes,
+    then the interleaved probes one round at a time, alternating which side goes first
+    (A B B A …, as Pinpoint and pyperf do), so that load and drift over the run fall on both
+    sides alike and round i of the two sides are neighbours in time."""
+    try:
+        live = [job for job in jobs if all(step(run, job) for step in JOB_STEPS[:-1])]
+        clients = {job.role: open_client(run, job) for job in live}
+        noisy: dict[str, list[Job]] = {}
+        for job in live:
+            for probe in job.todo:
+                if PROBES[probe].interleaved:
+                    noisy.setdefault(probe, []).append(job)
+                else:
+                    record_cell(run, job, probe, probe_outcome(run, job, clients[job.role], probe))
+        for probe, sides in noisy.items():
+            outcomes = alternate_rounds(run, sides, clients, probe)
+            for job in sides:
+                record_cell(run, job, probe, outcomes[job.role])
+    except BaseException:
+        stop_all()
+        raise
+    finally:
+        for job in jobs:
+            stop_job(run, job)
+
+
+def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
+                     probe: str) -> dict[Role, Outcome]:
+    """One probe's rounds on each job in turn, merged per side; a side that fails a round
+    ends with that failure while the other goes on."""
+    done: dict[Role, list[Outcome]] = {job.role: [] for job in jobs}
+    failed: dict[Role, Outcome] = {}
+    for rep in range(run.suite.probe_spec(probe).params["repeats"]):
+        for job in (jobs if rep % 2 == 0 else jobs[::-1]):
+            if job.role in failed:
+                continue
+            outcome = probe_outcome(run, job, clients[job.role], probe, (rep,))
+            if outcome.status == Status.OK:
+                done[job.role].append(outcome)
+            else:
+                failed[job.role] = outcome
+    return {role: failed.get(role) or merged(probe, outcomes) for role, outcomes in done.items()}
+
+
+def merged(probe: str, outcomes: list[Outcome]) -> Outcome:
+    try:
+        output = PROBES[probe].merge([o.output for o in outcomes])
+    except VacuousResult as exc:
+        return Outcome(Status.ERROR, f"vacuous: {exc}")
+    return Outcome(Status.OK, "", outcomes[-1].log_tail, output,
+                   wall_s=round(sum(o.wall_s or 0.0 for o in outcomes), 3))
 
 
 def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
@@ -243,12 +317,18 @@ def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
 
 
 def reuse_stored(run: Run, job: Job) -> bool:
+    """Exact cells come from the store. A noisy cell (one with a noisy metric) is measured
+    again whatever is stored: noisy values measured at another time, under another load, are
+    not comparable with this run's, so both sides of a noisy comparison are measured in the
+    same run (the stored one is kept in the cell's metadata, for reference only)."""
     for probe in job.cp.probes:
         stored = run.stored.get(job.keys[probe]) if job.keys[probe] is not None else None
+        if stored is not None and not stored.noisy:
+            run.recorder.add(stored.with_role(job.role).as_reused(), reused=True, observer=run.observer)
+            continue
         if stored is not None:
-            run.recorder.add(stored.with_role(job.role), reused=True, observer=run.observer)
-        else:
-            job.todo.append(probe)
+            job.earlier[probe] = stored.reference()
+        job.todo.append(probe)
     return bool(job.todo)
 
 
@@ -256,13 +336,12 @@ def resolve_flags(run: Run, job: Job) -> bool:
     try:
         caps = revision_capabilities(run.target, job.revision.sha, job.worktree, run.suite.startup_timeout_s)
         feature_args = caps.feature_args(job.cp.server.features, job.cp.server.draft_model)
-        probe_args = tuple(a for p in job.todo for a in PROBES[p].server_args)
-        caps.check_args((*job.cp.server.args, *probe_args))
+        caps.check_args((*job.cp.server.args, *job.cp.probe_args))
     except NotExpressible as exc:
         return finish_job(run, job, Outcome(Status.NOT_APPLICABLE, f"n/a at this revision: {exc}"))
     except (LaunchError, UsageError) as exc:
         return finish_job(run, job, Outcome(Status.ERROR, str(exc), getattr(exc, "log_tail", "")))
-    job.args = feature_args + dedupe_flags(probe_args)
+    job.args = feature_args + job.cp.probe_args
     job.env = {**job.cp.server.env, **run.req.role_env.get(job.role, {})}
     return True
 
@@ -292,6 +371,14 @@ def launch_server(run: Run, job: Job) -> bool:
 
 
 def run_probes(run: Run, job: Job) -> bool:
+    client = open_client(run, job)
+    for probe in job.todo:
+        record_cell(run, job, probe, probe_outcome(run, job, client, probe))
+    return False
+
+
+def open_client(run: Run, job: Job) -> SGLangClient:
+    """A client of the job's server; what the server says about itself goes in the metadata."""
     client = SGLangClient(job.server.url, timeout_s=run.suite.request_timeout_s)
     try:
         job.server_info = client.server_info()
@@ -299,23 +386,23 @@ def run_probes(run: Run, job: Job) -> bool:
         job.server_info = {}
     job.meta.update(server_version=job.server_info.get("version"),
                     max_total_num_tokens=job.server_info.get("max_total_num_tokens"))
-    for probe in job.todo:
-        record_cell(run, job, probe, probe_outcome(run, job, client, probe))
-    return False
+    return client
 
 
 JOB_STEPS: tuple[JobStep, ...] = (reuse_stored, resolve_flags, launch_server, run_probes)
 
 
-def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str) -> Outcome:
-    """One probe on the job's server; whatever goes wrong fails this cell, not the suite."""
+def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
+                  rounds: tuple[int, ...] | None = None) -> Outcome:
+    """One probe on the job's server (of an interleaved probe, only `rounds`); whatever goes
+    wrong fails this cell, not the suite."""
     server = job.server
     if not server.alive():
         return Outcome(Status.ERROR, f"server {exit_text(server.proc.poll())} before this probe",
                        server.log_tail())
     ctx = ProbeContext(client=client, server=server, config=job.cp.server, workload=job.cp.workloads[probe],
                        params=run.suite.probe_spec(probe).params, server_info=job.server_info,
-                       advance=run.observer.probing(job.cp.spec.name, job.role.value, probe))
+                       advance=run.observer.probing(job.cp.spec.name, job.role.value, probe), rounds=rounds)
     t0 = time.time()
     try:
         output = PROBES[probe].run(ctx)
@@ -376,7 +463,8 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
         workloads = {p: build_workload(scaled(suite.workload.with_overrides(suite.probe_spec(p).params),
                                               req.workload_scale))
                      for p in probes}
-        plans.append(ConfigPlan(spec, server, probes, workloads))
+        probe_args = dedupe_flags(tuple(a for p in probes for a in PROBES[p].server_args))
+        plans.append(ConfigPlan(spec, server, probes, workloads, probe_args))
     if not plans:
         raise UsageError(f"{suite.path}: nothing to run after --config/--probe filters")
     return tuple(plans)

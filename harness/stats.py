@@ -6,10 +6,13 @@ Two metric kinds, as benchstat's ``assume=exact`` versus its default:
 * ``exact`` metrics (deterministic logprobs, fixed-workload pool peaks) are equal or not,
   with no tolerance and no statistics; one differing value is the finding.
 * ``noisy`` metrics (throughput, accept length, k3 on a non-deterministic build) get a median
-  with a bootstrap CI per side, a Mann-Whitney U test between sides, and a practical floor
-  (asv's factor, pyperf's ``--min-speed``). The verdict is Pinpoint's three-way one:
-  *same* when the effect's CI lies inside the floor, *different* when the change is both
-  significant and beyond the floor, *unknown* when more samples would decide.
+  with a bootstrap CI per side and a practical floor (asv's factor, pyperf's ``--min-speed``).
+  Paired designs (the same prompts on both sides) are judged on the per-prompt differences: a
+  Wilcoxon signed-rank test and a paired bootstrap CI of the median difference; unpaired ones
+  by a Mann-Whitney U test and a CI of the difference of medians. The verdict is Pinpoint's
+  three-way one: *same* when the samples are equal or the effect's CI lies inside the floor,
+  *different* when the change is both significant and beyond the floor, *unknown* when more
+  samples would decide, with a normal-approximation estimate of how many.
 
 Floors and thresholds are arguments, never constants here: they come from the suite or a
 baselines file. Every function is pure and deterministic for a given ``seed``.
@@ -36,10 +39,12 @@ __all__ = [
     "combine_verdicts",
     "compare_exact",
     "compare_noisy",
+    "compare_paired",
     "k3",
     "k3_per_token",
     "kl_tails",
     "pooled_tails",
+    "samples_needed",
     "summarize",
 ]
 
@@ -359,6 +364,10 @@ class Comparison:
     floor: float  # the absolute threshold that was applied
     first_difference: int | None  # exact only: first index whose values differ
     note: str
+    # Noisy only: judged on per-prompt differences (Wilcoxon, paired bootstrap), and for an
+    # *unknown* verdict the samples per side that would resolve an effect of the floor's size.
+    paired: bool = False
+    needed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -372,6 +381,9 @@ class Comparison:
             "floor": self.floor,
             "first_difference": self.first_difference,
             "note": self.note,
+            # written only when set, so a file from before pairing round-trips unchanged
+            **({"paired": True} if self.paired else {}),
+            **({"needed": self.needed} if self.needed is not None else {}),
         }
 
     @classmethod
@@ -390,6 +402,9 @@ class Comparison:
             floor=float(d["floor"]),
             first_difference=None if first is None else int(first),
             note=str(d["note"]),
+            # absent from files written before pairing (schema 2): unpaired, no estimate
+            paired=bool(d.get("paired", False)),
+            needed=None if d.get("needed") is None else int(d["needed"]),
         )
 
 
@@ -473,6 +488,108 @@ class Bootstrap:
     seed: int = 0
 
 
+# Power the sample-size estimate of an *unknown* verdict aims at (one minus type-II error).
+POWER = 0.8
+# Asymptotic relative efficiency of the rank tests (Wilcoxon, Mann-Whitney) against the t test
+# under normal noise: 3/pi. The normal-approximation sample size is divided by it.
+_RANK_ARE = 3.0 / math.pi
+
+
+def samples_needed(spread: float, delta: float, alpha: float, paired: bool) -> int | None:
+    """Samples per side for a rank test at ``alpha`` (two-sided) to detect an effect of size
+    ``delta`` with power :data:`POWER`, given the observed standard deviation ``spread`` (of the
+    per-pair differences when ``paired``, of one side otherwise). Normal approximation:
+    ``n = k (z_{1-alpha/2} + z_power)^2 spread^2 / delta^2`` with ``k`` 1 paired, 2 unpaired,
+    over the rank tests' efficiency; never below the smallest n whose exact p can reach alpha
+    (that n alone when there is no spread). None without an effect size to resolve."""
+    if not (delta > 0.0 and math.isfinite(delta)) or not (spread >= 0.0 and math.isfinite(spread)):
+        return None
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(1.0 - alpha / 2.0) + NormalDist().inv_cdf(POWER)
+    n = (1 if paired else 2) * (z * spread / delta) ** 2 / _RANK_ARE
+    least = next((k for k in range(1, 1024)
+                  if (_min_wilcoxon_p(k) if paired else _min_mwu_p(k, k)) < alpha), 1024)
+    return max(least, math.ceil(n))
+
+
+def _min_wilcoxon_p(n: int) -> float:
+    # The smallest two-sided p of the exact signed-rank test with n non-zero differences
+    # (every difference of one sign): 2 / 2^n. 5 pairs: 0.0625, 6 pairs: 0.031.
+    return min(1.0, 2.0 / 2.0 ** n)
+
+
+def _wilcoxon_p(d: np.ndarray) -> float:
+    if not np.any(d):
+        return 1.0  # every difference zero: nothing differs (the statistic is undefined)
+    from scipy.stats import wilcoxon  # here, not at import: scipy costs seconds per CLI start
+
+    p = float(wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
+    return 1.0 if math.isnan(p) else p
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What a noisy comparison measured, before a verdict is drawn from it."""
+
+    effect: float
+    ci: tuple[float, float]
+    p: float
+    min_p: float  # the smallest p the test could give at these sample sizes
+    identical: bool  # the two samples are equal (paired: every difference is zero)
+    test: str  # "Wilcoxon" / "Mann-Whitney"
+
+
+def _decide(ev: _Evidence, threshold: float, alpha: float) -> tuple[Verdict, str]:
+    ci_text = f"CI [{_g(ev.ci[0])}, {_g(ev.ci[1])}]"
+    if ev.identical:
+        return Verdict.SAME, f"identical samples, inside floor ±{_g(threshold)}"
+    if -threshold <= ev.ci[0] and ev.ci[1] <= threshold:
+        return Verdict.SAME, f"{ci_text} inside floor ±{_g(threshold)}"
+    if ev.min_p >= alpha:
+        return Verdict.UNKNOWN, f"{ev.test} p={ev.p:.2g}; p<{alpha:g} unreachable at this sample size"
+    if ev.p < alpha and abs(ev.effect) > threshold and (ev.ci[0] > 0.0 or ev.ci[1] < 0.0):
+        return Verdict.DIFFERENT, f"{ev.test} p={ev.p:.2g}, effect {ev.effect:+.3g} beyond floor {_g(threshold)}"
+    if ev.p >= alpha:
+        why = f"not significant ({ev.test} p={ev.p:.2g})"
+    elif abs(ev.effect) <= threshold:
+        why = f"{ev.test} p={ev.p:.2g} but effect {ev.effect:+.3g} within floor {_g(threshold)}"
+    else:
+        why = f"{ev.test} p={ev.p:.2g} but {ci_text} includes 0"
+    return Verdict.UNKNOWN, f"{why}; {ci_text} not inside floor ±{_g(threshold)}"
+
+
+def _judged(ev: _Evidence, sides: tuple[Summary, Summary], threshold: float, alpha: float,
+            spread: float) -> Comparison:
+    """The Comparison of noisy evidence; an *unknown* one carries the samples per side that
+    would resolve an effect of the floor's size (of the observed effect's, with no floor)."""
+    verdict, note = _decide(ev, threshold, alpha)
+    paired = ev.test == "Wilcoxon"
+    needed = None
+    if verdict == Verdict.UNKNOWN:
+        n = sides[0].n
+        estimate = samples_needed(spread, threshold or abs(ev.effect), alpha, paired)
+        if estimate is not None:
+            needed = max(estimate, n + 1)  # undecided at n: at least one more
+            size = f"the floor's size ±{_g(threshold)}" if threshold else f"the observed {ev.effect:+.3g}"
+            note += (f"; needs ≈ {needed - n} more {'paired samples' if paired else 'samples'} per side "
+                     f"(n={needed}) to resolve an effect of {size}")
+    return Comparison(kind=Kind.NOISY, verdict=verdict, base=sides[0], candidate=sides[1], effect=ev.effect,
+                      ci=ev.ci, p=ev.p, floor=threshold, first_difference=None, note=note,
+                      paired=paired, needed=needed)
+
+
+def _sides(base: Sequence[float], candidate: Sequence[float], alpha: float,
+           boot: Bootstrap) -> tuple[np.ndarray, np.ndarray, tuple[Summary, Summary]]:
+    """Both samples checked, with their summaries (each side's own median CI)."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    _check_boot(boot.confidence, boot.n_boot)
+    x, y = _noisy_array(base), _noisy_array(candidate)
+    return x, y, tuple(summarize(v, confidence=boot.confidence, n_boot=boot.n_boot, seed=boot.seed)
+                       for v in (x, y))
+
+
 def compare_noisy(
     base: Sequence[float],
     candidate: Sequence[float],
@@ -480,69 +597,55 @@ def compare_noisy(
     alpha: float = 0.05,
     boot: Bootstrap = Bootstrap(),
 ) -> Comparison:
-    """Three-way verdict for a noisy metric.
+    """Three-way verdict for a noisy metric of two independent samples (unpaired design).
 
-    * SAME: the bootstrap CI of ``median(candidate) - median(base)`` lies inside
-      ``[-threshold, +threshold]`` (boundaries included, so a zero floor with identical
-      constant samples is SAME; with real noise a zero floor can never give SAME).
+    * SAME: the two samples are equal, or the bootstrap CI of
+      ``median(candidate) - median(base)`` lies inside ``[-threshold, +threshold]``
+      (boundaries included; with real noise a zero floor can never give SAME).
     * DIFFERENT: Mann-Whitney ``p < alpha``, ``|effect| > threshold`` and the CI excludes 0,
       and the sample sizes can reach ``alpha`` at all.
-    * UNKNOWN: otherwise; more samples would decide.
+    * UNKNOWN: otherwise; ``needed`` says how many samples per side would decide.
 
     ``threshold = floor.threshold(median(base))``. The two sides are resampled independently
     from streams derived from ``boot.seed``, so the result is reproducible.
     """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    x, y, (bs, cs) = _sides(base, candidate, alpha, boot)
     confidence, n_boot, seed = boot.confidence, boot.n_boot, boot.seed
-    _check_boot(confidence, n_boot)
-    x, y = _noisy_array(base), _noisy_array(candidate)
-    bs = summarize(x, confidence=confidence, n_boot=n_boot, seed=seed)
-    cs = summarize(y, confidence=confidence, n_boot=n_boot, seed=seed)
-    effect = cs.median - bs.median
-
     # Separate child streams: the summaries above reuse `seed` directly, and with n1 == n2 a
     # shared stream would pair the resamples of the two sides and narrow the CI falsely.
     rng_b, rng_c = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     diffs = _boot_medians(y, n_boot, rng_c) - _boot_medians(x, n_boot, rng_b)
-    ci = _percentile_ci(diffs, confidence)
+    identical = bool(np.array_equal(np.sort(x), np.sort(y)))
+    ev = _Evidence(cs.median - bs.median, _percentile_ci(diffs, confidence), _mwu_p(x, y),
+                   _min_mwu_p(x.size, y.size), identical, "Mann-Whitney")
+    spread = float(np.sqrt((np.var(x, ddof=1) + np.var(y, ddof=1)) / 2)) if min(x.size, y.size) > 1 else 0.0
+    return _judged(ev, (bs, cs), floor.threshold(bs.median), alpha, spread)
 
-    p = _mwu_p(x, y)
-    threshold = floor.threshold(bs.median)
-    min_p = _min_mwu_p(x.size, y.size)
-    all_identical = bool(np.all(x == x[0]) and np.all(y == x[0]))
-    ci_text = f"CI [{_g(ci[0])}, {_g(ci[1])}]"
 
-    if -threshold <= ci[0] and ci[1] <= threshold:
-        verdict, note = Verdict.SAME, f"{ci_text} inside floor ±{_g(threshold)}"
-    elif min_p >= alpha and not all_identical:
-        verdict = Verdict.UNKNOWN
-        note = f"need more samples (n={x.size} vs {y.size}, p={p:.2g}; p<{alpha:g} unreachable)"
-    elif p < alpha and abs(effect) > threshold and (ci[0] > 0.0 or ci[1] < 0.0):
-        verdict = Verdict.DIFFERENT
-        note = f"p={p:.2g}, effect {effect:+.3g} beyond floor {_g(threshold)}"
-    else:
-        verdict = Verdict.UNKNOWN
-        if p >= alpha:
-            why = f"not significant (p={p:.2g})"
-        elif abs(effect) <= threshold:
-            why = f"p={p:.2g} but effect {effect:+.3g} within floor {_g(threshold)}"
-        else:
-            why = f"p={p:.2g} but {ci_text} includes 0"
-        note = f"{why}; {ci_text} not inside floor ±{_g(threshold)}"
+def compare_paired(base: Sequence[float], candidate: Sequence[float], floor: Floor, alpha: float = 0.05,
+                   boot: Bootstrap = Bootstrap()) -> Comparison:
+    """Three-way verdict for a noisy metric measured on the same prompts on both sides
+    (``base[i]`` and ``candidate[i]`` are one prompt): a Wilcoxon signed-rank test on the
+    per-prompt differences and a paired bootstrap CI of their median (the prompts are
+    resampled, each keeping its two values).
 
-    return Comparison(
-        kind=Kind.NOISY,
-        verdict=verdict,
-        base=bs,
-        candidate=cs,
-        effect=effect,
-        ci=ci,
-        p=p,
-        floor=threshold,
-        first_difference=None,
-        note=note,
-    )
+    * SAME: every difference is zero, or the CI lies inside ``[-threshold, +threshold]``.
+    * DIFFERENT: Wilcoxon ``p < alpha``, ``|median difference| > threshold``, the CI excludes
+      0, and the number of pairs can reach ``alpha`` at all (6 pairs at 0.05).
+    * UNKNOWN: otherwise; ``needed`` says how many prompts per side would decide.
+
+    ``effect`` is the median of the differences (not the difference of the medians).
+    """
+    if len(base) != len(candidate):
+        raise ValueError(f"paired samples differ in length: {len(base)} vs {len(candidate)}")
+    x, y, (bs, cs) = _sides(base, candidate, alpha, boot)
+    d = y - x
+    boot_d = _boot_medians(d, boot.n_boot, np.random.default_rng(boot.seed))
+    ci = _percentile_ci(boot_d, boot.confidence) if d.size > 1 else (float(d[0]), float(d[0]))
+    ev = _Evidence(float(np.median(d)), ci, _wilcoxon_p(d), _min_wilcoxon_p(int(np.count_nonzero(d))),
+                   not np.any(d), "Wilcoxon")
+    spread = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
+    return _judged(ev, (bs, cs), floor.threshold(bs.median), alpha, spread)
 
 
 def combine_verdicts(verdicts: Iterable[Verdict]) -> Verdict:

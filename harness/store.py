@@ -1,7 +1,8 @@
 """ResultStore: one JSON file per cell, keyed so identical work is never redone.
 
 Key = target, revision sha, configuration name and fingerprint, workload fingerprint, probe,
-the probe's measured parameters, harness version. Each cell records the key it was measured
+the probe's measured parameters, the flags the configuration's probes add to its server,
+harness version. Each cell records the key it was measured
 under, and a read checks it against the key asked for: a cell copied under another revision's
 directory, or renamed, is not the measurement asked for and is measured again.
 
@@ -37,11 +38,17 @@ class CellKey:
     # JUDGED ones (thresholds, floors) are left out, so changing one re-judges the stored cell.
     params_fingerprint: str = ""
     harness_version: str = __version__
+    # The flags the configuration's probes add at launch (swa_peak's log flags): a cell
+    # measured on a server with them is not one measured without.
+    server_args_fingerprint: str = ""
 
     def relpath(self) -> Path:
         return Path(self.target, self.sha[:12], safe_name(self.config)[:64],
                     f"{self.probe}-{self.config_fingerprint}-{self.workload_fingerprint}"
-                    f"-{self.params_fingerprint}-v{self.harness_version}.json")
+                    f"-{self.params_fingerprint}{self._args_part()}-v{self.harness_version}.json")
+
+    def _args_part(self) -> str:
+        return f"-a{self.server_args_fingerprint}" if self.server_args_fingerprint else ""
 
     def to_dict(self) -> dict[str, str]:
         return dataclasses.asdict(self)

@@ -16,7 +16,8 @@ import pytest
 
 from conftest import ROOT, detcheck
 from harness import bisect as bisect_mod
-from harness.bisect import ABORT, DIFFERENT, SAME, SKIP, BisectSpec, evaluate
+from harness.bisect import ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation, evaluate, next_scale
+from harness.stats import Comparison, Kind, Summary, Verdict
 from harness.demo import build_demo_history
 from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
                              Status)
@@ -169,3 +170,26 @@ def test_unknown_is_measured_again_with_more_prompts(monkeypatch, tmp_path, verd
     assert ev.launches == len(verdicts)
     if code == SKIP:
         assert ev.verdict == "unknown" and "still unknown with 8× prompts" in ev.note
+
+
+def _unknown_needing(needed: int, n: int = 8) -> RunResult:
+    summary = Summary(n, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    comp = Comparison(Kind.NOISY, Verdict.UNKNOWN, summary, summary, 0.1, (-0.1, 0.3), 0.2, 0.1, None,
+                      "not significant", paired=True, needed=needed)
+    result = _result("unknown")
+    return dataclasses.replace(result, comparisons=(
+        ProbeComparison("c", "p", "unknown", {"m": comp}, "m: not significant"),))
+
+
+def test_unknown_is_measured_again_with_the_prompts_its_comparison_asks_for():
+    # 8 values, 20 needed: ×3 the prompts; capped by max_scale; none beyond it
+    assert next_scale(_unknown_needing(20), 1, 8) == 3
+    assert next_scale(_unknown_needing(200), 1, 8) == 8
+    assert next_scale(_unknown_needing(9), 2, 8) == 3  # at least one step up
+    assert next_scale(_unknown_needing(20), 8, 8) is None
+    assert next_scale(_result("unknown"), 2, 8) == 4  # no estimate: twice the prompts
+
+
+def test_a_step_line_says_where_its_results_are():
+    ev = Evaluation("step", "1" * 40, "subject", "skip", SKIP, 2, 1, "launch failed", "/s/runs/x/results.json")
+    assert "results: /s/runs/x/results.json" in ev.line("step 1")

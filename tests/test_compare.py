@@ -34,3 +34,61 @@ def test_without_a_threshold_nothing_is_judged_and_defaults_apply():
 def test_a_probe_no_longer_registered_is_an_error_not_a_crash():
     (comp,) = compare_run((), {}, [("det", "gone")])
     assert comp.verdict == "error" and "unknown probe 'gone'" in comp.note
+
+
+def accept_cell(role: Role, values: tuple[float, ...], paired: bool = True, **facts) -> CellResult:
+    return CellResult(config="eagle", probe="accept_length", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                      status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                      metrics=(Metric("accept_length", Kind.NOISY, values, paired=paired),), facts=facts)
+
+
+BASE_ACCEPT = (2.2, 3.9, 2.8, 4.6, 3.1, 2.5, 4.1, 3.4)
+DROPPED = tuple(round(v * 0.9, 6) for v in BASE_ACCEPT)
+
+
+def test_paired_metrics_take_the_paired_test_and_unpaired_ones_do_not():
+    params = PROBES["accept_length"].validate({"floor_rel": 0.05}, "[probe.accept_length]")
+    paired = compare_cells("eagle", "accept_length", accept_cell(Role.BASE, BASE_ACCEPT),
+                           accept_cell(Role.CANDIDATE, DROPPED), params)
+    assert paired.verdict == "different" and paired.metrics["accept_length"].paired
+    assert paired.decided_by == "accept_length" and "Wilcoxon" in paired.note
+    assert ProbeComparison.from_dict(paired.to_dict()) == paired
+    unpaired = compare_cells("eagle", "accept_length", accept_cell(Role.BASE, BASE_ACCEPT, paired=False),
+                             accept_cell(Role.CANDIDATE, DROPPED, paired=False), params)
+    assert unpaired.verdict == "unknown" and not unpaired.metrics["accept_length"].paired
+    assert unpaired.metrics["accept_length"].needed > 8 and "more samples per side" in unpaired.note
+
+
+def test_identical_accept_lengths_read_same_with_no_floor():
+    (comp,) = compare_run((accept_cell(Role.BASE, BASE_ACCEPT), accept_cell(Role.CANDIDATE, BASE_ACCEPT)),
+                          {}, [("eagle", "accept_length")])
+    assert comp.verdict == "same" and "identical samples" in comp.note
+
+
+def test_below_the_vacuity_floor_a_difference_counts_and_a_match_does_not():
+    vacuous = "8/8 prompts hit, 3 reached past the prompt (min_hit_fraction 0.5)"
+    params = PROBES["accept_length"].defaults()
+    differs = compare_cells("eagle", "accept_length", accept_cell(Role.BASE, BASE_ACCEPT, vacuous=vacuous),
+                            accept_cell(Role.CANDIDATE, DROPPED, vacuous=vacuous), params)
+    assert differs.verdict == "different"
+    matches = compare_cells("eagle", "accept_length", accept_cell(Role.BASE, BASE_ACCEPT, vacuous=vacuous),
+                            accept_cell(Role.CANDIDATE, BASE_ACCEPT), params)
+    assert matches.verdict == "error" and matches.note == f"vacuous: base: {vacuous}"
+
+
+def test_compare_of_two_runs_does_not_judge_a_noisy_metric_across_them():
+    from harness.compare import compare_runs
+    from harness.results import RunResult
+
+    def run_of(values: tuple[float, ...], when: str) -> RunResult:
+        rev = RevisionInfo("HEAD", "b" * 40)
+        cell = accept_cell(Role.CANDIDATE, values)
+        cell = CellResult(**{**cell.__dict__, "metadata": {"finished_at": when}})
+        return RunResult("s", "refserver", rev, rev, (cell,), (), (), {"started_at": when})
+
+    result = compare_runs(run_of(BASE_ACCEPT, "2026-11-30T01:00:00Z"), run_of(DROPPED, "2026-11-30T02:00:00Z"),
+                          Role.CANDIDATE, {"accept_length": PROBES["accept_length"].validate(
+                              {"floor_rel": 0.05}, "[probe.accept_length]")})
+    (comp,) = result.comparisons
+    assert comp.verdict == "unknown" and "measured in two runs" in comp.note and "would read different" in comp.note
+    assert result.metadata["harness_version"] and result.metadata["started_at"]

@@ -17,6 +17,8 @@ from harness.stats import (
     combine_verdicts,
     compare_exact,
     compare_noisy,
+    compare_paired,
+    samples_needed,
     k3,
     k3_per_token,
     kl_tails,
@@ -250,14 +252,15 @@ def test_compare_noisy_zero_floor_noise_is_never_same():
 def test_compare_noisy_three_vs_three_needs_more_samples():
     c = compare_noisy([10.0, 11.0, 12.0], [10.5, 11.5, 12.5], Floor(absolute=0.1))
     assert c.verdict == Verdict.UNKNOWN
-    assert "need more samples (n=3 vs 3" in c.note
+    assert "p<0.05 unreachable at this sample size" in c.note
+    assert c.needed is not None and c.needed > 3 and f"(n={c.needed})" in c.note
 
     # Fully separated, and scipy's tie-corrected approximation even reports p < 0.05,
     # but the exact test cannot go below 0.1 with 3 vs 3.
     c = compare_noisy([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], Floor())
     assert c.p is not None and c.p < 0.05
     assert c.verdict == Verdict.UNKNOWN
-    assert "need more samples" in c.note
+    assert "unreachable" in c.note and c.needed == 4  # 4 vs 4 can reach p = 0.029
 
     # Small samples may still be SAME when the whole CI sits inside the floor.
     c = compare_noisy([10.0, 10.1, 10.2], [10.05, 10.1, 10.15], Floor(absolute=1.0))
@@ -294,6 +297,90 @@ def test_compare_noisy_reproducible_and_validated():
         compare_noisy([1.0, float("inf")], [1.0], Floor())
     with pytest.raises(ValueError):
         compare_noisy([1.0], [1.0], Floor(), alpha=0.0)
+
+
+# --------------------------------------------------------------------------- paired
+
+
+# Per-prompt accept lengths vary far more between prompts than a 10% drop moves one prompt:
+# the unpaired tests cannot see the drop, the per-prompt differences can.
+ACCEPT_BASE = [2.2, 3.9, 2.8, 4.6, 3.1, 2.5, 4.1, 3.4]
+ACCEPT_DROP = [v * 0.9 + e for v, e in zip(ACCEPT_BASE, [0.01, -0.02, 0.0, 0.03, -0.01, 0.02, 0.0, -0.03])]
+
+
+def test_paired_drop_is_different_where_unpaired_is_not():
+    floor = Floor(relative=0.02)
+    unpaired = compare_noisy(ACCEPT_BASE, ACCEPT_DROP, floor)
+    paired = compare_paired(ACCEPT_BASE, ACCEPT_DROP, floor)
+    assert unpaired.verdict == Verdict.UNKNOWN and not unpaired.paired
+    assert paired.verdict == Verdict.DIFFERENT and paired.paired
+    assert paired.p is not None and paired.p < 0.01  # 8 of 8 differences negative: p = 2/256
+    assert paired.ci[1] < 0 and paired.effect == pytest.approx(
+        float(np.median(np.subtract(ACCEPT_DROP, ACCEPT_BASE))))
+    assert "Wilcoxon" in paired.note
+
+
+def test_paired_identical_samples_are_same_even_with_a_zero_floor():
+    for compare in (compare_paired, compare_noisy):
+        c = compare(ACCEPT_BASE, list(ACCEPT_BASE), Floor())
+        assert c.verdict == Verdict.SAME and "identical" in c.note
+        assert c.needed is None
+    # k3 of a non-deterministic build, bit-identical on both sides, no floor: same.
+    k3 = [1e-5, 3e-4, 0.0, 2e-6, 7e-5]
+    assert compare_paired(k3, k3, Floor()).verdict == Verdict.SAME
+
+
+def test_paired_small_drift_inside_floor_is_same():
+    cand = [v + d for v, d in zip(ACCEPT_BASE, [0.001, -0.002, 0.0, 0.002, -0.001, 0.0, 0.001, 0.0])]
+    c = compare_paired(ACCEPT_BASE, cand, Floor(absolute=0.05))
+    assert c.verdict == Verdict.SAME and c.ci[0] >= -0.05 and c.ci[1] <= 0.05
+
+
+def test_paired_unknown_states_a_sample_count_that_decides():
+    rng = np.random.default_rng(7)
+    floor = Floor(absolute=0.1)
+
+    def draw(n):
+        base = rng.normal(3.0, 0.5, n)
+        return base, base - 0.3 + rng.normal(0.0, 0.25, n)  # a drop of 3 floors, noisy
+
+    c = compare_paired(*draw(4), floor)
+    assert c.verdict == Verdict.UNKNOWN and c.needed is not None and c.needed > 4
+    assert f"needs ≈ {c.needed - 4} more paired samples per side (n={c.needed})" in c.note
+    # Measured again with that many prompts, it decides.
+    assert compare_paired(*draw(c.needed), floor).verdict == Verdict.DIFFERENT
+
+
+def test_paired_needs_six_pairs_to_reach_alpha():
+    c = compare_paired([1.0] * 5, [2.0] * 5, Floor())
+    assert c.verdict == Verdict.UNKNOWN and "unreachable" in c.note and c.needed == 6
+    assert compare_paired([1.0] * 6, [2.0] * 6, Floor()).verdict == Verdict.DIFFERENT
+
+
+def test_paired_validated_and_reproducible():
+    with pytest.raises(ValueError, match="differ in length"):
+        compare_paired([1.0, 2.0], [1.0], Floor())
+    with pytest.raises(ValueError):
+        compare_paired([1.0], [1.0], Floor(), alpha=1.0)
+    a = compare_paired(ACCEPT_BASE, ACCEPT_DROP, Floor(0.01), boot=Bootstrap(seed=4))
+    assert a == compare_paired(list(ACCEPT_BASE), list(ACCEPT_DROP), Floor(0.01), boot=Bootstrap(seed=4))
+    assert Comparison.from_dict(json.loads(json.dumps(a.to_dict()))) == a
+
+
+def test_samples_needed_normal_approximation():
+    # (1.96 + 0.84)^2 ≈ 7.85; / (3/pi) ≈ 8.22 per unit of (spread/delta)^2
+    assert samples_needed(1.0, 1.0, 0.05, paired=True) == 9
+    assert samples_needed(1.0, 1.0, 0.05, paired=False) == 17
+    assert samples_needed(1.0, 0.5, 0.05, paired=True) == 33
+    assert samples_needed(0.0, 1.0, 0.05, paired=True) == 6  # no spread: what reaches alpha
+    assert samples_needed(1.0, 0.0, 0.05, paired=True) is None
+
+
+def test_comparison_from_a_file_without_pairing_fields():
+    d = compare_noisy([1.0, 2.0, 3.0], [1.0, 2.0, 3.5], Floor()).to_dict()
+    d.pop("paired", None), d.pop("needed", None)
+    c = Comparison.from_dict(d)
+    assert c.paired is False and c.needed is None
 
 
 # --------------------------------------------------------------------------- serialisation

@@ -41,8 +41,8 @@ def _generate(ctx: ProbeContext, prompts: Sequence[Sequence[int]], batch: int) -
 def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> dict[str, Any]:
     verify = gen.spec_verify_ct or 0
     length = gen.spec_accept_length
-    if length is None and verify:
-        length = gen.completion_tokens / verify
+    if length is None:  # no verify round (SGLang then omits spec_*): every token came without one
+        length = gen.completion_tokens / max(verify, 1)
     return {
         "repeat": repeat,
         "turn": turn,
@@ -50,7 +50,7 @@ def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> d
         "cached_tokens": gen.cached_tokens,
         "completion_tokens": gen.completion_tokens,
         "spec_verify_ct": verify,
-        "accept_length": length,  # None: no verify round, so no acceptance to measure
+        "accept_length": float(length),
         "accept_rate": gen.spec_accept_rate,
     }
 
@@ -59,51 +59,58 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     prompts = list(ctx.workload.prompts)
     batch = ctx.param("batch_size") or len(prompts)
     suffix_len = ctx.param("suffix_len")
-    repeats = ctx.param("repeats")
+    rounds = ctx.repeat_indices()
     samples: list[dict[str, Any]] = []
-    turn2_hits = 0
-    for rep in range(repeats):
+    for done, rep in enumerate(rounds, 1):
         ctx.client.flush_cache()
         first = _generate(ctx, prompts, batch)
         samples += [_sample(1, rep, p, g) for p, g in zip(prompts, first)]
         follow = [list(p) + list(g.output_ids) + list(prompts[(i + 1) % len(prompts)][:suffix_len])
                   for i, (p, g) in enumerate(zip(prompts, first))]
         second = _generate(ctx, follow, batch)
-        samples += [_sample(2, rep, p, g) for p, g in zip(follow, second)]
         # A turn-2 hit that reaches past the turn-1 prompt reuses decode-written tokens.
-        turn2_hits += sum(g.cached_tokens > len(p) for p, g in zip(prompts, second))
-        ctx.advance(rep + 1, repeats)
-    hit_fraction = turn2_hits / (len(prompts) * repeats)
-    floor = ctx.param("min_hit_fraction")
+        samples += [{**_sample(2, rep, f, g), "past_prompt": g.cached_tokens > len(p)}
+                    for p, f, g in zip(prompts, follow, second)]
+        ctx.advance(done, len(rounds))
+    states = (ctx.client.server_info().get("internal_states") or [{}])[0]
+    return _output(samples, ctx.param("min_hit_fraction"), states.get("avg_spec_accept_length"))
+
+
+def merge(outputs: list[ProbeOutput]) -> ProbeOutput:
+    last = outputs[-1].facts
+    return _output([s for out in outputs for s in out.samples], last["min_hit_fraction"],
+                   last["server_avg_accept_length"])
+
+
+def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | None) -> ProbeOutput:
+    turn2 = [s for s in samples if s["turn"] == 2]
+    hit_fraction = sum(s["past_prompt"] for s in turn2) / len(turn2)
     if hit_fraction < floor:
-        raise VacuousResult(f"only {hit_fraction:.0%} of turn-2 requests hit the cache past the "
-                            f"turn-1 prompt (need {floor:.0%}); raise output_len past the track interval")
-    measured = [s for s in samples if s["accept_length"] is not None]
-    if not measured:
-        raise VacuousResult(f"none of {len(samples)} requests had a verify round")
-    metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in measured),
-                    better="higher", headline="median")
+        raise VacuousResult(f"{sum(s['past_prompt'] for s in turn2)}/{len(turn2)} turn-2 requests hit "
+                            f"the cache past the turn-1 prompt (min_hit_fraction {floor:g}); "
+                            f"raise output_len past the track interval")
+    # Value i is the same (repeat, turn, prompt) on both sides: a paired design.
+    metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in samples),
+                    better="higher", headline="median", paired=True)
     return ProbeOutput(samples=tuple(samples), metrics=(metric,),
-                       facts=_facts(ctx, samples, hit_fraction))
+                       facts={**_facts(samples, hit_fraction), "min_hit_fraction": floor,
+                              # cumulative since the last flush, folded in at decode-log boundaries
+                              "server_avg_accept_length": server_avg})
 
 
-def _facts(ctx: ProbeContext, samples: list[dict[str, Any]], hit_fraction: float) -> dict[str, Any]:
+def _facts(samples: list[dict[str, Any]], hit_fraction: float) -> dict[str, Any]:
     tokens = sum(s["completion_tokens"] for s in samples)
     verifies = sum(s["spec_verify_ct"] for s in samples)
-    by_turn = {t: [s["accept_length"] for s in samples if s["turn"] == t and s["accept_length"] is not None]
-               for t in (1, 2)}
-    states = (ctx.client.server_info().get("internal_states") or [{}])[0]
+    by_turn = {t: [s["accept_length"] for s in samples if s["turn"] == t] for t in (1, 2)}
     return {
         "requests": len(samples),
         "completion_tokens": tokens,
         "verify_calls": verifies,
         "aggregate_accept_length": tokens / verifies if verifies else None,
-        "requests_without_verify": sum(1 for s in samples if s["accept_length"] is None),
-        "turn1_median": statistics.median(by_turn[1]) if by_turn[1] else None,
-        "turn2_median": statistics.median(by_turn[2]) if by_turn[2] else None,
+        "requests_without_verify": sum(1 for s in samples if s["spec_verify_ct"] == 0),
+        "turn1_median": statistics.median(by_turn[1]),
+        "turn2_median": statistics.median(by_turn[2]),
         "turn2_hit_fraction": hit_fraction,
-        # Cumulative since the last flush, folded in at decode-log boundaries (SGLang's counter).
-        "server_avg_accept_length": states.get("avg_spec_accept_length"),
     }
 
 
@@ -124,4 +131,4 @@ PARAMS = (
 )
 PROBE = register(ProbeKind("accept_length", run,
                            "speculative accept length, shared-prefix multi-turn (noisy)",
-                           params=PARAMS, describe=describe))
+                           params=PARAMS, describe=describe, merge=merge))

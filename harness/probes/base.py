@@ -29,6 +29,9 @@ class ProbeContext:
     server_info: dict[str, Any]
     # advance(done, total): drives the progress bar; probes call it as requests finish.
     advance: Callable[[int, int], None] = field(default=lambda done, total: None)
+    # An interleaved probe's share of its `repeats`: the pipeline runs one round at a time on
+    # each side in turn (None: every round, 0..repeats-1).
+    rounds: tuple[int, ...] | None = None
 
     @property
     def deterministic(self) -> bool:
@@ -37,6 +40,10 @@ class ProbeContext:
     def param(self, name: str) -> Any:
         """A declared parameter's value (the suite's, else its declared default)."""
         return self.params[name]
+
+    def repeat_indices(self) -> tuple[int, ...]:
+        """The rounds this call measures: `rounds` when the pipeline interleaves, else all."""
+        return self.rounds if self.rounds is not None else tuple(range(self.param("repeats")))
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,14 @@ class ProbeKind:
     # Draws the (configuration, probe) pair's figure under out_dir; returns its path relative
     # to out_dir. matplotlib is imported inside, only when a report draws.
     plot: Callable[[str, dict[Role, CellResult], Path], str] | None = None
+    # A noisy probe measured in rounds (`repeats`) that the pipeline interleaves between the
+    # two sides of a configuration (A B B A …, both servers up): `run` measures the rounds in
+    # `ctx.rounds`, and `merge` makes one side's output of its rounds' outputs, in order.
+    merge: Callable[[list[ProbeOutput]], ProbeOutput] | None = None
+
+    @property
+    def interleaved(self) -> bool:
+        return self.merge is not None
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.params]

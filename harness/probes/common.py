@@ -70,9 +70,10 @@ def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str) -
 
 
 def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,
-              deterministic: bool, tau: float,
+              deterministic: bool, tau: float, paired: bool,
               name: str = "k3") -> tuple[Metric, dict[str, Any], list[dict[str, Any]]]:
-    """Per-prompt k3 as a metric (exact under deterministic mode), pooled tails as facts."""
+    """Per-prompt k3 as a metric (exact under deterministic mode), pooled tails as facts.
+    `paired`: value i is prompt i on both sides (every prompt kept, not a subset)."""
     per_prompt = [stats.k3(r, t) for r, t in zip(refs, tests)]
     tails = stats.pooled_tails([stats.k3_per_token(r, t) for r, t in zip(refs, tests)], tau)
     firsts = [stats.kl_tails(r, t, tau).first_divergent for r, t in zip(refs, tests)]
@@ -91,7 +92,7 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
         "first_divergent": min(diverged) if diverged else None,
     }
     metric = Metric(name=name, kind=Kind.EXACT if deterministic else Kind.NOISY,
-                    values=tuple(per_prompt), better="lower", headline="mean")
+                    values=tuple(per_prompt), better="lower", headline="mean", paired=paired)
     per_sample = [{"k3": k, "first_divergent": f} for k, f in zip(per_prompt, firsts)]
     return metric, facts, per_sample
 

@@ -17,8 +17,14 @@ from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
 
 
+def batch_sizes(ctx: ProbeContext) -> list[int]:
+    """The suite's `batch_sizes`, else every size from 1 to `max_batch_size`: a kernel whose
+    reduction order changes only at an odd size (5, 7) is missed by a sparse list."""
+    return ctx.param("batch_sizes") or list(range(1, ctx.param("max_batch_size") + 1))
+
+
 def run(ctx: ProbeContext) -> ProbeOutput:
-    sizes = ctx.param("batch_sizes")
+    sizes = batch_sizes(ctx)
     prompts = list(ctx.workload.prompts)
     target, fillers = prompts[0], prompts[1:] or prompts
     with_logprobs = ctx.param("logprobs")
@@ -41,8 +47,15 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     return ProbeOutput(samples=tuple(samples), metrics=(metric,), facts=facts)
 
 
+def sizes_text(sizes: list[int] | None) -> str:
+    """[1, 2, …, 8] as "1–8"; any other list as written."""
+    if sizes and len(sizes) > 2 and sizes == list(range(sizes[0], sizes[-1] + 1)):
+        return f"{sizes[0]}–{sizes[-1]}"
+    return str(sizes)
+
+
 def describe(facts: dict, primary) -> str:
-    text = f"{facts.get('unique_outputs')} unique over batch sizes {facts.get('batch_sizes')}"
+    text = f"{facts.get('unique_outputs')} unique over batch sizes {sizes_text(facts.get('batch_sizes'))}"
     if facts.get("first_differing_batch_size") is not None:
         text += f" (first differs at {facts['first_differing_batch_size']})"
     return text
@@ -50,8 +63,10 @@ def describe(facts: dict, primary) -> str:
 
 PARAMS = (
     *WORKLOAD,
-    Param("batch_sizes", list[int], [1, 2, 3, 4, 6, 8], "batch sizes the first prompt is sent at",
-          MEASURED, low=1, high=100_000, check=non_empty),
+    Param("batch_sizes", list[int], None, "batch sizes the first prompt is sent at "
+          "(default: every size 1..max_batch_size)", MEASURED, low=1, high=100_000, check=non_empty),
+    Param("max_batch_size", int, 8, "largest batch size when batch_sizes is not given", MEASURED,
+          low=1, high=100_000),
     Param("logprobs", bool, True, "compare logprobs as well as output ids", MEASURED),
     *JUDGING,
 )

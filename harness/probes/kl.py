@@ -45,7 +45,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     ctx.advance(total, total)
     tau = ctx.param("tau")
     metric, facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
-                                   deterministic=ctx.deterministic, tau=tau)
+                                   deterministic=ctx.deterministic, tau=tau, paired=True)
     # One token over and over: what a server with broken state (or dummy weights) decodes.
     facts["degenerate_prompts"] = sum(1 for o in outputs if len(o) >= 8 and len(set(o)) == 1)
     metrics = (metric,)
@@ -80,7 +80,7 @@ def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[
         "top1_agree": sum(a * len(t) for a, t in zip(agree, per_token)) / tails.n_tokens,
     }
     metric = Metric("topk_kl", Kind.EXACT if deterministic else Kind.NOISY, tuple(per_prompt),
-                    better="lower", headline="mean")
+                    better="lower", headline="mean", paired=True)
     return metric, facts, [{"topk_kl": k_, "top1_agree": a} for k_, a in zip(per_prompt, agree)]
 
 

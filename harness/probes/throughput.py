@@ -4,7 +4,8 @@ At each level `c` of `concurrency`, `c` clients (threads) send `requests_per_cli
 each, back to back; tok/s = completion tokens / wall time of the level. Levels are interleaved
 within each of `repeats` rounds, so drift spreads over all of them. Each level is a noisy
 metric `tok_s_c<c>` (the highest level first: it decides the verdict unless the suite names
-`verdict_metrics`). Retractions (`meta_info.num_retractions`) and, where the log has them,
+`verdict_metrics`). The pipeline interleaves the rounds of the two sides (both servers up),
+and the metrics are paired by round. Retractions (`meta_info.num_retractions`) and, where the log has them,
 the SWA pool's peak usage per level are recorded as in a PR's throughput table. The probe adds
 no log flags (logging every step costs throughput on a GPU): the peak is sampled at whatever
 `--decode-log-interval` the server runs with (1 when it shares a server with swa_peak).
@@ -41,6 +42,7 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     n = level * ctx.param("requests_per_client")
     ctx.client.flush_cache()
     mark = ctx.server.log_size()
+    started = time.time()  # when, so a report can show how the two sides' rounds interleaved
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=level) as pool:
         gens = list(pool.map(one, range(n)))
@@ -49,6 +51,7 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     tokens = sum(g.completion_tokens for g in gens)
     return {
         "concurrency": level,
+        "started_at": round(started, 3),
         "requests": n,
         "completion_tokens": tokens,
         "wall_s": wall,
@@ -61,19 +64,31 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
 
 def run(ctx: ProbeContext) -> ProbeOutput:
     levels = sorted(set(ctx.param("concurrency")))
-    repeats = ctx.param("repeats")
+    rounds = ctx.repeat_indices()
     prompts = list(ctx.workload.prompts)
-    for _ in range(ctx.param("warmup")):
-        ctx.client.generate(prompts[0], max_new_tokens=ctx.workload.output_len)
+    if not rounds or rounds[0] == 0:  # warm up once, before the first round
+        for _ in range(ctx.param("warmup")):
+            ctx.client.generate(prompts[0], max_new_tokens=ctx.workload.output_len)
     samples = []
-    for rep in range(repeats):
+    for rep in rounds:
         for level in levels:
             samples.append({"repeat": rep, **_level(ctx, level, prompts)})
-            ctx.advance(len(samples), repeats * len(levels))
+            ctx.advance(len(samples), len(rounds) * len(levels))
+    return _output(samples)
+
+
+def merge(outputs: list[ProbeOutput]) -> ProbeOutput:
+    return _output([s for out in outputs for s in out.samples])
+
+
+def _output(samples: list[dict[str, Any]]) -> ProbeOutput:
+    levels = sorted({s["concurrency"] for s in samples})
     ordered = [levels[-1], *levels[:-1]]
+    # Value i is round i on both sides; interleaved, the two sides' round i are neighbours in
+    # time, so pairing by round takes the run's drift out of the comparison.
     metrics = tuple(
         Metric(metric_name(c), Kind.NOISY, tuple(s["tok_s"] for s in samples if s["concurrency"] == c),
-               unit="tok/s", better="higher", headline="median")
+               unit="tok/s", better="higher", headline="median", paired=True)
         for c in ordered
     )
     return ProbeOutput(samples=tuple(samples), metrics=metrics, facts=_facts(samples, levels))
@@ -112,4 +127,4 @@ PARAMS = (
     *JUDGING,
 )
 PROBE = register(ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
-                           params=PARAMS, describe=describe))
+                           params=PARAMS, describe=describe, merge=merge))

@@ -8,16 +8,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.report.rows import headline, launches_text, rows
+from harness.report.rows import headline, launches_text, revision_label, rows
 from harness.results import CellResult, Launch, RunResult, Status
 
 VERDICT_STYLE = {"same": "green", "different": "bold red", "unknown": "yellow",
                  "n/a": "dim", "error": "bold magenta"}
-
-
-def _label(info) -> str:
-    """A branch or tag name as given; a bare sha shortened."""
-    return info.short if info.sha and info.ref == info.sha else info.ref
 
 
 class ConsoleReport:
@@ -26,7 +21,8 @@ class ConsoleReport:
 
     def table(self) -> Table:
         r = self.result
-        t = Table(title=f"detcheck {r.suite} ({r.target}): {_label(r.candidate)} vs {_label(r.base)}",
+        t = Table(title=f"detcheck {r.suite} ({r.target}): base {revision_label(r.base)} → "
+                        f"candidate {revision_label(r.candidate)}",
                   caption=f"verdict: {headline(r)} · {launches_text(r)}", show_lines=False)
         for col in ("configuration", "probe", "base", "candidate", "verdict", "comparison"):
             t.add_column(col, overflow="fold")

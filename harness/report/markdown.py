@@ -7,7 +7,7 @@ from typing import Iterable
 
 from harness.report.format import fmt
 from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, headline,
-                                 launches_text, rows)
+                                 launches_text, revision_label, rows)
 from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
 
 
@@ -36,7 +36,8 @@ class MarkdownReport:
 
     def render(self) -> str:
         r = self.result
-        out = [f"## detcheck `{r.suite}` on {r.target}: candidate vs base",
+        out = [f"## detcheck `{r.suite}` on {r.target}: base {revision_label(r.base)} → "
+               f"candidate {revision_label(r.candidate)}",
                "",
                f"**Verdict: {headline(r)}**",
                "",
@@ -63,7 +64,8 @@ class MarkdownReport:
         if comp.metrics:
             out += _table(("metric", "kind", "base", "candidate", "comparison", "verdict"),
                           ((name, c.kind.value, _summary(c.base), _summary(c.candidate),
-                            comparison_text(c), c.verdict.value) for name, c in comp.metrics.items()))
+                            comparison_text(c, *(x.metric(name) if x else None for x in (base, cand))),
+                            c.verdict.value) for name, c in comp.metrics.items()))
             out.append("")
         for side, cell in (("base", base), ("candidate", cand)):
             if cell is None:

@@ -8,8 +8,8 @@ from harness.compare import overall
 from harness.logparse import last_exception
 from harness.probes import PROBES
 from harness.report.format import describe_default, fmt
-from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
-from harness.stats import Comparison, Kind
+from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
+from harness.stats import Comparison, Kind, Verdict
 
 VERDICT_MARK = {"same": "✅ same", "different": "❌ different", "unknown": "❔ unknown",
                 "n/a": "➖ n/a", "error": "⚠️ error"}
@@ -34,15 +34,30 @@ def cell_text(cell: CellResult | None, comp: ProbeComparison) -> str:
         return cell.status.value
     kind = PROBES.get(cell.probe)
     describe = (kind.describe if kind and kind.describe else None) or describe_default
-    return describe(comp.facts(cell), cell.primary)
+    return describe(comp.facts(cell), deciding_metric(cell, comp))
 
 
-def comparison_text(c: Comparison) -> str:
+def deciding_metric(cell: CellResult, comp: ProbeComparison) -> Metric | None:
+    """The metric the row's verdict came from (the primary one when none decided)."""
+    return (cell.metric(comp.decided_by) if comp.decided_by else None) or cell.primary
+
+
+def comparison_text(c: Comparison, base: Metric | None = None, cand: Metric | None = None) -> str:
+    """One comparison; for an exact metric, the headline statistic the cells show (`base`,
+    `cand`: the two sides' metric) before where the values first differ."""
     if c.kind == Kind.EXACT:
-        return c.note
+        if base is None or cand is None or len(base.values) < 2 or c.verdict != Verdict.DIFFERENT:
+            return c.note
+        return f"{base.headline} {fmt(base.headline_value())} → {fmt(cand.headline_value())}; {c.note}"
     ci = f"[{fmt(c.ci[0])}, {fmt(c.ci[1])}]" if c.ci else "–"
     p = fmt(c.p) if c.p is not None else "–"
-    return f"Δ median {fmt(c.effect)} (95% CI {ci}), p={p}, floor ±{fmt(c.floor)}"
+    if c.paired:
+        text = f"paired Δ median {fmt(c.effect)} (95% CI {ci}), Wilcoxon p={p}, floor ±{fmt(c.floor)}"
+    else:
+        text = f"Δ median {fmt(c.effect)} (95% CI {ci}), p={p}, floor ±{fmt(c.floor)}"
+    if c.needed is not None:
+        text += f"; needs n≈{c.needed} per side ({max(c.needed - c.base.n, 1)} more)"
+    return text
 
 
 def rows(result: RunResult) -> list[Row]:
@@ -61,10 +76,37 @@ def failure_text(cell: CellResult) -> str:
     return f"{cell.reason} ({cause})" if cause and cause not in cell.reason else cell.reason
 
 
+def provenance_text(base: CellResult | None, cand: CellResult | None) -> str:
+    """Which side came from the store (and when it was measured), and earlier noisy
+    measurements shown for reference only."""
+    parts = []
+    for side, cell in (("base", base), ("candidate", cand)):
+        if cell is None:
+            continue
+        when = cell.metadata.get("finished_at") or "?"
+        if cell.metadata.get("reused"):
+            parts.append(f"{side} reused from the store (measured {when})")
+        earlier = cell.metadata.get("earlier")
+        if earlier:
+            parts.append(f"{side} stored {earlier.get('metric')} {fmt(earlier.get('headline'))} "
+                         f"(measured {earlier.get('finished_at') or '?'}) not judged: noisy, another run")
+    return "; ".join(parts)
+
+
 def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
-    if comp.metrics:
-        primary = next(iter(comp.metrics))
-        return comparison_text(comp.metrics[primary])
+    provenance = provenance_text(base, cand)
+    note = _verdict_note(comp, base, cand)
+    return f"{note}; {provenance}" if provenance else note
+
+
+def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
+    if comp.metrics and comp.verdict in (Verdict.SAME, Verdict.DIFFERENT, Verdict.UNKNOWN):
+        name = comp.decided_by or next(iter(comp.metrics))
+        if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
+            return comp.note
+        metrics = [c.metric(name) if c is not None else None for c in (base, cand)]
+        text = comparison_text(comp.metrics[name], *metrics)
+        return f"{name}: {text}" if len(comp.metrics) > 1 else text
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
     if not failed:
@@ -85,6 +127,13 @@ def headline(result: RunResult) -> str:
     return (f"{verdict} ({parts or 'no comparisons'}); cells: {cells[Status.OK]} measured, "
             f"{cells[Status.NOT_APPLICABLE]} n/a, {cells[Status.ERROR]} error"
             + (f", {cells[Status.FINDING]} finding" if cells[Status.FINDING] else ""))
+
+
+def revision_label(info) -> str:
+    """A ref with its short sha ("HEAD (1a2b3c4d5e6f)"); a bare sha shortened."""
+    if not info.sha:
+        return info.ref
+    return info.short if info.ref == info.sha else f"{info.ref} ({info.short})"
 
 
 def launches_text(result: RunResult) -> str:

@@ -23,3 +23,16 @@ def test_batch_sizes_are_measured_and_checked():
     for bad in ([], [0, 2], [1, True], 4):
         with pytest.raises(UsageError, match=r"\[probe\.determinism\]\.batch_sizes"):
             probe.validate({"batch_sizes": bad}, "[probe.determinism]")
+
+
+def test_by_default_every_batch_size_up_to_the_largest_is_tested():
+    from types import SimpleNamespace
+
+    probe = determinism.PROBE
+    params = probe.defaults()
+    assert params["batch_sizes"] is None and params["max_batch_size"] == 8
+    assert determinism.batch_sizes(SimpleNamespace(param=params.__getitem__)) == [1, 2, 3, 4, 5, 6, 7, 8]
+    given = probe.validate({"batch_sizes": [1, 16]}, "[probe.determinism]")
+    assert determinism.batch_sizes(SimpleNamespace(param=given.__getitem__)) == [1, 16]
+    facts = {"unique_outputs": 1, "batch_sizes": list(range(1, 9)), "first_differing_batch_size": None}
+    assert probe.describe(facts, None) == "1 unique over batch sizes 1–8"

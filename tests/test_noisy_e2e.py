@@ -1,0 +1,126 @@
+"""Noisy verdicts end to end on the reference server: interleaved, paired, and deciding.
+
+Each test runs the real pipeline (`detcheck run`) on a fixture repository of the reference
+server; the numbers they see are in the assertion messages when they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, detcheck, refserver_suite
+from harness.fixture_repo import FixtureRepo
+
+
+def spec_suite(path: Path, extra: str = "") -> Path:
+    """suites/demo-spec.toml's EAGLE configuration, accept length only, paths made absolute,
+    with a 5% floor (the ~10% drop of `spec-accept-mild` is beyond it) and `extra` keys."""
+    text = (ROOT / "suites/demo-spec.toml").read_text().replace('"../fixtures', f'"{ROOT}/fixtures')
+    text = text.replace('probes = ["accept_length", "kl"]', 'probes = ["accept_length"]')
+    text = text.replace("floor_rel = 0.1\n", f"floor_rel = 0.05\n{extra}")
+    path.write_text(text)
+    return path
+
+
+def run(repo: FixtureRepo, base: str, candidate: str, suite: Path, out: Path, *extra: str) -> dict:
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                    "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md", *extra)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    result["report"] = proc.stdout
+    return result
+
+
+def accept(result: dict) -> tuple[dict, dict]:
+    comp = next(c for c in result["comparisons"] if c["probe"] == "accept_length")
+    return comp, comp["metrics"].get("accept_length", {})
+
+
+@pytest.mark.slow
+def test_eagle_accept_drop_of_ten_percent_reads_different_and_identical_reads_same(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    harmless = repo.note("a harmless commit")
+    repo.edit("spec-accept-mild")
+    degraded = repo.commit("degrade the draft mildly")
+    suite = spec_suite(tmp_path / "spec.toml")
+    args = ("--config", "eagle", "--probe", "accept_length")
+
+    same = run(repo, base, harmless, suite, tmp_path / "same", *args)
+    comp, metric = accept(same)
+    assert comp["verdict"] == "same" and "identical samples" in comp["note"], comp
+    assert metric["paired"] is True and metric["base"]["n"] == 16  # 8 prompts × 2 turns
+
+    drop = run(repo, base, degraded, suite, tmp_path / "drop", *args)
+    comp, metric = accept(drop)
+    assert comp["verdict"] == "different", comp
+    assert comp["decided_by"] == "accept_length" and metric["paired"] is True
+    assert metric["p"] < 0.01 and metric["ci"][1] < 0, metric
+    relative = metric["effect"] / metric["base"]["median"]
+    assert -0.2 < relative < -0.05, metric  # about a 10% drop
+    assert "Wilcoxon" in comp["note"] and "paired Δ median" in drop["report"]
+
+
+@pytest.mark.slow
+def test_an_unknown_row_states_a_prompt_count_that_decides_it(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("spec-accept-mild")
+    degraded = repo.commit("degrade the draft mildly")
+    args = ("--config", "eagle", "--probe", "accept_length")
+
+    # 2 prompts: 4 paired values, where the signed-rank test cannot reach p < 0.05
+    small = run(repo, base, degraded, spec_suite(tmp_path / "small.toml", "prompts = 2\n"),
+                tmp_path / "small", *args)
+    comp, metric = accept(small)
+    assert comp["verdict"] == "unknown", comp
+    needed = metric["needed"]
+    assert needed > metric["base"]["n"] and f"n={needed}" in comp["note"], comp
+    assert f"needs n≈{needed} per side" in small["report"]
+
+    # measured again with that many values per side (prompts scaled as bisect does), it decides
+    prompts = 2 * math.ceil(needed / metric["base"]["n"])
+    big = run(repo, base, degraded,
+              spec_suite(tmp_path / "big.toml", f"prompts = {prompts}\n"), tmp_path / "big", *args)
+    comp, metric = accept(big)
+    assert comp["verdict"] == "different", (needed, prompts, comp)
+
+
+@pytest.mark.slow
+def test_a_rename_only_candidate_after_a_run_under_load_is_never_different(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    first = repo.note("an earlier candidate")
+    renamed = repo.note("rename a local variable")
+    suite = refserver_suite(tmp_path / "tput.toml", ["throughput"],
+                            "[probe.throughput]\nconcurrency = [2]\nrepeats = 6\nrequests_per_client = 2\n"
+                            "warmup = 1\nfloor_rel = 0.1\n", deterministic=False, output_len=16)
+
+    # The first run measures (and stores) the base while other work loads the machine.
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        loaded = run(repo, base, first, suite, tmp_path / "loaded")
+    finally:
+        for proc in load:
+            proc.kill()
+            proc.wait()
+    assert loaded["comparisons"][0]["verdict"] != "error", loaded["comparisons"]
+
+    # Unloaded now: the stored base is not judged against a fresh candidate; both are measured.
+    quiet = run(repo, base, renamed, suite, tmp_path / "quiet")
+    comp = quiet["comparisons"][0]
+    assert comp["verdict"] in ("same", "unknown"), comp
+    assert len(quiet["launches"]) == 2
+    cells = {c["role"]: c for c in quiet["cells"]}
+    assert "earlier" in cells["base"]["metadata"] and "not judged" in quiet["report"]
+    # round i of the two sides are neighbours in time: A B B A A B …
+    starts = sorted((s["started_at"], role, s["repeat"]) for role, c in cells.items() for s in c["samples"])
+    order = [role for _, role, _ in starts]
+    assert all(order[i] != order[i + 1] for i in range(0, len(order), 2)), order
+    assert [rep for _, _, rep in starts] == [r for r in range(6) for _ in (0, 1)], starts
