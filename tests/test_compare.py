@@ -3,10 +3,12 @@ judged facts (the kl gate) are derived when compared, never read from the stored
 
 from __future__ import annotations
 
+import dataclasses
+
 from harness.compare import compare_cells, compare_run
 from harness.probes import PROBES
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, Status
-from harness.stats import Kind
+from harness.stats import Kind, Verdict
 
 
 def kl_cell(role: Role, k3_mean: float) -> CellResult:
@@ -92,3 +94,28 @@ def test_compare_of_two_runs_does_not_judge_a_noisy_metric_across_them():
     (comp,) = result.comparisons
     assert comp.verdict == "unknown" and "measured in two runs" in comp.note and "would read different" in comp.note
     assert result.metadata["harness_version"] and result.metadata["started_at"]
+
+
+def finding(cell: CellResult, reason: str) -> CellResult:
+    return dataclasses.replace(cell, status=Status.FINDING, reason=reason, metrics=())
+
+
+def test_a_finding_on_one_side_is_a_change_between_the_sides():
+    base, cand = kl_cell(Role.BASE, 0.0), finding(kl_cell(Role.CANDIDATE, 0.0), "decode returned null …")
+    (comp,) = compare_run((base, cand), {}, [("det", "kl")])
+    assert comp.verdict == Verdict.DIFFERENT
+    assert comp.note == "changed between the sides: base: serves; candidate: decode returned null …"
+
+
+def test_a_crash_on_one_side_and_another_finding_on_the_other_is_a_change_too():
+    crashed = dataclasses.replace(kl_cell(Role.BASE, 0.0), status=Status.ERROR, reason="launch failed: …")
+    cand = finding(kl_cell(Role.CANDIDATE, 0.0), "server died during this probe …")
+    (comp,) = compare_run((crashed, cand), {}, [("det", "kl")])
+    assert comp.verdict == Verdict.DIFFERENT
+
+
+def test_the_same_finding_on_both_sides_is_never_a_pass():
+    base = finding(kl_cell(Role.BASE, 0.0), "server died during this probe: RuntimeError: x")
+    cand = finding(kl_cell(Role.CANDIDATE, 0.0), "server died during this probe: RuntimeError: x")
+    (comp,) = compare_run((base, cand), {}, [("det", "kl")])
+    assert comp.verdict == Verdict.ERROR and comp.note.startswith("both: server died")

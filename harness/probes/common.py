@@ -56,6 +56,12 @@ def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails:
     return out
 
 
+def degenerate_outputs(outputs: Sequence[Sequence[int]], min_len: int = 8) -> int:
+    """How many outputs are one token over and over: what a server with broken state (or
+    dummy weights) decodes. A fact shown beside the KL, not a failure."""
+    return sum(1 for o in outputs if len(o) >= min_len and len(set(o)) == 1)
+
+
 def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str) -> list[list[float]]:
     """Every output position of every answer has a logprob, or a ServerFinding that says on how
     many prompts and where the first null is."""

@@ -15,8 +15,8 @@ from harness import stats
 from harness.client import Logprobs
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
-from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
-                                   require_output_logprobs)
+from harness.probes.common import (batches, cold_replay, degenerate_outputs, describe_kl, judge_gate,
+                                   kl_metric, require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind, TopLogprobs
@@ -46,8 +46,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     tau = ctx.param("tau")
     metric, facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
                                    deterministic=ctx.deterministic, tau=tau, paired=True)
-    # One token over and over: what a server with broken state (or dummy weights) decodes.
-    facts["degenerate_prompts"] = sum(1 for o in outputs if len(o) >= 8 and len(set(o)) == 1)
+    facts["degenerate_prompts"] = degenerate_outputs(outputs)
     metrics = (metric,)
     if top_k:
         top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_top, top_k,

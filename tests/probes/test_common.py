@@ -56,3 +56,15 @@ def test_swa_curve_keeps_one_dp_rank():
             "gen throughput (token/s): 1.0, #queue-req: 0")
     text = "\n".join(line.format(rank=r, swa=s) for r, s in ((0, 10), (1, 500), (0, 11), (1, 501)))
     assert swa_curve(text).held == (10, 11)
+
+
+def test_degenerate_outputs_and_null_logprobs_are_said_precisely():
+    import pytest
+
+    from harness.errors import ServerFinding
+    from harness.probes.common import degenerate_outputs, require_output_logprobs
+    assert degenerate_outputs([[0] * 8, [0] * 7, [1, 2] * 4, [5] * 12]) == 2
+    with pytest.raises(ServerFinding, match=r"^decode returned null output logprobs on 2 of 3 prompts "
+                                            r"\(first at position 1 of prompt 0\)$") as err:
+        require_output_logprobs([[-0.1, None], [-0.2, -0.3], [None, None]], "decode")
+    assert [s["null_positions"] for s in err.value.samples] == [[1], [0, 1]]
