@@ -54,3 +54,22 @@ def test_live_top_k_kl_is_zero_under_deterministic_mode(tmp_path):
     assert "threshold" not in cell["facts"]  # judged when compared, not stored with the cell
     assert result["comparisons"][0]["judged"]["base"] == {"threshold": 1e-9, "passes_threshold": True}
     assert "top-4 KL 0 (max 0, top-1 agree 100%)" in proc.stdout and "gate < 1.00e-09 ✓" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "default"])
+def test_live_kl_under_the_triton_profile_is_nonzero_and_judged_against_its_floor(tmp_path, deterministic):
+    """SGLang on Triton attention: decode and prefill reduce in different orders, so k3 and the
+    top-k KL are non-zero even in deterministic mode (~1e-4); both sides alike read same."""
+    suite = refserver_suite(tmp_path / "triton-kl.toml", ["kl"],
+                            "[probe.kl]\ntop_k = 4\nfloor_abs = 0.01\n", deterministic=deterministic,
+                            prompts=4, prompt_len=(12, 20), output_len=8,
+                            args=("--attention-backend", "triton"))
+    out = tmp_path / "run"
+    proc = detcheck("run", "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    for cell in result["cells"]:
+        assert cell["facts"]["k3_mean"] > 0 and cell["facts"]["topk_kl_mean"] > 0, cell["facts"]
+    assert [c["verdict"] for c in result["comparisons"]] == ["same"]
+    assert "top-4 KL" in proc.stdout
