@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -193,6 +194,14 @@ def test_dirty_repo_warns_what_is_tested(tmp_path, bare_python):
     assert "committed revisions are tested" in proc.stderr
 
 
+def stored_demo_run(tmp_path: Path) -> Path:
+    """A run directory holding the checked-in demo run's results.json."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text((ROOT / "tests" / "data" / "demo-cache.json").read_text())
+    return run_dir
+
+
 def test_disk_full_is_a_clean_exit_naming_the_path(tmp_path, monkeypatch, capsys):
     """ENOSPC injected into the one function every result file goes through."""
     from harness import cli, result_files
@@ -201,9 +210,7 @@ def test_disk_full_is_a_clean_exit_naming_the_path(tmp_path, monkeypatch, capsys
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(result_files, "atomic_write_text", full)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "results.json").write_text((ROOT / "tests" / "data" / "demo-cache.json").read_text())
+    run_dir = stored_demo_run(tmp_path)
     code = cli.main(["baseline", "populate", "--results", str(run_dir), "--out", str(tmp_path / "b.json")])
     err = capsys.readouterr().err
     assert code == 4 and "No space left on device" in err and "b.json" in err and "Traceback" not in err
@@ -218,9 +225,7 @@ def test_report_on_a_read_only_run_directory_still_prints(tmp_path, monkeypatch,
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
     monkeypatch.setattr(emit, "atomic_write_text", read_only)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "results.json").write_text((ROOT / "tests" / "data" / "demo-cache.json").read_text())
+    run_dir = stored_demo_run(tmp_path)
     assert cli.main(["report", str(run_dir), "--format", "md"]) == 0
     out, err = capsys.readouterr()
     assert "Verdict" in out and "report.md and plots not written" in err
