@@ -438,7 +438,9 @@ def finish_job(run: Run, job: Job, outcome: Outcome) -> bool:
 
 def record_cell(run: Run, job: Job, probe: str, outcome: Outcome) -> None:
     cell = run.recorder.cell(job, probe, outcome)
-    if job.keys[probe] is not None:
+    # An error (the harness could not measure) is in results.json, never in the store: it is
+    # no result about the revision, and the next run measures the cell again.
+    if job.keys[probe] is not None and cell.status != Status.ERROR:
         run.store.put(job.keys[probe], cell)
     run.recorder.add(cell, reused=False, observer=run.observer)
 

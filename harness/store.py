@@ -68,7 +68,8 @@ class ResultStore:
         return self.root / key.relpath()
 
     def get(self, key: CellKey) -> CellResult | None:
-        """The stored cell, or None. Errors are not cached: a failed cell is tried again."""
+        """The stored cell, or None. Errors are not results: one stored by an older detcheck is
+        measured again."""
         path = self.path(key)
         if not path.exists():
             return None
