@@ -58,3 +58,10 @@ def test_report_command_prints_the_stored_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (DATA / "demo-cache.md").read_text()
     assert (run_dir / "report.md").read_text() == proc.stdout
+
+
+def test_report_check_exits_with_the_stored_verdict(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text((DATA / "demo-cache.json").read_text())
+    assert detcheck("report", str(run_dir), "--format", "md", "--check").returncode == 1  # different

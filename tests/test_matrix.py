@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -170,3 +171,14 @@ def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
     assert envs["base"]["CUDA_VISIBLE_DEVICES"] == "0" and envs["candidate"]["CUDA_VISIBLE_DEVICES"] == "1"
     assert envs["base"]["DETCHECK_TEST_ENV"] == "1"
     assert len(result["launches"]) == 2
+
+
+def test_the_ci_example_turns_nox_sessions_into_one_job_per_entry():
+    spec = importlib.util.spec_from_file_location("github_matrix", ROOT / "ci" / "github_matrix.py")
+    github_matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(github_matrix)
+    listed = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l", "--json",
+                             "-t", "matrix"], capture_output=True, text=True, cwd=ROOT, check=True)
+    rows = github_matrix.rows(json.loads(listed.stdout))
+    assert {r["entry"] for r in rows} == {e.name for e in load_matrix(ROOT / "matrix.toml").entries}
+    assert {r["entry"]: r["runner"] for r in rows}["refserver-cpu"] == "ubuntu-latest"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.report.emit import FORMATS, emit
+from harness.commands.common_args import add_format_arg, conclude
+from harness.report.emit import emit
 from harness.result_files import read_run
 
 
@@ -13,12 +14,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="re-render a stored run (results.json) without launching",
                        description=__doc__)
     p.add_argument("path", type=Path, help="a run directory or its results.json")
-    p.add_argument("--format", choices=FORMATS, default="console")
+    add_format_arg(p)
+    p.add_argument("--check", action="store_true",
+                   help="exit with the stored run's verdict (0 same, 1 different or error, 3 nothing "
+                        "measured) instead of 0: a CI job that downloads runs judges them with this")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     result = read_run(args.path)
     out_dir = args.path if args.path.is_dir() else args.path.parent
+    if args.check:
+        return conclude(result, args.format, out_dir)
     emit(result, args.format, out_dir)
     return 0
