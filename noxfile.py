@@ -61,7 +61,7 @@ def demo(session: nox.Session, scenario: str) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff when installed; otherwise every file must at least compile."""
-    paths = ["harness", "tests", "benchmarks", "fixtures", "noxfile.py"]
+    paths = ["harness", "tests", "benchmarks", "fixtures", "ci", "noxfile.py"]
     if shutil.which("ruff"):
         session.run("ruff", "check", *paths, external=True)
     else:
