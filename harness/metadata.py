@@ -89,10 +89,15 @@ def _cached(cache: Path | None, collect: Callable[[], dict[str, object]]) -> dic
     return meta
 
 
+def interpreter_id(python: str) -> str:
+    """A short stable name for an interpreter path (store keys, cache files)."""
+    return hashlib.sha256(python.encode()).hexdigest()[:8]
+
+
 def revision_interpreter_metadata(target: Target, sha: str | None, worktree: Path | None) -> dict[str, object]:
     """torch/CUDA/GPU as the server's interpreter sees them (kept per interpreter), and where it
     imports the server package from (kept per interpreter and sha)."""
-    interpreter = hashlib.sha256(target.python.encode()).hexdigest()[:8]
+    interpreter = interpreter_id(target.python)
     env = target.env(worktree, {})
     torch_facts = _cached(cache_dir() / "meta" / f"interpreter-{interpreter}.json",
                           lambda: _run_probe(target.python, _TORCH_PROBE, env))

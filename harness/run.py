@@ -37,7 +37,7 @@ from harness.client import ConnectionLost, SGLangClient
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
 from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
-from harness.metadata import revision_interpreter_metadata
+from harness.metadata import interpreter_id, revision_interpreter_metadata
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import safe_name
 from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
@@ -76,6 +76,9 @@ class RunRequest:
     parallel_roles: bool = False
     # Prompts per workload × this: bisect re-measures an *unknown* verdict with more samples.
     workload_scale: int = 1
+    # The interpreter of one role's servers where it is not `python`: a revision that needs
+    # other packages (another torch, another kernel wheel) runs from its own environment.
+    role_python: dict[Role, str] = field(default_factory=dict)
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate
@@ -100,7 +103,7 @@ class Run:
     req: RunRequest
     suite: Suite
     plans: tuple[ConfigPlan, ...]
-    target: Target
+    targets: dict[Role, Target]  # the same target, each role with its interpreter
     store: ResultStore
     observer: RunObserver
     worktrees: dict[Role, Path | None]
@@ -112,9 +115,10 @@ class Run:
         sha = self.req.revision(role).sha
         if sha is None:
             return None  # an installed package has no identity to cache by
-        return CellKey(self.target.name, sha, cp.spec.name, cp.server.fingerprint, cp.workloads[probe].fingerprint,
+        return CellKey(self.req.target, sha, cp.spec.name, cp.server.fingerprint, cp.workloads[probe].fingerprint,
                        probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)),
-                       server_args_fingerprint=params_fingerprint(list(cp.probe_args)))
+                       server_args_fingerprint=params_fingerprint(list(cp.probe_args)),
+                       interpreter=interpreter_id(self.targets[role].python))
 
 
 @dataclass
@@ -124,6 +128,7 @@ class Job:
     cp: ConfigPlan
     role: Role
     revision: Revision
+    target: Target  # how this role's server starts, from which interpreter
     worktree: Path | None
     keys: dict[str, CellKey | None]
     todo: list[str] = field(default_factory=list)  # probes still to measure
@@ -176,13 +181,13 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     """Everything that can fail on bad input, done before any launch (exit 2)."""
     suite = load_suite(req.suite_path, known_probes())
     plans = plan(suite, req)
-    target = get_target(req.target, req.python)
-    recorder = RunRecorder(suite, req, target.name, tuple((cp.spec.name, p) for cp in plans for p in cp.probes))
+    targets = {role: get_target(req.target, req.role_python.get(role, req.python)) for role in Role}
+    recorder = RunRecorder(suite, req, req.target, tuple((cp.spec.name, p) for cp in plans for p in cp.probes))
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
     with recorder.clock("checkout"):
         worktrees = {role: req.revision(role).checkout() for role in Role}
     check_writable(req)
-    run = Run(req, suite, plans, target, ResultStore(req.store_root), observer, worktrees, {}, recorder)
+    run = Run(req, suite, plans, targets, ResultStore(req.store_root), observer, worktrees, {}, recorder)
     for pid in reap_orphans():
         print(f"detcheck: stopped server pid {pid} left running by an earlier run that died",
               file=sys.stderr)
@@ -310,9 +315,10 @@ def merged(probe: str, outcomes: list[Outcome]) -> Outcome:
 
 def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
     env = {**os.environ, **cp.server.env, **run.req.role_env.get(role, {})}
-    return Job(cp, role, run.req.revision(role), run.worktrees[role],
+    target = run.targets[role]
+    return Job(cp, role, run.req.revision(role), target, run.worktrees[role],
                {p: run.key(cp, p, role) for p in cp.probes},
-               meta={**run.recorder.host, "target": run.target.name},
+               meta={**run.recorder.host, "target": target.name, "python": target.python},
                secrets=secret_values(env, cp.server.args))
 
 
@@ -334,7 +340,7 @@ def reuse_stored(run: Run, job: Job) -> bool:
 
 def resolve_flags(run: Run, job: Job) -> bool:
     try:
-        caps = revision_capabilities(run.target, job.revision.sha, job.worktree, run.suite.startup_timeout_s)
+        caps = revision_capabilities(job.target, job.revision.sha, job.worktree, run.suite.startup_timeout_s)
         feature_args = caps.feature_args(job.cp.server.features, job.cp.server.draft_model)
         caps.check_args((*job.cp.server.args, *job.cp.probe_args))
     except NotExpressible as exc:
@@ -352,10 +358,10 @@ def launch_server(run: Run, job: Job) -> bool:
     # The interpreter's metadata (a subprocess importing torch, seconds) is read while the server
     # starts, not after it.
     with ThreadPoolExecutor(1) as pool:
-        interpreter = pool.submit(revision_interpreter_metadata, run.target, job.revision.sha, job.worktree)
+        interpreter = pool.submit(revision_interpreter_metadata, job.target, job.revision.sha, job.worktree)
         server, failure = launch(
-            lambda port: run.target.launch_argv(job.cp.server, job.args, port),
-            run.target.env(job.worktree, job.env), log_path, job.worktree,
+            lambda port: job.target.launch_argv(job.cp.server, job.args, port),
+            job.target.env(job.worktree, job.env), log_path, job.worktree,
             run.suite.startup_timeout_s, run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref))
         job.meta.update(interpreter.result())
     job.server = server

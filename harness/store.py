@@ -41,11 +41,15 @@ class CellKey:
     # The flags the configuration's probes add at launch (swa_peak's log flags): a cell
     # measured on a server with them is not one measured without.
     server_args_fingerprint: str = ""
+    # The interpreter the server ran under (a revision may need its own packages): a cell
+    # measured under another torch is another measurement.
+    interpreter: str = ""
 
     def relpath(self) -> Path:
         return Path(self.target, self.sha[:12], safe_name(self.config)[:64],
                     f"{self.probe}-{self.config_fingerprint}-{self.workload_fingerprint}"
-                    f"-{self.params_fingerprint}{self._args_part()}-v{self.harness_version}.json")
+                    f"-{self.params_fingerprint}{self._args_part()}-i{self.interpreter}"
+                    f"-v{self.harness_version}.json")
 
     def _args_part(self) -> str:
         return f"-a{self.server_args_fingerprint}" if self.server_args_fingerprint else ""

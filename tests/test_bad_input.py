@@ -135,6 +135,8 @@ CASES = {
                            r"suite\.toml: \[\[config\]\] 'only'\.args: --port is set by the harness"),
     "missing-interpreter": (with_args("--python", "/nonexistent/python", drop=("--python",)),
                             r"--python /nonexistent/python: no such executable"),
+    "missing-base-interpreter": (with_args("--base-python", "/nonexistent/python"),
+                                 r"--base-python /nonexistent/python: no such executable"),
     "matrix-unknown-field": (bad_matrix(ENTRY + 'colour = "red"\n'),
                              r"matrix\.toml: \[\[entry\]\] #1: unknown key 'colour' \(known: "),
     "matrix-malformed": (bad_matrix("[[entry]\n"), r"matrix\.toml: not valid TOML"),

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -246,3 +247,17 @@ def test_a_help_that_hangs_fails_only_its_revision_within_the_startup_timeout(tm
     by_role = {c["role"]: c for c in bench.result()["cells"]}
     assert by_role["base"]["status"] == "ok"
     assert by_role["candidate"]["status"] == "error" and "did not finish within 3 s" in by_role["candidate"]["log_tail"]
+
+
+def test_each_revision_runs_from_its_own_interpreter_and_results_say_which(tmp_path, bare_python):
+    """A revision that needs other packages: the candidate's servers run under an interpreter
+    with torch, the base's under one without, and each cell records its own."""
+    bench = Bench(tmp_path, bare_python)
+    bench.write_suite({"one": []})
+    proc = bench.run("--candidate-python", sys.executable)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    by_role = {c["role"]: c for c in bench.result()["cells"]}
+    assert by_role["base"]["metadata"]["python"] == bare_python
+    assert by_role["candidate"]["metadata"]["python"] == sys.executable
+    assert "torch" not in by_role["base"]["metadata"] and "torch" in by_role["candidate"]["metadata"]
+    assert by_role["base"]["key"]["interpreter"] != by_role["candidate"]["key"]["interpreter"]

@@ -21,7 +21,7 @@ from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
 from harness.report.emit import FORMATS, emit
 from harness.result_files import RESULTS_FILE
-from harness.results import RunResult
+from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
 from harness.run import RunRequest
 from harness.stats import Verdict
@@ -66,6 +66,11 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                    help="run only this probe (repeatable)")
     p.add_argument("--python", default=None,
                    help="interpreter that runs the servers (default: this one)")
+    p.add_argument("--base-python", default=None, metavar="PYTHON",
+                   help="interpreter of the base's servers only: a revision that needs other packages "
+                        "(another torch or kernel wheel) runs from its own environment")
+    p.add_argument("--candidate-python", default=None, metavar="PYTHON",
+                   help="interpreter of the candidate's servers only")
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
                         "use --server-arg=--flag for dashes)")
@@ -116,14 +121,18 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         raise UsageError(f"--resume and --{'fresh' if args.fresh else 'force'} contradict each other")
     if args.resume and args.out is None:
         raise UsageError("--resume needs --out pointing at an earlier run's directory")
-    if args.python and shutil.which(args.python) is None:
-        raise UsageError(f"--python {args.python}: no such executable")
+    for option, python in (("--python", args.python), ("--base-python", args.base_python),
+                           ("--candidate-python", args.candidate_python)):
+        if python and shutil.which(python) is None:
+            raise UsageError(f"{option} {python}: no such executable")
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     claim_out_dir(out, args.resume, args.force)
     return RunRequest(
         suite_path=suite, target=args.target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
+        role_python={role: python for role, python in ((Role.BASE, args.base_python),
+                                                       (Role.CANDIDATE, args.candidate_python)) if python},
         extra_args=tuple(args.server_arg),
         parallel_roles=getattr(args, "parallel", False),
         command_line=command_line(),
