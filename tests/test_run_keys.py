@@ -17,7 +17,8 @@ def keys(tmp_path, probes: list[str]) -> dict:
                           workload_scale=1,
                           revision=lambda role: SimpleNamespace(sha="a" * 40))
     (cp,) = plan(suite, req)
-    run = SimpleNamespace(req=req, target=SimpleNamespace(name="refserver"), suite=suite)
+    run = SimpleNamespace(req=req, targets={Role.BASE: SimpleNamespace(name="refserver", python="python3")},
+                          suite=suite)
     return {p: Run.key(run, cp, p, Role.BASE) for p in cp.probes}, cp
 
 
