@@ -14,6 +14,13 @@ failed (aborts the bisect). An *unknown* verdict is measured again with the prom
 comparison says would resolve it (twice as many where it gives no estimate), up to
 `max_scale` times the suite's. Each step prints where its results are.
 
+With k slots (k > 1) the driver is this module instead of `git bisect run`: the first-parent
+history `git rev-list --reverse --first-parent good..bad` is split into k + 1 parts, the k split
+points are evaluated at once (k threads, each its own run directory, one shared store), and the
+range narrows to the part between the last good and the first bad of them: at most
+⌈log_(k+1) N⌉ + 1 rounds. A skipped split point (exit 125) is left out of later picks, as
+`git bisect skip` does; when only skipped commits remain, the range is reported in history order.
+
 The culprit is confirmed as in Pinpoint and SGLang #25647: the bad endpoint with that commit
 reverted must compare *same* to good.
 """
@@ -26,6 +33,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -43,6 +52,7 @@ from harness.stats import Verdict, combine_verdicts
 SAME, DIFFERENT, SKIP, ABORT = 0, 1, 125, 128
 SESSION_FILE = "session.json"
 LOG_FILE = "evaluations.jsonl"
+_LOG_LOCK = threading.Lock()  # k-ary bisect evaluates k commits in threads of one process
 
 
 @dataclass(frozen=True)
@@ -129,7 +139,7 @@ def evaluate(spec: BisectSpec, sha: str, phase: str = "step") -> Evaluation:
                             f"still unknown with {scale}× prompts ({note}); skipped", results)
             break
         scale = following
-    with open(spec.session_dir / LOG_FILE, "a") as f:
+    with _LOG_LOCK, open(spec.session_dir / LOG_FILE, "a") as f:
         f.write(json.dumps(asdict(ev)) + "\n")
     return ev
 
@@ -200,7 +210,9 @@ class Outcome:
     good: Revision
     bad: Revision
     commits: int  # in good..bad, the candidates for the first bad commit
-    bound: int  # ⌈log2 N⌉ + 2 evaluations
+    bound: int  # ⌈log2 N⌉ + 2 evaluations; with k > 1 slots, ⌈log_(k+1) N⌉ + 1 rounds
+    slots: int = 1
+    rounds: int = 0  # k-ary rounds run (each evaluates up to k commits at once)
     endpoint: Evaluation | None = None
     steps: list[Evaluation] = field(default_factory=list)
     first_bad: tuple[str, str] | None = None  # (sha, subject)
@@ -230,7 +242,9 @@ def session_dir_for(repo: Path, good: str, bad: str) -> Path:
     return cache_dir() / "bisect" / f"{safe_name(repo.name)}-{good[:8]}-{bad[:8]}"
 
 
-def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print) -> Outcome:
+def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print, slots: int = 1) -> Outcome:
+    if slots < 1:
+        raise UsageError(f"--slots {slots}: at least 1")
     good = Revision.resolve(spec.repo, spec.good)
     bad = Revision.resolve(spec.repo, bad_ref)
     if good.sha == bad.sha:
@@ -239,11 +253,11 @@ def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print) -
         raise UsageError(f"--good {good.ref} is not an ancestor of --bad {bad.ref}")
     plan(load_suite(spec.suite, known_probes()), _request(spec, bad.sha, 1))  # bad input: exit 2 now
     n = int(git(spec.repo, "rev-list", "--count", f"{good.sha}..{bad.sha}"))
-    out = Outcome(good, bad, n, math.ceil(math.log2(n)) + 2)
+    out = Outcome(good, bad, n, math.ceil(math.log2(n)) + 2 if slots == 1 else round_bound(n, slots), slots)
     spec.save()
     (spec.session_dir / LOG_FILE).unlink(missing_ok=True)
     say(f"bisect {spec.repo.name}: {n} commits after good {good.short()} up to bad {bad.short()}; "
-        f"probe {', '.join(spec.probes)} of {spec.suite.name}; at most ⌈log2 {n}⌉ + 2 = {out.bound} steps")
+        f"probe {', '.join(spec.probes)} of {spec.suite.name}; at most {_bound_text(out)}")
 
     out.endpoint = evaluate(spec, bad.sha, phase="endpoint")
     say(out.endpoint.line("endpoint"))
@@ -254,7 +268,10 @@ def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print) -
         return out
 
     with _worktree(spec, bad.sha) as wt:
-        _bisect_run(spec, wt, good.sha, bad.sha, out, say)
+        if slots == 1:
+            _bisect_run(spec, wt, good.sha, bad.sha, out, say)
+        else:
+            _kary_run(spec, out, say)
         if out.first_bad is not None:
             _confirm(spec, wt, bad, out, say)
     return out
@@ -282,27 +299,118 @@ def _bisect_run(spec: BisectSpec, wt: Path, good: str, bad: str, out: Outcome,
     text = "\n".join(lines)
     found = re.search(r"^([0-9a-f]{40}) is the first bad commit", text, re.M)
     if found:
-        sha = found.group(1)
-        out.first_bad = (sha, git(spec.repo, "log", "-1", "--format=%s", sha))
-        say(f"first bad commit: {sha[:12]} {out.first_bad[1]!r}")
+        _found(spec, out, found.group(1), say)
     elif "could be any of" in text:
         listed = set(re.findall(r"^([0-9a-f]{40})$", text.split("could be any of:")[1], re.M))
         # git lists them in sha order; history order (oldest first) with subjects reads better
         history = git(spec.repo, "rev-list", "--reverse", f"{good}..{bad}").split()
-        out.candidates = tuple(c for c in history if c in listed) + tuple(sorted(listed - set(history)))
-        out.problem = ("skipped commits hide the first bad commit; it is one of (oldest first):\n" + "\n".join(
-            f"  {c[:12]} {git(spec.repo, 'log', '-1', '--format=%s', c, check=False)!r}" for c in out.candidates))
+        _ambiguous(spec, out, tuple(c for c in history if c in listed) + tuple(sorted(listed - set(history))))
     else:
         tail = "\n".join(lines[-8:])
         out.problem = f"git bisect run stopped (exit {proc.returncode}):\n{tail}"
+    _summary(out, say)
+
+
+def _found(spec: BisectSpec, out: Outcome, sha: str, say: Callable[[str], None]) -> None:
+    out.first_bad = (sha, git(spec.repo, "log", "-1", "--format=%s", sha))
+    say(f"first bad commit: {sha[:12]} {out.first_bad[1]!r}")
+
+
+def _ambiguous(spec: BisectSpec, out: Outcome, candidates: tuple[str, ...]) -> None:
+    """Skipped commits leave several candidates: listed oldest first, with their subjects."""
+    out.candidates = candidates
+    out.problem = ("skipped commits hide the first bad commit; it is one of (oldest first):\n" + "\n".join(
+        f"  {c[:12]} {git(spec.repo, 'log', '-1', '--format=%s', c, check=False)!r}" for c in candidates))
+
+
+def _summary(out: Outcome, say: Callable[[str], None]) -> None:
     steps = out.steps
     skipped = sum(1 for e in steps if e.exit_code == SKIP)
     measured = sum(1 for e in steps if e.launches)
     reused = sum(1 for e in steps if e.source == "reused")
-    say(f"evaluations: {len(steps)} steps ({measured} measured, {reused} from the store, {skipped} skipped), "
-        f"bound ⌈log2 {out.commits}⌉ + 2 = {out.bound}")
+    rounds = f" in {out.rounds} rounds of {out.slots} slots" if out.slots > 1 else " steps"
+    say(f"evaluations: {len(steps)}{rounds} ({measured} measured, {reused} from the store, {skipped} skipped), "
+        f"bound {_bound_text(out)}")
     if out.problem:
         say(out.problem)
+
+
+def _bound_text(out: Outcome) -> str:
+    if out.slots == 1:
+        return f"⌈log2 {out.commits}⌉ + 2 = {out.bound} steps"
+    return f"⌈log{out.slots + 1} {out.commits}⌉ + 1 = {out.bound} rounds"
+
+
+# --------------------------------------------------------------------------- k-ary bisect
+
+
+def round_bound(commits: int, slots: int) -> int:
+    """⌈log_(k+1) N⌉ + 1, in integers (no float log at exact powers)."""
+    rounds, reach = 0, 1
+    while reach < commits:
+        rounds, reach = rounds + 1, reach * (slots + 1)
+    return rounds + 1
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where the first bad commit is, as indices into the history (oldest first): one of
+    lo..hi, where hi is known bad and everything before lo known good; `skipped` commits
+    cannot be tested and are never picked again."""
+
+    lo: int
+    hi: int
+    skipped: frozenset[int] = frozenset()
+
+    def testable(self) -> list[int]:
+        return [i for i in range(self.lo, self.hi) if i not in self.skipped]
+
+    def candidates(self) -> range:
+        return range(self.lo, self.hi + 1)
+
+
+def split_points(span: Span, slots: int) -> list[int]:
+    """The up to `slots` commits to evaluate next: the testable ones, plus the known bad end,
+    cut into slots + 1 parts of about equal size. Skipped commits are left out, so a split point
+    that fell on one moves to its testable neighbour. Empty: nothing left to test."""
+    testable = span.testable()
+    parts = len(testable) + 1
+    return sorted({testable[i * parts // (slots + 1) - 1] for i in range(1, slots + 1)
+                   if i * parts // (slots + 1) >= 1})
+
+
+def narrow(span: Span, codes: dict[int, int]) -> Span:
+    """The span after one round of exit codes per index: up to the first bad, from just after
+    the last good before it; 125s join the skipped. (A good after the first bad is outside.)"""
+    hi = min([span.hi, *(i for i, c in codes.items() if c == DIFFERENT)])
+    lo = max([span.lo, *(i + 1 for i, c in codes.items() if c == SAME and i < hi)])
+    return Span(lo, hi, span.skipped | {i for i, c in codes.items() if c == SKIP})
+
+
+def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None]) -> None:
+    # First parent: a merge counts as one commit of the line it was merged into.
+    history = git(spec.repo, "rev-list", "--reverse", "--first-parent", f"{out.good.sha}..{out.bad.sha}").split()
+    span = Span(0, len(history) - 1)
+    with ThreadPoolExecutor(out.slots, thread_name_prefix="bisect-slot") as pool:
+        while points := split_points(span, out.slots):
+            out.rounds += 1
+            say(f"round {out.rounds}: {len(span.candidates())} candidates, evaluating {len(points)} at once")
+            evs = list(pool.map(lambda i: evaluate(spec, history[i], phase="step"), points))
+            out.steps.extend(evs)
+            for ev in evs:
+                say(ev.line(f"round {out.rounds}"))
+            if aborted := next((e for e in evs if e.exit_code == ABORT), None):
+                out.problem = f"bisect stopped: {aborted.note}"
+                _summary(out, say)
+                return
+            span = narrow(span, {i: e.exit_code for i, e in zip(points, evs)})
+            say(f"round {out.rounds}: first bad is one of {len(span.candidates())} "
+                f"({history[span.lo][:12]}..{history[span.hi][:12]}); bound {_bound_text(out)}")
+    if span.lo == span.hi:
+        _found(spec, out, history[span.hi], say)
+    else:
+        _ambiguous(spec, out, tuple(history[i] for i in span.candidates()))
+    _summary(out, say)
 
 
 def _confirm(spec: BisectSpec, wt: Path, bad: Revision, out: Outcome, say: Callable[[str], None]) -> None:

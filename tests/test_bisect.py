@@ -2,6 +2,8 @@
 
 One history (17 commits after good: a planted cache regression and an unbuildable commit) is
 bisected once per module; the tests read its transcript, re-run it, and call the predicate.
+A second (33 commits) is bisected k-ary with 2 slots; the range splitting and narrowing are
+also tested as pure functions.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import pytest
 
 from conftest import ROOT, detcheck
 from harness import bisect as bisect_mod
-from harness.bisect import ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation, evaluate, next_scale
+from harness.bisect import (ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation, Span, evaluate, narrow,
+                            next_scale, round_bound, split_points)
 from harness.stats import Comparison, Kind, Summary, Verdict
 from harness.demo import build_demo_history
 from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
@@ -193,3 +196,105 @@ def test_unknown_is_measured_again_with_the_prompts_its_comparison_asks_for():
 def test_a_step_line_says_where_its_results_are():
     ev = Evaluation("step", "1" * 40, "subject", "skip", SKIP, 2, 1, "launch failed", "/s/runs/x/results.json")
     assert "results: /s/runs/x/results.json" in ev.line("step 1")
+
+
+# --------------------------------------------------------------------------- k-ary bisect
+
+KARY_COMMITS, KARY_SEED = 33, 12  # seed 12 plants the regression where 2 slots meet the unbuildable commit
+
+
+@pytest.fixture(scope="module")
+def kary(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kary")
+    h = build_demo_history(root, seed=KARY_SEED, commits=KARY_COMMITS)
+    env = {"DETCHECK_CACHE_DIR": str(root / "cache")}
+    argv = ["bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad, *ARGS,
+            "--store", str(root / "store"), "--slots", "2"]
+    return h, detcheck(*argv, env=env), detcheck(*argv, env=env)
+
+
+@pytest.mark.slow
+def test_kary_finds_and_confirms_the_planted_commit_within_the_bound(kary):
+    h, first, _ = kary
+    assert first.returncode == 0, first.stdout + first.stderr
+    out = first.stdout
+    assert f"first bad commit: {h.culprit[:12]}" in out
+    assert "confirmed: bad with" in out and "compares same to good" in out
+    rounds = {int(r) for r in re.findall(r"^round (\d+) ", out, re.M)}
+    assert rounds == set(range(1, len(rounds) + 1))
+    assert 0 < len(rounds) <= math.ceil(math.log(KARY_COMMITS, 3)) + 1 == round_bound(KARY_COMMITS, 2)
+    assert all(len(re.findall(rf"^round {r} ", out, re.M)) <= 2 for r in rounds)  # at most k per round
+    assert f"in {len(rounds)} rounds of 2 slots" in out
+
+
+@pytest.mark.slow
+def test_kary_skips_the_unbuildable_commit(kary):
+    h, first, _ = kary
+    line = next(l for l in first.stdout.splitlines() if l.startswith("round") and h.unbuildable[:12] in l)
+    assert "skip" in line and "exit 125" in line and "not launched" in line
+
+
+@pytest.mark.slow
+def test_kary_rerun_launches_no_server(kary):
+    h, _, again = kary
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"first bad commit: {h.culprit[:12]}" in again.stdout
+    assert "servers launched: 0" in again.stdout and "measured (" not in again.stdout
+
+
+def test_slots_below_one_is_exit_2(history):
+    h, env, _ = history
+    proc = detcheck("bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad, *ARGS, "--slots", "0", env=env)
+    assert proc.returncode == 2 and "--slots 0" in proc.stderr
+
+
+@pytest.mark.parametrize("commits, slots, rounds", [(17, 2, 4), (33, 2, 5), (9, 2, 3), (27, 2, 4), (10, 2, 4),
+                                                    (33, 4, 4), (25, 4, 3), (2, 1, 2), (1, 4, 1)])
+def test_round_bound(commits, slots, rounds):
+    assert round_bound(commits, slots) == rounds  # ⌈log_(k+1) N⌉ + 1
+
+
+def test_split_points_cut_the_range_into_k_plus_1_parts():
+    assert split_points(Span(0, 16), 1) == [7]  # git's own first pick in 17 commits
+    assert split_points(Span(0, 16), 2) == [4, 10]
+    assert split_points(Span(0, 16), 4) == [2, 5, 9, 12]
+    assert split_points(Span(5, 7), 4) == [5, 6]  # fewer testable commits than slots: all of them
+    assert split_points(Span(3, 3), 2) == []  # found
+
+
+def test_a_skipped_split_point_moves_to_a_neighbour():
+    assert split_points(Span(0, 16, frozenset({4})), 2) == [5, 10]
+    assert split_points(Span(0, 16, frozenset({4, 5})), 2) == [6, 11]
+    assert split_points(Span(3, 5, frozenset({3, 4})), 2) == []  # only skipped ones left: ambiguous
+
+
+def test_narrow_keeps_the_part_between_the_last_good_and_the_first_bad():
+    assert narrow(Span(0, 16), {4: SAME, 10: DIFFERENT}) == Span(5, 10)
+    assert narrow(Span(0, 16), {4: SAME, 10: SAME}) == Span(11, 16)
+    assert narrow(Span(0, 16), {4: DIFFERENT, 10: DIFFERENT}) == Span(0, 4)
+    assert narrow(Span(0, 16), {4: DIFFERENT, 10: SAME}) == Span(0, 4)  # a good after the first bad is outside
+    assert narrow(Span(0, 16), {4: SKIP, 10: SAME}) == Span(11, 16, frozenset({4}))
+    assert narrow(Span(0, 16), {4: SKIP, 10: DIFFERENT}) == Span(0, 10, frozenset({4}))
+
+
+def _simulate(commits: int, slots: int, culprit: int, skipped: set[int]) -> tuple[Span, int]:
+    span, rounds = Span(0, commits - 1), 0
+    while points := split_points(span, slots):
+        rounds += 1
+        assert len(points) <= slots
+        span = narrow(span, {i: SKIP if i in skipped else DIFFERENT if i >= culprit else SAME for i in points})
+    return span, rounds
+
+
+@pytest.mark.parametrize("slots", [1, 2, 4])
+@pytest.mark.parametrize("commits", [9, 17, 33])
+def test_kary_finds_every_culprit_within_the_bound(commits, slots):
+    for culprit in range(commits):
+        span, rounds = _simulate(commits, slots, culprit, set())
+        assert span == Span(culprit, culprit) and rounds <= round_bound(commits, slots) - 1
+        for skip in set(range(commits - 1)) - {culprit - 1, culprit}:  # one skip costs at most a round
+            span, rounds = _simulate(commits, slots, culprit, {skip})
+            assert (span.lo, span.hi) == (culprit, culprit) and rounds <= round_bound(commits, slots)
+        if 0 < culprit < commits - 1:  # the commit before the culprit cannot be tested: both remain
+            span, _ = _simulate(commits, slots, culprit, {culprit - 1})
+            assert list(span.candidates()) == [culprit - 1, culprit]

@@ -7,6 +7,10 @@ reverting the culprit on bad and checking that the result compares same to good.
 
 Exit codes: 0 found (and confirmed, or the confirmation could not run), 1 not found or the
 revert still differs, 2 bad input.
+
+With --slots K (K > 1) it bisects k-ary instead: each round evaluates K commits of the range at
+once and keeps the part between the last good and the first bad of them, at most
+⌈log_(K+1) N⌉ + 1 rounds for N commits (first-parent history).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-scale", type=int, default=8, metavar="K",
                    help="an unknown verdict is measured again with 2×, 4×, … the prompts up to K× "
                         "(default 8); still unknown: the commit is skipped")
+    p.add_argument("--slots", type=int, default=1, metavar="K",
+                   help="commits evaluated at once: K > 1 splits the range into K + 1 parts per "
+                        "round, at most ⌈log_(K+1) N⌉ + 1 rounds (default 1: git bisect run)")
     p.set_defaults(func=run)
 
     s = sub.add_parser("bisect-step", help="the predicate `bisect` hands to git bisect run",
@@ -58,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                       store_root=(args.store or cache_dir() / "store").resolve(),
                       session_dir=session_dir_for(good.repo, good.sha, bad.sha),
                       max_scale=args.max_scale, python=args.python)
-    out = bisect(spec, bad.sha)
+    out = bisect(spec, bad.sha, slots=args.slots)
     print(f"servers launched: {out.launches}")
     return 0 if out.ok else 1
 
