@@ -171,6 +171,9 @@ CASES.update({f"probe-param-{name}": (probe_table(line), message) for name, (lin
 }.items()})
 
 
+# End to end (a real CLI process per case, ~1 s each): the full suite runs them, the fast loop
+# relies on the unit tests of the same checks (test_plan, test_params, test_matrix).
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_exits_2_and_launches_nothing(tmp_path, bare_python, no_leftovers, case):
     prepare, message = CASES[case]
