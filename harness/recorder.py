@@ -47,9 +47,9 @@ class StepClock:
 
 
 class RunRecorder:
-    def __init__(self, suite: Suite, req: RunRequest, target: str, order: tuple[tuple[str, str], ...]):
+    def __init__(self, suite: Suite, req: RunRequest, order: tuple[tuple[str, str], ...]):
         """`order`: the plan's (configuration, probe) pairs, the order of the comparisons."""
-        self.suite, self.req, self.target, self.order = suite, req, target, order
+        self.suite, self.req, self.order = suite, req, order
         self.host = host_metadata()
         self.started = utc_now()
         self.cells: list[CellResult] = []
@@ -94,7 +94,7 @@ class RunRecorder:
             cells = tuple(self.cells)
             launches = tuple(self.launches)
         return RunResult(
-            suite=self.suite.name, target=self.target,
+            suite=self.suite.name, target=self.req.target,
             base=self.req.base.info, candidate=self.req.candidate.info,
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,

@@ -133,7 +133,7 @@ class Job:
     keys: dict[str, CellKey | None]
     todo: list[str] = field(default_factory=list)  # probes still to measure
     args: tuple[str, ...] = ()  # feature flags + probe flags, as this revision spells them
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the configuration's and the role's
     server: ServerProcess | None = None
     server_info: dict = field(default_factory=dict)
     # What every cell of this job records about where it was measured.
@@ -182,7 +182,7 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     suite = load_suite(req.suite_path, known_probes())
     plans = plan(suite, req)
     targets = {role: get_target(req.target, req.role_python.get(role, req.python)) for role in Role}
-    recorder = RunRecorder(suite, req, req.target, tuple((cp.spec.name, p) for cp in plans for p in cp.probes))
+    recorder = RunRecorder(suite, req, tuple((cp.spec.name, p) for cp in plans for p in cp.probes))
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
     with recorder.clock("checkout"):
         worktrees = {role: req.revision(role).checkout() for role in Role}
@@ -240,14 +240,18 @@ JobStep = Callable[[Run, Job], bool]  # False: the job is finished (every cell r
 
 
 def run_job(run: Run, job: Job) -> None:
-    clock = run.recorder.clock
     try:
         for step in JOB_STEPS:
-            with clock(step.__name__):
-                if not step(run, job):
-                    return
+            if not run_step(run, job, step):
+                return
     finally:
         stop_job(run, job)
+
+
+def run_step(run: Run, job: Job, step: JobStep) -> bool:
+    """One step of a job, its time on the run's step clock."""
+    with run.recorder.clock(step.__name__):
+        return step(run, job)
 
 
 def stop_job(run: Run, job: Job) -> None:
@@ -265,7 +269,7 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
     (A B B A …, as Pinpoint and pyperf do), so that load and drift over the run fall on both
     sides alike and round i of the two sides are neighbours in time."""
     try:
-        live = [job for job in jobs if all(step(run, job) for step in JOB_STEPS[:-1])]
+        live = [job for job in jobs if all(run_step(run, job, step) for step in JOB_STEPS[:-1])]
         clients = {job.role: open_client(run, job) for job in live}
         noisy: dict[str, list[Job]] = {}
         for job in live:
@@ -314,12 +318,12 @@ def merged(probe: str, outcomes: list[Outcome]) -> Outcome:
 
 
 def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
-    env = {**os.environ, **cp.server.env, **run.req.role_env.get(role, {})}
+    env = {**cp.server.env, **run.req.role_env.get(role, {})}
     target = run.targets[role]
     return Job(cp, role, run.req.revision(role), target, run.worktrees[role],
-               {p: run.key(cp, p, role) for p in cp.probes},
+               {p: run.key(cp, p, role) for p in cp.probes}, env=env,
                meta={**run.recorder.host, "target": target.name, "python": target.python},
-               secrets=secret_values(env, cp.server.args))
+               secrets=secret_values({**os.environ, **env}, cp.server.args))
 
 
 def reuse_stored(run: Run, job: Job) -> bool:
@@ -348,7 +352,6 @@ def resolve_flags(run: Run, job: Job) -> bool:
     except (LaunchError, UsageError) as exc:
         return finish_job(run, job, Outcome(Status.ERROR, str(exc), getattr(exc, "log_tail", "")))
     job.args = feature_args + job.cp.probe_args
-    job.env = {**job.cp.server.env, **run.req.role_env.get(job.role, {})}
     return True
 
 
