@@ -99,9 +99,14 @@ _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Exit))(?::\s*(
 
 
 def last_exception(text: str) -> str | None:
-    """The last `SomeError: message` line of a log: why a server died, in one line."""
+    """The last `SomeError: message` line of a log: why a server died, in one line.
+
+    A bare `Exception: message` counts (SGLang wraps CUDA-graph capture failures in one:
+    `Exception: Capture cuda graph failed: …`); a bare `Exception` or `Error` with no message
+    says nothing and is passed over."""
     for line in reversed(text.splitlines()):
         m = _EXCEPTION.match(line)
-        if m and m.group(1) not in ("Exception", "Error"):
-            return f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
+        if not m or (m.group(1) in ("Exception", "Error") and not m.group(2)):
+            continue
+        return f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
     return None

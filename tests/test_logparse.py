@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.client import parse_prometheus
-from harness.logparse import decode_series, parse_batch_lines
+from harness.logparse import decode_series, last_exception, parse_batch_lines
 
 LOG = """\
 [2026-11-30 10:00:00] Prefill batch, #new-seq: 1, #new-token: 12, #cached-token: 4, full token usage: 0.00, swa token usage: 0.01, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 123.4
@@ -34,3 +34,25 @@ def test_prometheus_sums_label_sets():
             'sglang:cached_tokens_total{cache_source="host"} 2.0\n'
             'sglang:swa_used_tokens 381\nother_metric 1\n')
     assert parse_prometheus(text) == {"sglang:cached_tokens_total": 7.0, "sglang:swa_used_tokens": 381.0}
+
+
+def test_last_exception_names_the_last_typed_error():
+    log = ("Traceback (most recent call last):\n"
+           "torch.OutOfMemoryError: CUDA out of memory\n"
+           "ValueError: first\n"
+           "  File \"x.py\", line 3\n"
+           "RuntimeError: error encountered during parsing\n")
+    assert last_exception(log) == "RuntimeError: error encountered during parsing"
+
+
+def test_a_bare_exception_with_a_message_is_the_reason():
+    # SGLang 0.5.16's CUDA-graph runner wraps a capture failure in a bare Exception.
+    log = ("RuntimeError: error encountered during parsing\n"
+           "    raise Exception(\n"
+           "Exception: Capture cuda graph failed: error encountered during parsing\n")
+    assert last_exception(log) == "Exception: Capture cuda graph failed: error encountered during parsing"
+
+
+def test_a_bare_exception_without_a_message_is_passed_over():
+    assert last_exception("KeyError: 0\nException\nError\n") == "KeyError: 0"
+    assert last_exception("all fine\n") is None
