@@ -110,3 +110,33 @@ def last_exception(text: str) -> str | None:
             continue
         return f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
     return None
+
+
+# SGLang's scheduler when decode runs out of pool: "KV cache pool is full. Retract requests.
+# #retracted_reqs: 1, …" (a "Testing retraction." line is its debug mode, not a shortage).
+_RETRACT = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
+
+
+@dataclass(frozen=True)
+class Retraction:
+    """One retraction, with the pools as the last Decode line before it reported them (as
+    exact as the server's `--decode-log-interval`)."""
+
+    requests: int
+    swa_tokens: float | None  # `#swa token` held: None without an SWA pool or a Decode line
+    full_tokens: float | None
+
+
+def retractions(text: str) -> list[Retraction]:
+    out, last = [], None
+    for line in text.splitlines():
+        retract = _RETRACT.search(line)
+        if retract:
+            out.append(Retraction(int(retract.group(1)),
+                                  None if last is None else last.get("#swa token"),
+                                  None if last is None else last.held_tokens))
+            continue
+        batch = parse_batch_lines(line)
+        if batch and batch[0].kind == "decode":
+            last = batch[0]
+    return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.client import parse_prometheus
-from harness.logparse import decode_series, last_exception, parse_batch_lines
+from harness.logparse import Retraction, decode_series, last_exception, parse_batch_lines, retractions
 
 LOG = """\
 [2026-11-30 10:00:00] Prefill batch, #new-seq: 1, #new-token: 12, #cached-token: 4, full token usage: 0.00, swa token usage: 0.01, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 123.4
@@ -56,3 +56,15 @@ def test_a_bare_exception_with_a_message_is_the_reason():
 def test_a_bare_exception_without_a_message_is_passed_over():
     assert last_exception("KeyError: 0\nException\nError\n") == "KeyError: 0"
     assert last_exception("all fine\n") is None
+
+
+def test_retractions_carry_the_pools_of_the_decode_line_before_them():
+    log = ("[t] Decode batch, #running-req: 8, #full token: 90000, full token usage: 0.23, "
+           "#swa token: 39990, swa token usage: 0.99, cuda graph: True, gen throughput (token/s): 900.0\n"
+           "[t] KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 11000, "
+           "#new_token_ratio: 0.3000 -> 0.5000\n"
+           "[t] Testing retraction. #retracted_reqs: 1, #new_tokens_gained: 0\n")
+    (event,) = retractions(log)
+    assert event == Retraction(requests=1, swa_tokens=39990.0, full_tokens=90000.0)
+    assert retractions("KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_token_ratio: 0.1 -> 0.3") \
+        == [Retraction(2, None, None)]

@@ -5,20 +5,27 @@ each, back to back; tok/s = completion tokens / wall time of the level. Levels a
 within each of `repeats` rounds, so drift spreads over all of them. Each level is a noisy
 metric `tok_s_c<c>` (the highest level first: it decides the verdict unless the suite names
 `verdict_metrics`). The pipeline interleaves the rounds of the two sides (both servers up),
-and the metrics are paired by round. Retractions (`meta_info.num_retractions`) and, where the log has them,
-the SWA pool's peak usage per level are recorded as in a PR's throughput table. The probe adds
+and the metrics are paired by round. Each level also has a per-request metric `req_tok_s_c<c>`
+(a request's completion tokens over its own latency, every request of every round: unpaired),
+which decides a comparison with few rounds, e.g. one round of a 32k-token generation per side
+(requests of one round share their batch, so they are not fully independent: name it in
+`verdict_metrics` knowingly). Retractions (`meta_info.num_retractions`), the pools when each
+retraction happened (its log line, as of the last Decode line before it) and, where the log has
+them, the SWA pool's peak usage per level are recorded as in a PR's throughput table. The probe adds
 no log flags (logging every step costs throughput on a GPU): the peak is sampled at whatever
 `--decode-log-interval` the server runs with (1 when it shares a server with swa_peak).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from harness.client import Generation, SGLangClient
+from harness.logparse import retractions
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import swa_curve
@@ -32,12 +39,18 @@ def metric_name(level: int) -> str:
     return f"tok_s_c{level}"
 
 
+def request_metric_name(level: int) -> str:
+    return f"req_tok_s_c{level}"
+
+
 def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> dict[str, Any]:
     clients = [SGLangClient(ctx.client.base_url, timeout_s=ctx.client.timeout_s) for _ in range(level)]
 
-    def one(i: int) -> Generation:
-        return clients[i % level].generate(prompts[i % len(prompts)],
-                                           max_new_tokens=ctx.workload.output_len)[0]
+    def one(i: int) -> tuple[Generation, float]:
+        t0 = time.perf_counter()
+        gen = clients[i % level].generate(prompts[i % len(prompts)],
+                                          max_new_tokens=ctx.workload.output_len)[0]
+        return gen, time.perf_counter() - t0
 
     n = level * ctx.param("requests_per_client")
     ctx.client.flush_cache()
@@ -45,9 +58,11 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     started = time.time()  # when, so a report can show how the two sides' rounds interleaved
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=level) as pool:
-        gens = list(pool.map(one, range(n)))
+        timed = list(pool.map(one, range(n)))
     wall = time.perf_counter() - t0
-    curve = swa_curve(ctx.server.log_since(mark))
+    log = ctx.server.log_since(mark)
+    curve = swa_curve(log)
+    gens = [gen for gen, _ in timed]
     tokens = sum(g.completion_tokens for g in gens)
     return {
         "concurrency": level,
@@ -56,7 +71,9 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
         "completion_tokens": tokens,
         "wall_s": wall,
         "tok_s": tokens / wall,
+        "request_tok_s": [gen.completion_tokens / latency for gen, latency in timed],
         "retractions": sum(int(g.meta.get("num_retractions", 0) or 0) for g in gens),
+        "retraction_events": [dataclasses.asdict(r) for r in retractions(log)],
         "swa_peak_usage": max(curve.usage) if curve else None,
         "swa_peak_tokens": max(curve.held) if curve else None,
     }
@@ -90,6 +107,12 @@ def _output(samples: list[dict[str, Any]]) -> ProbeOutput:
         Metric(metric_name(c), Kind.NOISY, tuple(s["tok_s"] for s in samples if s["concurrency"] == c),
                unit="tok/s", better="higher", headline="median", paired=True)
         for c in ordered
+    ) + tuple(
+        Metric(request_metric_name(c), Kind.NOISY,
+               tuple(v for s in samples if s["concurrency"] == c for v in s["request_tok_s"]),
+               unit="tok/s", better="higher", headline="median")
+        for c in ordered
+        if all("request_tok_s" in s for s in samples)  # cells stored before it was measured lack it
     )
     return ProbeOutput(samples=tuple(samples), metrics=metrics, facts=_facts(samples, levels))
 
@@ -97,6 +120,13 @@ def _output(samples: list[dict[str, Any]]) -> ProbeOutput:
 def _facts(samples: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
     facts: dict[str, Any] = {"concurrency": levels, "repeats": len(samples) // len(levels),
                              "retractions": sum(s["retractions"] for s in samples)}
+    events = [e for s in samples for e in s.get("retraction_events", [])]
+    swa_at = [e["swa_tokens"] for e in events if e["swa_tokens"] is not None]
+    if events:
+        facts["retraction_events"] = len(events)
+    if swa_at:
+        # The PR's "retracted at exactly 77,824 tokens of SWA use": the pool's size in practice.
+        facts["swa_tokens_at_retraction"] = max(swa_at)
     for c in levels:
         rows = [s for s in samples if s["concurrency"] == c]
         facts[f"{metric_name(c)}_median"] = statistics.median(s["tok_s"] for s in rows)
@@ -113,7 +143,10 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     usage = [facts[f"swa_peak_usage_c{c}"] for c in levels if f"swa_peak_usage_c{c}" in facts]
     if usage:
         text += f", SWA peak usage {max(usage):.2f}"
-    return text + f", {fmt(facts.get('retractions'))} retractions"
+    text += f", {fmt(facts.get('retractions'))} retractions"
+    if "swa_tokens_at_retraction" in facts:
+        text += f" (at {fmt(facts['swa_tokens_at_retraction'])} SWA tokens)"
+    return text
 
 
 PARAMS = (

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from conftest import detcheck, refserver_suite
+from conftest import ROOT, detcheck, refserver_suite
+from harness.demo import SCENARIOS, build_repo
 from harness.probes import PROBES, throughput
 
 
@@ -17,6 +18,11 @@ def test_describe_and_metric_names():
          "swa_peak_usage_c4": 0.14, "retractions": 0}, None)
     assert tput == "c1 50.2 · c4 150 tok/s, SWA peak usage 0.14, 0 retractions"
     assert throughput.metric_name(8) == "tok_s_c8"
+    assert throughput.request_metric_name(8) == "req_tok_s_c8"
+    retracting = PROBES["throughput"].describe(
+        {"concurrency": [8], "tok_s_c8_median": 1113.6, "retractions": 3,
+         "swa_tokens_at_retraction": 77824}, None)
+    assert retracting == "c8 1,114 tok/s, 3 retractions (at 77,824 SWA tokens)"
 
 
 @pytest.mark.slow
@@ -32,9 +38,62 @@ def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_pat
     cells = {(c["probe"], c["role"]): c for c in result["cells"]}
     tput = cells["throughput", "base"]
     assert tput["status"] == "ok", tput["reason"]
-    assert [m["name"] for m in tput["metrics"]] == ["tok_s_c2", "tok_s_c1"]  # highest level decides
+    # The highest level decides; per-request figures follow, every request of every round.
+    assert [m["name"] for m in tput["metrics"]] == ["tok_s_c2", "tok_s_c1", "req_tok_s_c2", "req_tok_s_c1"]
+    per_request = {m["name"]: m for m in tput["metrics"]}
+    assert len(per_request["req_tok_s_c2"]["values"]) == 2 * 2 and not per_request["req_tok_s_c2"].get("paired")
     assert [(s["repeat"], s["concurrency"]) for s in tput["samples"]] == [(0, 1), (0, 2), (1, 1), (1, 2)]
     assert all(s["completion_tokens"] == 16 * s["requests"] and s["tok_s"] > 0 for s in tput["samples"])
     assert "tok/s" in proc.stdout
     acc = cells["accept_length", "candidate"]
     assert acc["status"] == "n/a" and "spec_verify_ct" in acc["reason"]
+
+
+@pytest.mark.slow
+def test_retractions_decide_per_request_throughput_and_record_the_swa_tokens(tmp_path):
+    """The seed-scale DFLASH case in miniature: the candidate skips SWA eviction on the DFLASH
+    decode path, four long requests overflow its SWA pool and it retracts; the base never does.
+    One round per side, decided by the per-request metric."""
+    repo = build_repo(SCENARIOS["swa"], tmp_path)
+    suite = tmp_path / "seed.toml"
+    suite.write_text(f"""name = "seed-mini"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = ["--random-seed", "1234", "--max-total-tokens", "8192"]
+env = {{ SGLANG_SWA_EVICTION_INTERVAL = "16" }}
+[workload]
+prompts = 4
+prompt_len = [48, 48]
+output_len = 300
+vocab = 500
+[[config]]
+name = "dflash"
+swa_ratio = 0.1
+speculative = {{ algorithm = "DFLASH", block_size = 8 }}
+probes = ["throughput"]
+[config.draft]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid-draft'}"
+[probe.throughput]
+concurrency = [4]
+repeats = 1
+warmup = 0
+verdict_metrics = ["req_tok_s_c4"]
+""")
+    out = tmp_path / "run"
+    proc = detcheck("run", "--target", "refserver", "--repo", str(repo.path), "--base", repo.base,
+                    "--candidate", repo.candidate, "--suite", str(suite), "--out", str(out), "--no-progress",
+                    env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode in (0, 1), proc.stderr
+    result = json.loads((out / "results.json").read_text())
+    cells = {c["role"]: c for c in result["cells"]}
+    base, cand = cells["base"]["facts"], cells["candidate"]["facts"]
+    assert base["retractions"] == 0 and "swa_tokens_at_retraction" not in base
+    assert cand["retractions"] > 0 and cand["retraction_events"] > 0
+    # SWA pool at ratio 0.1 of 8,192 = 819: the candidate retracted with it filling up, as of
+    # the last Decode line before (logged every 40 steps), far above the bounded base's window.
+    assert 819 // 2 < cand["swa_tokens_at_retraction"] <= 819
+    (comparison,) = result["comparisons"]
+    assert comparison["decided_by"] == "req_tok_s_c4"
+    assert len(cells["base"]["samples"][0]["request_tok_s"]) == 4
+    assert "retractions (at" in proc.stdout
