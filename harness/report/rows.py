@@ -93,10 +93,26 @@ def provenance_text(base: CellResult | None, cand: CellResult | None) -> str:
     return "; ".join(parts)
 
 
+def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
+    """Which models of the row's servers ran on `--load-format dummy` weights (uniform ±1e-3:
+    flat logits, so a KL or accept-length match there says little); "" when none did."""
+    found: list[str] = []
+    for cell in (base, cand):
+        argv = list(cell.metadata.get("server_argv") or []) if cell is not None else []
+        formats = {flag: value for flag, value in zip(argv, argv[1:])}
+        target = formats.get("--load-format") == "dummy"
+        # SGLang loads the draft in the target's format unless told otherwise.
+        draft = ("--speculative-draft-model-path" in formats
+                 and formats.get("--speculative-draft-load-format", formats.get("--load-format")) == "dummy")
+        for model, dummy in (("target", target), ("draft", draft)):
+            if dummy and model not in found:
+                found.append(model)
+    return f"dummy weights: {' and '.join(found)}" if found else ""
+
+
 def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
-    provenance = provenance_text(base, cand)
-    note = _verdict_note(comp, base, cand)
-    return f"{note}; {provenance}" if provenance else note
+    notes = [_verdict_note(comp, base, cand), dummy_weights_text(base, cand), provenance_text(base, cand)]
+    return "; ".join(n for n in notes if n)
 
 
 def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
