@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root, after the kit is installed in /tmp/site: a git repo
 # whose python/sglang is the released 0.5.16 source (main~1, base) then the released 0.5.17 source
-# (main, candidate; .gpu-kit/sglang-0.5.17-py.tar.xz from the kit's release-source.sh), both
-# revisions checked out once for every worker, and the seeded checkpoints the suites use.
+# (main, candidate; .gpu-kit/sglang-0.5.17-py.tar.xz from the kit's release-source.sh), a branch
+# dflash-fix = 0.5.16 + the kit's patches/dflash-swa-eviction.patch (the seed-scale pair is
+# main~1 vs dflash-fix), every revision checked out once for all runs, and the seeded
+# checkpoints the suites use.
 set -euo pipefail
 REPO=${REPO:-/tmp/sglang-release}
 export PYTHONPATH=/tmp/site DETCHECK_CACHE_DIR=/tmp/detcheck-cache-release
@@ -14,12 +16,16 @@ git -C "$REPO" init -q -b main
 "${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.16 (released package source)"
 rm -rf "$REPO/python/sglang" && tar -xJf .gpu-kit/sglang-0.5.17-py.tar.xz -C "$REPO/python"
 "${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.17 (released package source)"
-git -C "$REPO" log --oneline
+git -C "$REPO" checkout -q -b dflash-fix main~1
+git -C "$REPO" apply "$PWD/.gpu-kit/kit/patches/dflash-swa-eviction.patch"
+"${G[@]}" commit -qam "dflash: evict out-of-window SWA KV on the decode path (kit patch on 0.5.16)"
+git -C "$REPO" checkout -q main
+git -C "$REPO" log --oneline --all
 # Workers run side by side on one cache: make both worktrees now, not concurrently later.
 python3 - "$REPO" <<'PY'
 import sys
 from harness.revisions import Revision
-for ref in ("main~1", "main"):
+for ref in ("main~1", "main", "dflash-fix"):
     print(ref, Revision.resolve(sys.argv[1], ref).checkout())
 PY
 for m in tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-eagle3; do
