@@ -337,3 +337,36 @@ def test_damaged_results_file_is_reported_with_its_path(stored, tmp_path, edit, 
     proc = detcheck(command, *args)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"corrupt result: {results}: " in proc.stderr and re.search(message, proc.stderr)
+
+
+def test_one_token_repeated_and_spec_keys_left_out_are_said_not_crashed(tmp_path, bare_python):
+    """Two answers SGLang gives that a harness must not trip on: outputs that are one token
+    repeated (0.5.17's unified pool on some prompts) are flagged in the row with the outputs kept;
+    spec_* keys present on some answers only (SGLang omits them for a request without a verify
+    round) count as no verify round, with no harness exception anywhere."""
+    bench = Bench(tmp_path, bare_python)
+    bench.suite.write_text("\n".join([
+        'name = "answers"', "[models]", f'sglang = "{ROOT / "fixtures/refmodels/hybrid"}"',
+        "[server]", "startup_timeout_s = 5", "request_timeout_s = 5",
+        "[workload]", "prompts = 2", "prompt_len = [8, 12]", "output_len = 12",
+        "[[config]]", 'name = "repeat-token"', "deterministic = true", 'probes = ["kl"]',
+        f'args = ["--fault", "repeat-token", "--state", "{bench.state / "repeat"}"]',
+        "[[config]]", 'name = "spec-keys-some"', 'probes = ["accept_length"]',
+        'speculative = { algorithm = "EAGLE", num_steps = 2, eagle_topk = 1, num_draft_tokens = 3 }',
+        f'args = ["--fault", "spec-keys-some", "--state", "{bench.state / "spec"}"]',
+        "[config.draft]", f'sglang = "{ROOT / "fixtures/refmodels/hybrid"}"',
+        # The fault server keeps no prefix cache: turn 2 is measured without a hit.
+        "[probe.accept_length]", "min_hit_fraction = 0.0", ""]))
+    proc = bench.run()
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    result = bench.result()
+    for cell in result["cells"]:
+        assert cell["status"] == "ok", cell["reason"]
+    for cell in cells(result, "repeat-token"):
+        assert cell["facts"]["degenerate_prompts"] == 2
+        assert all(set(s["output_ids"]) == {0} for s in cell["samples"])
+    for cell in cells(result, "spec-keys-some"):
+        verify = [s["spec_verify_ct"] for s in cell["samples"]]
+        assert verify[0] > 0 and 0 in verify, verify  # the answers without spec_* count 0 rounds
+    report = (bench.out / "report.md").read_text() if (bench.out / "report.md").exists() else proc.stdout
+    assert "2/2 outputs one token repeated" in report
