@@ -1,9 +1,9 @@
 """Where a result was measured: machine, GPU, driver, torch, server version.
 
 Collected by running the server's own interpreter (the harness does not import torch or
-SGLang): torch, CUDA and the GPUs once per interpreter (a subprocess that imports torch takes
-seconds), where the server package is imported from once per revision (no torch import).
-Missing tools give missing keys, never errors.
+SGLang), never importing torch: torch's version and CUDA build once per interpreter (read from
+its `version.py`), where the server package is imported from once per revision. The GPUs come
+from nvidia-smi. Missing tools give missing keys, never errors.
 """
 
 from __future__ import annotations
@@ -22,18 +22,26 @@ from harness.paths import cache_dir, sha_cache_file
 from harness.result_files import atomic_write_json
 from harness.targets import Target
 
+# torch's build facts without importing torch (an import takes seconds, and on a cold cache it
+# ran beside every first launch): its own `version.py`, found on the interpreter's path.
 _TORCH_PROBE = r"""
-import json
+import ast, importlib.util, json, os
 out = {}
 try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    if torch.cuda.is_available():
-        out["gpu"] = torch.cuda.get_device_name(0)
-        out["gpu_count"] = torch.cuda.device_count()
-except Exception as exc:
-    out["torch_error"] = type(exc).__name__
+    spec = importlib.util.find_spec("torch")
+except Exception:
+    spec = None
+if spec is not None and spec.submodule_search_locations:
+    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    try:
+        tree = ast.parse(open(path).read())
+    except (OSError, SyntaxError):
+        tree = None
+    for node in tree.body if tree else ():
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        name = getattr(target, "id", None)
+        if name in ("__version__", "cuda") and isinstance(getattr(node, "value", None), ast.Constant):
+            out["torch" if name == "__version__" else "cuda"] = node.value.value
 print(json.dumps(out))
 """
 
@@ -64,8 +72,9 @@ def host_metadata() -> dict[str, object]:
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=30)
         if proc.returncode == 0 and proc.stdout.strip():
-            name, driver, mem = [s.strip() for s in proc.stdout.splitlines()[0].split(",")]
-            meta.update(gpu_name=name, gpu_driver=driver, gpu_memory=mem)
+            gpus = proc.stdout.strip().splitlines()
+            name, driver, mem = [s.strip() for s in gpus[0].split(",")]
+            meta.update(gpu_name=name, gpu_driver=driver, gpu_memory=mem, gpu_count=len(gpus))
     return meta
 
 
