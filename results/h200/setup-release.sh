@@ -19,6 +19,18 @@ rm -rf "$REPO/python/sglang" && tar -xJf .gpu-kit/sglang-0.5.17-py.tar.xz -C "$R
 git -C "$REPO" checkout -q -b dflash-fix main~1
 git -C "$REPO" apply "$PWD/.gpu-kit/kit/patches/dflash-swa-eviction.patch"
 "${G[@]}" commit -qam "dflash: evict out-of-window SWA KV on the decode path (kit patch on 0.5.16)"
+# The GPU bisect's history: twelve commits on dflash-fix, the seventh takes the patch out again
+# (the others add a line to a notes file the server never reads).
+git -C "$REPO" checkout -q -b bisect-history dflash-fix
+for i in $(seq 1 12); do
+  if [ "$i" -eq 7 ]; then
+    git -C "$REPO" apply -R "$PWD/.gpu-kit/kit/patches/dflash-swa-eviction.patch"
+    "${G[@]}" commit -qam "spec: simplify the DFLASH decode path (drops its SWA eviction)"
+  else
+    echo "history note $i" >> "$REPO/python/NOTES-detcheck.txt"
+    "${G[@]}" add -A && "${G[@]}" commit -qm "notes: entry $i"
+  fi
+done
 git -C "$REPO" checkout -q main
 git -C "$REPO" log --oneline --all
 # Workers run side by side on one cache: make both worktrees now, not concurrently later.
