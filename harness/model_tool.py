@@ -35,42 +35,64 @@ class TensorSpec:
     init: str  # "normal" (std 1/sqrt(fan_in)), "head", "embedding" (std 1), "ones", "zeros"
 
 
-def llama_tensors(cfg: dict) -> list[TensorSpec]:
-    h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads", heads)
-    hd = cfg.get("head_dim", h // heads)
-    qk_norm = "Qwen3" in cfg["architectures"][0]
-    bias = bool(cfg.get("attention_bias", "Qwen2" in cfg["architectures"][0]))
-    out = [TensorSpec("model.embed_tokens.weight", (vocab, h), "embedding")]
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}"
-        out += [
-            TensorSpec(f"{p}.input_layernorm.weight", (h,), "ones"),
-            TensorSpec(f"{p}.self_attn.q_proj.weight", (heads * hd, h), "normal"),
-            TensorSpec(f"{p}.self_attn.k_proj.weight", (kv * hd, h), "normal"),
-            TensorSpec(f"{p}.self_attn.v_proj.weight", (kv * hd, h), "normal"),
-            TensorSpec(f"{p}.self_attn.o_proj.weight", (h, heads * hd), "normal"),
-            TensorSpec(f"{p}.post_attention_layernorm.weight", (h,), "ones"),
-            TensorSpec(f"{p}.mlp.gate_proj.weight", (inter, h), "normal"),
-            TensorSpec(f"{p}.mlp.up_proj.weight", (inter, h), "normal"),
-            TensorSpec(f"{p}.mlp.down_proj.weight", (h, inter), "normal"),
-        ]
-        if bias:
-            out += [TensorSpec(f"{p}.self_attn.{n}_proj.bias", (d,), "zeros")
-                    for n, d in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd))]
-        if qk_norm:
-            out += [TensorSpec(f"{p}.self_attn.{n}_norm.weight", (hd,), "ones") for n in ("q", "k")]
-    out.append(TensorSpec("model.norm.weight", (h,), "ones"))
-    if not cfg.get("tie_word_embeddings", False):
-        out.append(TensorSpec("lm_head.weight", (vocab, h), "head"))
-    return out
+@dataclass(frozen=True)
+class AttentionDims:
+    """The attention geometry of one layer: every projection's shape derives from it."""
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, cfg: dict) -> AttentionDims:
+        heads = cfg["num_attention_heads"]
+        return cls(cfg["hidden_size"], heads, cfg.get("num_key_value_heads", heads),
+                   cfg.get("head_dim", cfg["hidden_size"] // heads))
 
 
 def _llama_mlp(p: str, h: int, inter: int) -> list[TensorSpec]:
     return [TensorSpec(f"{p}.gate_proj.weight", (inter, h), "normal"),
             TensorSpec(f"{p}.up_proj.weight", (inter, h), "normal"),
             TensorSpec(f"{p}.down_proj.weight", (h, inter), "normal")]
+
+
+def _llama_attn(p: str, h_in: int, h: int, heads: int, kv: int, hd: int) -> list[TensorSpec]:
+    return [TensorSpec(f"{p}.q_proj.weight", (heads * hd, h_in), "normal"),
+            TensorSpec(f"{p}.k_proj.weight", (kv * hd, h_in), "normal"),
+            TensorSpec(f"{p}.v_proj.weight", (kv * hd, h_in), "normal"),
+            TensorSpec(f"{p}.o_proj.weight", (h, heads * hd), "normal")]
+
+
+def _llama_layer(p: str, dims: AttentionDims, inter: int, *, bias: bool, qk_norm: bool) -> list[TensorSpec]:
+    """One pre-norm Llama / Qwen decoder layer under `p`, in the checkpoint's unstacked names
+    (SGLang stacks q/k/v into qkv_proj and gate/up into gate_up_proj at load)."""
+    h, hd = dims.hidden, dims.head_dim
+    out = [TensorSpec(f"{p}.input_layernorm.weight", (h,), "ones"),
+           *_llama_attn(f"{p}.self_attn", h, h, dims.heads, dims.kv_heads, hd),
+           TensorSpec(f"{p}.post_attention_layernorm.weight", (h,), "ones"),
+           *_llama_mlp(f"{p}.mlp", h, inter)]
+    if bias:
+        out += [TensorSpec(f"{p}.self_attn.{n}_proj.bias", (d,), "zeros")
+                for n, d in (("q", dims.heads * hd), ("k", dims.kv_heads * hd), ("v", dims.kv_heads * hd))]
+    if qk_norm:
+        out += [TensorSpec(f"{p}.self_attn.{n}_norm.weight", (hd,), "ones") for n in ("q", "k")]
+    return out
+
+
+def _lm_head(cfg: dict, name: str, vocab: int, h: int) -> list[TensorSpec]:
+    """A separate output head, unless the config ties it to the embedding (SGLang then shares it)."""
+    return [] if cfg.get("tie_word_embeddings", False) else [TensorSpec(name, (vocab, h), "head")]
+
+
+def llama_tensors(cfg: dict) -> list[TensorSpec]:
+    dims, vocab = AttentionDims.of(cfg), cfg["vocab_size"]
+    qk_norm = "Qwen3" in cfg["architectures"][0]
+    bias = bool(cfg.get("attention_bias", "Qwen2" in cfg["architectures"][0]))
+    out = [TensorSpec("model.embed_tokens.weight", (vocab, dims.hidden), "embedding")]
+    for i in range(cfg["num_hidden_layers"]):
+        out += _llama_layer(f"model.layers.{i}", dims, cfg["intermediate_size"], bias=bias, qk_norm=qk_norm)
+    out.append(TensorSpec("model.norm.weight", (dims.hidden,), "ones"))
+    return out + _lm_head(cfg, "lm_head.weight", vocab, dims.hidden)
 
 
 def qwen3_next_tensors(cfg: dict) -> list[TensorSpec]:
@@ -125,16 +147,7 @@ def qwen3_next_tensors(cfg: dict) -> list[TensorSpec]:
         else:
             out += _llama_mlp(f"{p}.mlp", h, cfg["intermediate_size"])
     out.append(TensorSpec("model.norm.weight", (h,), "zeros"))
-    if not cfg.get("tie_word_embeddings", False):
-        out.append(TensorSpec("lm_head.weight", (vocab, h), "head"))
-    return out
-
-
-def _llama_attn(p: str, h_in: int, h: int, heads: int, kv: int, hd: int) -> list[TensorSpec]:
-    return [TensorSpec(f"{p}.q_proj.weight", (heads * hd, h_in), "normal"),
-            TensorSpec(f"{p}.k_proj.weight", (kv * hd, h_in), "normal"),
-            TensorSpec(f"{p}.v_proj.weight", (kv * hd, h_in), "normal"),
-            TensorSpec(f"{p}.o_proj.weight", (h, heads * hd), "normal")]
+    return out + _lm_head(cfg, "lm_head.weight", vocab, h)
 
 
 def eagle_tensors(cfg: dict) -> list[TensorSpec]:
