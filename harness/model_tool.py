@@ -14,6 +14,7 @@ read off each class's __init__ and load_weights in SGLang 0.5.16 and 0.5.17 (ide
 - Qwen3NextForCausalLM: GDN linear attention + gated full attention, MoE with a shared expert;
   Gemma-style norms (start at 0); MTP layers are not written.
 - LlamaForCausalLMEagle / LlamaForCausalLMEagle3: EAGLE / EAGLE3 draft heads for a Llama target.
+- GptOssForCausalLM (models/gpt_oss.py), bf16: Hugging Face names, fused expert tensors.
 - DFlashDraftModel (models/dflash.py) and Qwen3DSparkModel (models/dspark.py: the DFLASH backbone
   plus a Markov head and a confidence head): drafts without embedding or LM head.
 - InklingForConditionalGeneration (models/inkling.py), text only, dense MLPs: the trunk under
@@ -44,6 +45,9 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     init: str  # "normal" (std 1/sqrt(fan_in)), "head", "embedding" (std 1), "ones", "zeros"
+    # The input width of a "normal" tensor when it is not the last dimension (gpt-oss stores its
+    # experts as (experts, in, out)).
+    fan_in: int | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,36 @@ def eagle3_tensors(cfg: dict) -> list[TensorSpec]:
     return out
 
 
+def gpt_oss_tensors(cfg: dict) -> list[TensorSpec]:
+    """GptOssForCausalLM, bf16 (models/gpt_oss.py, _load_normal_weights), in the Hugging Face
+    layout SGLang loads: q/k/v/o with biases (stacked into qkv_proj), per-head attention `sinks`
+    (logit 0: a sink as likely as one key), a biased `router`, and every layer's experts as
+    fused tensors `experts.gate_up_proj` (experts, hidden, 2 * intermediate) and
+    `experts.down_proj` (experts, intermediate, hidden), stored input-major (SGLang transposes
+    them into w13 / w2) with their biases. Sliding-window and full layers have the same tensors."""
+    dims, vocab = AttentionDims.of(cfg), cfg["vocab_size"]
+    h, hd, inter, experts = dims.hidden, dims.head_dim, cfg["intermediate_size"], cfg["num_local_experts"]
+    if not cfg.get("attention_bias", True) or cfg.get("quantization_config"):
+        raise UsageError("make-model writes gpt-oss in bf16 with attention biases")
+    out = [TensorSpec("model.embed_tokens.weight", (vocab, h), "embedding")]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}"
+        out += [TensorSpec(f"{p}.input_layernorm.weight", (h,), "ones"),
+                *_llama_attn(f"{p}.self_attn", h, h, dims.heads, dims.kv_heads, hd),
+                *[TensorSpec(f"{p}.self_attn.{n}_proj.bias", (d,), "zeros")
+                  for n, d in (("q", dims.heads * hd), ("k", dims.kv_heads * hd), ("v", dims.kv_heads * hd), ("o", h))],
+                TensorSpec(f"{p}.self_attn.sinks", (dims.heads,), "zeros"),
+                TensorSpec(f"{p}.post_attention_layernorm.weight", (h,), "ones"),
+                TensorSpec(f"{p}.mlp.router.weight", (experts, h), "normal"),
+                TensorSpec(f"{p}.mlp.router.bias", (experts,), "zeros"),
+                TensorSpec(f"{p}.mlp.experts.gate_up_proj", (experts, h, 2 * inter), "normal", fan_in=h),
+                TensorSpec(f"{p}.mlp.experts.gate_up_proj_bias", (experts, 2 * inter), "zeros"),
+                TensorSpec(f"{p}.mlp.experts.down_proj", (experts, inter, h), "normal", fan_in=inter),
+                TensorSpec(f"{p}.mlp.experts.down_proj_bias", (experts, h), "zeros")]
+    out.append(TensorSpec("model.norm.weight", (h,), "ones"))
+    return out + _lm_head(cfg, "lm_head.weight", vocab, h)
+
+
 def dflash_tensors(cfg: dict) -> list[TensorSpec]:
     """DFlashDraftModel (sglang/srt/models/dflash.py): Qwen3 layers (q/k norms) whose input is
     the target's embedding, `fc` over the concatenated hidden states of the target layers in
@@ -358,6 +392,7 @@ ARCHITECTURES = {
     "Qwen3NextForCausalLM": qwen3_next_tensors,
     "LlamaForCausalLMEagle": eagle_tensors,
     "LlamaForCausalLMEagle3": eagle3_tensors,
+    "GptOssForCausalLM": gpt_oss_tensors,
     "DFlashDraftModel": dflash_tensors,
     "Qwen3DSparkModel": dspark_tensors,
     "InklingForConditionalGeneration": inkling_tensors,
@@ -379,8 +414,8 @@ def _tensor(spec: TensorSpec, seed: int, dtype: str, scale: float):
     else:
         digest = hashlib.sha256(f"{seed}:{spec.name}".encode()).digest()
         gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
-        std = {"embedding": 1.0, "head": HEAD_STD / spec.shape[-1] ** 0.5}.get(
-            spec.init, scale / spec.shape[-1] ** 0.5)
+        fan_in = spec.fan_in or spec.shape[-1]
+        std = {"embedding": 1.0, "head": HEAD_STD / fan_in ** 0.5}.get(spec.init, scale / fan_in ** 0.5)
         t = torch.randn(spec.shape, generator=gen) * std
     return t.to(getattr(torch, dtype)).contiguous()
 

@@ -218,3 +218,33 @@ def test_dspark_other_markov_heads(tmp_path):
     assert rnn["markov_head.joint_proj.weight"] == (48, 288)
     with pytest.raises(UsageError, match="markov_head_type 'tree'"):
         dspark_tensors({**cfg, "markov_head_type": "tree"})
+
+
+def test_gpt_oss_tensors_match_sglang_loader_table():
+    # models/gpt_oss.py (0.5.16 and 0.5.17 alike), tiny-gptoss: hidden 512, 8 heads / 2 kv heads
+    # of 64, 4 experts of 512, attention_bias. GptOssAttention.__init__: qkv_proj (stacked from
+    # q/k/v_proj by _load_normal_weights' stacked_params_mapping) and o_proj with bias, sinks
+    # Parameter(num_heads). GptOssSparseMoeBlock.__init__: router TinyGemmLinear(hidden -> experts,
+    # bias); experts FusedMoE with_bias, loaded from experts.gate_up_proj / down_proj (+ _bias)
+    # via FusedMoE.make_expert_params_mapping_fused, weights transposed at load: the checkpoint
+    # holds (experts, in, out). GptOssDecoderLayer: input_layernorm, post_attention_layernorm.
+    layer = {"input_layernorm.weight": (512,), "post_attention_layernorm.weight": (512,),
+             "self_attn.q_proj.weight": (512, 512), "self_attn.k_proj.weight": (128, 512),
+             "self_attn.v_proj.weight": (128, 512), "self_attn.o_proj.weight": (512, 512),
+             "self_attn.q_proj.bias": (512,), "self_attn.k_proj.bias": (128,),
+             "self_attn.v_proj.bias": (128,), "self_attn.o_proj.bias": (512,), "self_attn.sinks": (8,),
+             "mlp.router.weight": (4, 512), "mlp.router.bias": (4,),
+             "mlp.experts.gate_up_proj": (4, 512, 1024), "mlp.experts.gate_up_proj_bias": (4, 1024),
+             "mlp.experts.down_proj": (4, 512, 512), "mlp.experts.down_proj_bias": (4, 512)}
+    expected = {"model.embed_tokens.weight": (32000, 512), "model.norm.weight": (512,),
+                "lm_head.weight": (32000, 512)}
+    for i in range(4):
+        expected.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
+    assert _specs("tiny-gptoss") == expected
+    assert len(expected) == 3 + 4 * 17 == 71
+
+
+def test_gpt_oss_expert_std_follows_the_input_width(tmp_path):
+    t = safetensors_torch.load_file(str(make_model(ROOT / "fixtures/models/tiny-gptoss", tmp_path / "g")))
+    gate_up = t["model.layers.2.mlp.experts.gate_up_proj"].float()  # (experts, hidden 512 in, 1024 out)
+    assert abs(gate_up.std().item() - 512 ** -0.5) < 0.002
