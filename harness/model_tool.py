@@ -3,7 +3,7 @@
 SGLang's `--load-format dummy` fills every weight with uniform ±1e-3, so logits are nearly
 uniform and KL or accept-length signals vanish. This writes a real safetensors checkpoint for a
 config.json instead: linear weights ~ N(0, 1/fan_in) (fan-in = the last dimension, also for conv
-kernels and Inkling's relative-position projection), embeddings ~ N(0, 1), the output head wider
+kernels and Inkling's relative-position projection, unless a TensorSpec names it), embeddings ~ N(0, 1), the output head wider
 (logits of std ~5), norms 1 (0 where SGLang applies weight + 1), biases 0, each tensor from its own
 seed (name + seed), so the same config gives the same bytes anywhere. An output head is written
 only when tie_word_embeddings is false; a draft that SGLang gives the target's embedding / head
@@ -316,8 +316,8 @@ def _inkling_block(p: str, b: InklingBlock) -> list[TensorSpec]:
            TensorSpec(f"{p}.attn.wv_dv.weight", (kv, h), "normal"),
            TensorSpec(f"{p}.attn.wr_du.weight", (b.d_rel * d.heads, h), "normal"),
            TensorSpec(f"{p}.attn.wo_ud.weight", (h, q), "normal"),
-           # (d_rel, extent), applied as r @ proj: std 1/sqrt(extent) keeps the relative-position
-           # bias below the content logits.
+           # (d_rel, extent), applied as r @ proj: std 1/sqrt(extent) by the last-dimension
+           # convention, so the bias each position gets has std ~sqrt(d_rel / extent) < 1.
            TensorSpec(f"{p}.attn.rel_logits_proj.proj", (b.d_rel, b.rel_extent), "normal"),
            TensorSpec(f"{p}.attn.q_norm.weight", (d.head_dim,), "ones"),
            TensorSpec(f"{p}.attn.k_norm.weight", (d.head_dim,), "ones"),
@@ -343,7 +343,9 @@ def inkling_tensors(cfg: dict) -> list[TensorSpec]:
     from the same checkpoint by keeping `model.mtp.layers.N.` (renamed to layer 0); each head
     also loads `model.llm.embed_tokens` and `model.llm.lm_head` and fails on any parameter it
     did not load. Norms are plain RMSNorm (x * w): they start at 1. Only dense MLPs: every
-    layer below dense_mlp_idx (MoE layers are not written)."""
+    layer below dense_mlp_idx (MoE layers are not written). With tie_word_embeddings no
+    `model.llm.lm_head` is written: the trunk then copies its embedding, but an MTP head would
+    refuse to load (its lm_head is a parameter of its own)."""
     t = cfg["text_config"]
     h, vocab = t["hidden_size"], t.get("padded_vocab_size", t["vocab_size"])
     n_layers = t["num_hidden_layers"]
