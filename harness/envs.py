@@ -116,7 +116,7 @@ class BaseInterpreter:
         proc = subprocess.run([python, "-c", _BASE_PROBE], capture_output=True, text=True, timeout=60)
         if proc.returncode != 0:
             raise UsageError(f"interpreter {python} cannot be run: {proc.stderr.strip()[-500:]}")
-        facts = json.loads(proc.stdout)
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])  # after anything a sitecustomize prints
         return cls(python, facts["executable"], facts["version"], facts["prefix"],
                    tuple(facts["site_dirs"]) if facts["in_venv"] else (), facts["has_pip"])
 
@@ -179,7 +179,8 @@ def revision_env(sha: str | None, worktree: Path | None, options: EnvOptions,
     try:
         manifest = ensure_built(path, env_file, worktree, base, options.pip_args)
     except EnvBuildError as exc:
-        secrets = (*secret_values(dict(os.environ), options.pip_args), *url_credentials(options.pip_args))
+        secrets = (*secret_values(dict(os.environ), options.pip_args),
+                   *url_credentials([*options.pip_args, *os.environ.values()]))  # PIP_INDEX_URL too
         return RevisionEnv(options.file, key, path, error=scrub(str(exc), secrets))
     built = RevisionEnv(options.file, key, path, built_at=str(manifest["built_at"]))
     return dataclasses.replace(built, packages=installed_versions(built.python, requirement_names(env_file)))

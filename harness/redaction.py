@@ -55,7 +55,8 @@ def secret_values(env: dict[str, str], argv: Sequence[str] = ()) -> tuple[str, .
 
 def url_credentials(words: Sequence[str]) -> tuple[str, ...]:
     """The `user:password` parts of the URLs among `words`, to mask wherever they appear."""
-    return tuple(m.group(1) for word in words for m in _URL_CREDENTIALS.finditer(word))
+    # Short ones (`git@`) are user names, and masking them would mask ordinary words.
+    return tuple(m.group(1) for word in words for m in _URL_CREDENTIALS.finditer(word) if len(m.group(1)) >= 4)
 
 
 def scrub(text: str, secrets: Sequence[str]) -> str:

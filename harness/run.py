@@ -34,7 +34,7 @@ from typing import Callable
 
 from harness.capabilities import NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
-from harness.envs import EnvOptions, RevisionEnv, revision_env
+from harness.envs import DEFAULT_ENV_FILE, EnvOptions, RevisionEnv, revision_env
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
 from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
@@ -215,7 +215,12 @@ def revision_envs(req: RunRequest, worktrees: dict[Role, Path | None]) -> dict[R
     interpreter that would otherwise run it; none for a role given its own interpreter."""
     envs = {role: revision_env(req.revision(role).sha, worktrees[role], req.env_options, req.python or sys.executable)
             for role in Role if role not in req.role_python}
-    return {role: env for role, env in envs.items() if env is not None}
+    found = {role: env for role, env in envs.items() if env is not None}
+    if envs and not found and req.env_options.file != DEFAULT_ENV_FILE:
+        # A name the user chose that no revision has is more likely a typo than a choice.
+        print(f"detcheck: warning: --env-file {req.env_options.file}: no revision has it; "
+              f"{' and '.join(role.value for role in envs)} run on {req.python or sys.executable}", file=sys.stderr)
+    return found
 
 
 def role_python(req: RunRequest, envs: dict[Role, RevisionEnv], role: Role) -> str | None:

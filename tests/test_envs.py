@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 
 from envprobe import write_envprobe_wheel
-from harness.envs import (BUILD_LOG, DEFAULT_ENV_FILE, MANIFEST, BaseInterpreter, EnvOptions, build_commands,
-                          env_key, envs_root, requirement_names, revision_env)
+from harness.envs import (BUILD_LOG, DEFAULT_ENV_FILE, MANIFEST, BaseInterpreter, EnvOptions, RevisionEnv,
+                          build_commands, env_key, envs_root, requirement_names, revision_env)
 from harness.errors import UsageError
 from harness.redaction import REDACTED, redact_command, url_credentials
+from harness.results import Role
+from harness.revisions import Revision
+from harness.run import RunRequest, revision_envs, role_python
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 BASE = BaseInterpreter(python="/usr/bin/python3", executable="/usr/bin/python3.11", version="3.11.7",
@@ -91,6 +94,7 @@ def test_with_uv_both_steps_are_uv(tmp_path):
 def test_index_credentials_are_masked_in_the_recorded_command():
     argv = ["detcheck", "run", "--env-pip-arg=--index-url=https://me:s3cret-tok@pypi.example/simple"]
     assert url_credentials(argv) == ("me:s3cret-tok",)
+    assert url_credentials(["git+ssh://git@github.com/org/repo"]) == ()  # a user name, not a secret
     assert redact_command(argv)[-1] == f"--env-pip-arg=--index-url=https://{REDACTED}@pypi.example/simple"
 
 
@@ -132,3 +136,30 @@ def test_an_interrupted_build_is_removed_and_a_failed_one_leaves_nothing(tmp_pat
     assert env.error.startswith("pip install exit 1")
     assert "No matching distribution found for detcheck_envprobe==9.9" in env.error
     assert [p.name for p in envs_root().iterdir() if p.is_dir() or p.is_symlink()] == []
+
+
+# -- which interpreter a role runs on ---------------------------------------------------------
+
+def request(tmp_path: Path, **kw) -> RunRequest:
+    return RunRequest(suite_path=tmp_path / "s.toml", target="refserver", base=Revision("b", SHA_A),
+                      candidate=Revision("c", SHA_B), out_dir=tmp_path / "out", store_root=tmp_path / "store", **kw)
+
+
+def test_an_explicit_interpreter_wins_over_the_environment_and_nothing_is_built_for_it(tmp_path):
+    trees = {Role.BASE: tree_with(tmp_path / "a", "nonexistent-package==1\n"),
+             Role.CANDIDATE: tree_with(tmp_path / "b", "nonexistent-package==1\n")}
+    req = request(tmp_path, python="/opt/py", role_python={Role.BASE: "/opt/base", Role.CANDIDATE: "/opt/cand"})
+    assert revision_envs(req, trees) == {}
+    assert not envs_root().exists()
+    built = RevisionEnv(DEFAULT_ENV_FILE, env_key(SHA_B, trees[Role.CANDIDATE] / DEFAULT_ENV_FILE, BASE),
+                        tmp_path / "env")
+    assert role_python(req, {Role.CANDIDATE: built}, Role.CANDIDATE) == "/opt/cand"
+    only_base = request(tmp_path, python="/opt/py", role_python={Role.BASE: "/opt/base"})
+    assert role_python(only_base, {Role.CANDIDATE: built}, Role.CANDIDATE) == str(tmp_path / "env" / "bin" / "python")
+    assert role_python(request(tmp_path, python="/opt/py"), {}, Role.BASE) == "/opt/py"
+
+
+def test_an_env_file_no_revision_has_is_warned_about(tmp_path, capsys):
+    trees = {Role.BASE: tmp_path, Role.CANDIDATE: tmp_path}
+    assert revision_envs(request(tmp_path, env_options=EnvOptions("requirements/gpu.txt")), trees) == {}
+    assert "--env-file requirements/gpu.txt: no revision has it" in capsys.readouterr().err
