@@ -179,9 +179,7 @@ def revision_env(sha: str | None, worktree: Path | None, options: EnvOptions,
     try:
         manifest = ensure_built(path, env_file, worktree, base, options.pip_args)
     except EnvBuildError as exc:
-        secrets = (*secret_values(dict(os.environ), options.pip_args),
-                   *url_credentials([*options.pip_args, *os.environ.values()]))  # PIP_INDEX_URL too
-        return RevisionEnv(options.file, key, path, error=scrub(str(exc), secrets))
+        return RevisionEnv(options.file, key, path, error=str(exc))
     built = RevisionEnv(options.file, key, path, built_at=str(manifest["built_at"]))
     return dataclasses.replace(built, packages=installed_versions(built.python, requirement_names(env_file)))
 
@@ -196,10 +194,10 @@ def ensure_built(path: Path, env_file: Path, worktree: Path, base: BaseInterpret
     with file_lock(root / f".{path.name}.lock"):
         if (manifest := published_manifest(path)) is not None:  # built by another run meanwhile
             return manifest
-        live = path.resolve() if path.is_symlink() else None
-        for stale in root.glob(f"{path.name}.*"):  # what an interrupted build left
-            if stale.is_dir() and stale != live:
-                shutil.rmtree(stale)
+        # What an interrupted build left, and a published name whose directory is gone or
+        # damaged: rebuilt from nothing.
+        for stale in (path, *root.glob(f"{path.name}.*")):
+            remove(stale)
         building = root / f"{path.name}.{os.getpid()}"
         try:
             manifest = build(building, env_file, worktree, base, pip_args)
@@ -218,6 +216,13 @@ def published_manifest(path: Path) -> dict[str, object] | None:
         return None
 
 
+def remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def publish(building: Path, path: Path) -> None:
     """The key's name points at the finished build, in one rename."""
     link = path.with_name(f".{path.name}.link-{os.getpid()}")
@@ -230,16 +235,18 @@ def build(building: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
           pip_args: Sequence[str]) -> dict[str, object]:
     t0 = time.monotonic()
     uv = shutil.which("uv")
+    # An index URL's credentials (in the pip options or PIP_INDEX_URL) stay out of what is kept.
+    secrets = (*secret_values(dict(os.environ), pip_args), *url_credentials([*pip_args, *os.environ.values()]))
     log: list[str] = []
     for i, (step, argv) in enumerate(build_commands(building, env_file, base, pip_args, uv)):
         proc = subprocess.run(argv, cwd=worktree, capture_output=True, text=True)
         log += [f"$ {' '.join(argv)}", proc.stdout, proc.stderr]
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-FAILURE_TAIL_LINES:])
-            raise EnvBuildError(f"{step} exit {proc.returncode}:\n{tail}")
+            raise EnvBuildError(scrub(f"{step} exit {proc.returncode}:\n{tail}", secrets))
         if i == 0 and base.venv_site_dirs:  # inherited before anything is installed over it
             inherit_site_dirs(building / "bin" / "python", base.venv_site_dirs)
-    (building / BUILD_LOG).write_text("\n".join(log))
+    (building / BUILD_LOG).write_text(scrub("\n".join(log), secrets))
     manifest = {"built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_s": round(time.monotonic() - t0, 3), "installer": "uv" if uv else "pip",
                 "base_python": base.python, "base_version": base.version}

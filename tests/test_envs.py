@@ -4,6 +4,7 @@ commands, and real builds from local wheels (offline)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,10 @@ def test_an_environment_is_built_once_and_imports_its_own_version(tmp_path, whee
     again = revision_env(SHA_A, tree, offline(wheels), sys.executable)
     assert again == env
     assert (again.path.resolve().stat().st_ino, json.loads((again.path / MANIFEST).read_text())["built_at"]) == built
+    # Its directory removed behind the cache's back: the dangling name is rebuilt, not used.
+    shutil.rmtree(env.path.resolve())
+    rebuilt = revision_env(SHA_A, tree, offline(wheels), sys.executable)
+    assert rebuilt.packages == {"detcheck_envprobe": "2.0"} and (rebuilt.path / MANIFEST).is_file()
 
 
 @pytest.mark.slow
