@@ -2,11 +2,13 @@
 
     execute(req)
       open_run         load the suite, plan configurations × probes, check both revisions out
-                       and the outputs writable, read the store once: bad input fails here,
-                       before any launch
+                       and the outputs writable, build or find each revision's environment
+                       (harness.envs), read the store once: bad input fails here, before any
+                       launch
       run_job          one job per (configuration, revision), a chain of steps:
         reuse_stored     exact cells already in the store need no server (noisy ones are
                          measured again: only the same run's measurements are comparable)
+        environment_ready  a revision whose environment failed to build: its cells are errors
         resolve_flags    the revision's `--help` maps the configuration's features to flags
         launch_server    one server for every probe of the configuration
         run_probes       each probe on that server; each cell stored as soon as it exists
