@@ -56,6 +56,8 @@ class RunRecorder:
         self.launches: list[Launch] = []
         self._comparisons: dict[tuple[str, str], ProbeComparison] = {}
         self.clock = StepClock()
+        # Per role, the environment its revision's env file gave it (harness.envs), as recorded.
+        self.environments: dict[str, dict] = {}
         self._lock = threading.Lock()  # base and candidate jobs may run in two threads
 
     def cell(self, job: Job, probe: str, outcome: Outcome) -> CellResult:
@@ -100,6 +102,7 @@ class RunRecorder:
             metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
                       "started_at": self.started, "harness_version": __version__,
                       "finished_at": utc_now(),
+                      **({"environments": self.environments} if self.environments else {}),
                       "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
         )
 

@@ -12,6 +12,8 @@ _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
 # Flags are matched by whole word: --api-key and --hf-token are secret, --max-total-tokens is not.
 _SECRET_FLAG_WORDS = {"token", "key", "secret", "password", "apikey"}
 REDACTED = "<redacted>"
+# `scheme://user:password@host`: the credentials of an index URL (`--env-pip-arg=--index-url=…`).
+_URL_CREDENTIALS = re.compile(r"://([^/@\s]+)@")
 
 
 def is_secret(name: str) -> bool:
@@ -51,6 +53,12 @@ def secret_values(env: dict[str, str], argv: Sequence[str] = ()) -> tuple[str, .
     return tuple(sorted((v for v in values if len(v) >= 4), key=len, reverse=True))
 
 
+def url_credentials(words: Sequence[str]) -> tuple[str, ...]:
+    """The `user:password` parts of the URLs among `words`, to mask wherever they appear."""
+    # Short ones (`git@`) are user names, and masking them would mask ordinary words.
+    return tuple(m.group(1) for word in words for m in _URL_CREDENTIALS.finditer(word) if len(m.group(1)) >= 4)
+
+
 def scrub(text: str, secrets: Sequence[str]) -> str:
     for value in secrets:
         text = text.replace(value, REDACTED)
@@ -84,5 +92,5 @@ def redact_command(argv: Sequence[str]) -> list[str]:
             server_args.append(next(words, ""))
         elif word.startswith("--server-arg="):
             server_args.append(word.partition("=")[2])
-    secrets = secret_values({}, server_args)
+    secrets = (*secret_values({}, server_args), *url_credentials(argv))
     return [scrub(word, secrets) for word in redact_argv(list(argv))]

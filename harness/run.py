@@ -2,11 +2,13 @@
 
     execute(req)
       open_run         load the suite, plan configurations × probes, check both revisions out
-                       and the outputs writable, read the store once: bad input fails here,
-                       before any launch
+                       and the outputs writable, build or find each revision's environment
+                       (harness.envs), read the store once: bad input fails here, before any
+                       launch
       run_job          one job per (configuration, revision), a chain of steps:
         reuse_stored     exact cells already in the store need no server (noisy ones are
                          measured again: only the same run's measurements are comparable)
+        environment_ready  a revision whose environment failed to build: its cells are errors
         resolve_flags    the revision's `--help` maps the configuration's features to flags
         launch_server    one server for every probe of the configuration
         run_probes       each probe on that server; each cell stored as soon as it exists
@@ -34,6 +36,7 @@ from typing import Callable
 
 from harness.capabilities import NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
+from harness.envs import DEFAULT_ENV_FILE, EnvOptions, RevisionEnv, revision_env
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
 from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
@@ -78,7 +81,10 @@ class RunRequest:
     workload_scale: int = 1
     # The interpreter of one role's servers where it is not `python`: a revision that needs
     # other packages (another torch, another kernel wheel) runs from its own environment.
+    # Given, it wins over the environment the revision's env file would build.
     role_python: dict[Role, str] = field(default_factory=dict)
+    # Where a revision declares its own environment and how that is built (harness.envs).
+    env_options: EnvOptions = EnvOptions()
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate
@@ -110,6 +116,8 @@ class Run:
     # Every cell the plan could reuse, read once before any launch (None: not stored).
     stored: dict[CellKey, CellResult | None]
     recorder: RunRecorder
+    # The environments built from the revisions' env files (a role without one is absent).
+    envs: dict[Role, RevisionEnv] = field(default_factory=dict)
 
     def key(self, cp: ConfigPlan, probe: str, role: Role) -> CellKey | None:
         sha = self.req.revision(role).sha
@@ -181,13 +189,16 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     """Everything that can fail on bad input, done before any launch (exit 2)."""
     suite = load_suite(req.suite_path, known_probes())
     plans = plan(suite, req)
-    targets = {role: get_target(req.target, req.role_python.get(role, req.python)) for role in Role}
     recorder = RunRecorder(suite, req, tuple((cp.spec.name, p) for cp in plans for p in cp.probes))
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
     with recorder.clock("checkout"):
         worktrees = {role: req.revision(role).checkout() for role in Role}
     check_writable(req)
-    run = Run(req, suite, plans, targets, ResultStore(req.store_root), observer, worktrees, {}, recorder)
+    with recorder.clock("environments"):
+        envs = revision_envs(req, worktrees)
+    recorder.environments = {role.value: env.to_dict() for role, env in envs.items()}
+    targets = {role: get_target(req.target, role_python(req, envs, role)) for role in Role}
+    run = Run(req, suite, plans, targets, ResultStore(req.store_root), observer, worktrees, {}, recorder, envs)
     for pid in reap_orphans():
         print(f"detcheck: stopped server pid {pid} left running by an earlier run that died",
               file=sys.stderr)
@@ -199,6 +210,26 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
         for mismatch in run.store.mismatched:
             print(f"detcheck: warning: {mismatch}; measuring it again", file=sys.stderr)
     return run
+
+
+def revision_envs(req: RunRequest, worktrees: dict[Role, Path | None]) -> dict[Role, RevisionEnv]:
+    """Each role's environment from its revision's env file, built (once, cached) from the
+    interpreter that would otherwise run it; none for a role given its own interpreter."""
+    envs = {role: revision_env(req.revision(role).sha, worktrees[role], req.env_options, req.python or sys.executable)
+            for role in Role if role not in req.role_python}
+    found = {role: env for role, env in envs.items() if env is not None}
+    if envs and not found and req.env_options.file != DEFAULT_ENV_FILE:
+        # A name the user chose that no revision has is more likely a typo than a choice.
+        print(f"detcheck: warning: --env-file {req.env_options.file}: no revision has it; "
+              f"{' and '.join(role.value for role in envs)} run on {req.python or sys.executable}", file=sys.stderr)
+    return found
+
+
+def role_python(req: RunRequest, envs: dict[Role, RevisionEnv], role: Role) -> str | None:
+    """An explicit --base-python/--candidate-python, else the revision's environment, else --python."""
+    if role in req.role_python:
+        return req.role_python[role]
+    return envs[role].python if role in envs else req.python
 
 
 def run_config(run: Run, cp: ConfigPlan, roles: tuple[Role, Role]) -> None:
@@ -322,7 +353,8 @@ def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
     target = run.targets[role]
     return Job(cp, role, run.req.revision(role), target, run.worktrees[role],
                {p: run.key(cp, p, role) for p in cp.probes}, env=env,
-               meta={**run.recorder.host, "target": target.name, "python": target.python},
+               meta={**run.recorder.host, "target": target.name, "python": target.python,
+                     **({"environment": run.envs[role].to_dict()} if role in run.envs else {})},
                secrets=secret_values({**os.environ, **env}, cp.server.args))
 
 
@@ -340,6 +372,15 @@ def reuse_stored(run: Run, job: Job) -> bool:
             job.earlier[probe] = stored.reference()
         job.todo.append(probe)
     return bool(job.todo)
+
+
+def environment_ready(run: Run, job: Job) -> bool:
+    """A revision whose environment could not be built: each cell still to measure is an
+    error with pip's reason (stored cells measured under that environment were reused)."""
+    env = run.envs.get(job.role)
+    if env is None or not env.error:
+        return True
+    return finish_job(run, job, Outcome(Status.ERROR, f"building the environment of {env.file} failed: {env.error}"))
 
 
 def resolve_flags(run: Run, job: Job) -> bool:
@@ -398,7 +439,7 @@ def open_client(run: Run, job: Job) -> SGLangClient:
     return client
 
 
-JOB_STEPS: tuple[JobStep, ...] = (reuse_stored, resolve_flags, launch_server, run_probes)
+JOB_STEPS: tuple[JobStep, ...] = (reuse_stored, environment_ready, resolve_flags, launch_server, run_probes)
 
 
 def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,

@@ -137,6 +137,8 @@ CASES = {
                             r"--python /nonexistent/python: no such executable"),
     "missing-base-interpreter": (with_args("--base-python", "/nonexistent/python"),
                                  r"--base-python /nonexistent/python: no such executable"),
+    "env-file-outside-the-tree": (with_args("--env-file", "../requirements.txt"),
+                                  r"--env-file \.\./requirements\.txt: must be a path inside the revision's tree"),
     "matrix-unknown-field": (bad_matrix(ENTRY + 'colour = "red"\n'),
                              r"matrix\.toml: \[\[entry\]\] #1: unknown key 'colour' \(known: "),
     "matrix-malformed": (bad_matrix("[[entry]\n"), r"matrix\.toml: not valid TOML"),

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from harness import baseline
 from harness.compare import overall
+from harness.envs import DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import cache_dir
@@ -68,9 +69,19 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                    help="interpreter that runs the servers (default: this one)")
     p.add_argument("--base-python", default=None, metavar="PYTHON",
                    help="interpreter of the base's servers only: a revision that needs other packages "
-                        "(another torch or kernel wheel) runs from its own environment")
+                        "(another torch or kernel wheel) runs from its own environment; wins over the "
+                        "environment its --env-file would build")
     p.add_argument("--candidate-python", default=None, metavar="PYTHON",
-                   help="interpreter of the candidate's servers only")
+                   help="interpreter of the candidate's servers only; wins over its --env-file")
+    p.add_argument("--env-file", default=DEFAULT_ENV_FILE, metavar="REL",
+                   help="pip requirements file, relative to each revision's tree, that gives the revision "
+                        "its own environment: a venv with --system-site-packages over --python, built once "
+                        "per (sha, file content, interpreter) in the cache; a revision without the file "
+                        f"runs on --python (default {DEFAULT_ENV_FILE}; SGLang: point it at the checkout's "
+                        "own requirements file)")
+    p.add_argument("--env-pip-arg", action="append", default=[], metavar="ARG",
+                   help="argument passed to `pip install` when an environment is built (repeatable; "
+                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR)")
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
                         "use --server-arg=--flag for dashes)")
@@ -133,6 +144,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
         role_python={role: python for role, python in ((Role.BASE, args.base_python),
                                                        (Role.CANDIDATE, args.candidate_python)) if python},
+        env_options=EnvOptions(args.env_file, tuple(args.env_pip_arg)),
         extra_args=tuple(args.server_arg),
         parallel_roles=getattr(args, "parallel", False),
         command_line=command_line(),

@@ -1,0 +1,305 @@
+"""Per-revision environments: a revision that declares packages of its own runs its servers
+from a virtual environment built for it once and cached.
+
+A revision declares its environment in a pip requirements file inside its tree
+(`DEFAULT_ENV_FILE`, or `--env-file`); a revision without one runs on the running interpreter.
+The environment is keyed by (revision sha, sha256 of the file's bytes, the identity of the
+interpreter it is built from) and lives under `<cache>/envs/`. It is made with
+`--system-site-packages`, so the preinstalled stack (torch, CUDA wheels) is inherited and the
+file only overrides what differs; where the base interpreter is itself a virtual environment,
+its site-packages are inherited too (a `.pth` file), since `--system-site-packages` alone would
+reach only the interpreter it was made from.
+
+Building is locked per key (runs share a cache). A virtual environment cannot be moved (pip
+writes its absolute path into the scripts it installs), so it is built in a directory of its
+own that never moves and published by renaming a symlink onto the key's name: the name is a
+complete environment or absent, and an interrupted build is removed by the next one. A failed
+build is returned with pip's output tail, never cached: the next run tries again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from harness.errors import UsageError
+from harness.paths import cache_dir, file_lock
+from harness.redaction import scrub, secret_values, url_credentials
+
+DEFAULT_ENV_FILE = "detcheck-requirements.txt"
+# Written into an environment as the last step of its build: what was built from what.
+MANIFEST = "detcheck-env.json"
+BUILD_LOG = "detcheck-build.log"
+# Links the base virtual environment's site-packages into a new one (see the module docstring).
+INHERIT_PTH = "detcheck-inherit.pth"
+# Lines of pip's output a failed build's reason keeps: where pip says why.
+FAILURE_TAIL_LINES = 25
+
+_BASE_PROBE = r"""
+import importlib.util, json, os, sys, sysconfig
+paths = sysconfig.get_paths()
+print(json.dumps({
+    "executable": os.path.realpath(sys.executable),
+    "version": sys.version,
+    "prefix": sys.prefix,
+    "in_venv": sys.prefix != sys.base_prefix,
+    "site_dirs": list(dict.fromkeys([paths["purelib"], paths["platlib"]])),
+    "has_pip": importlib.util.find_spec("pip") is not None,
+}))
+"""
+
+_VERSIONS_PROBE = r"""
+import json, sys
+from importlib import metadata
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+# A requirement line's project name (PEP 508): what comes before extras, markers, versions or `@`.
+_REQUIREMENT_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+class EnvBuildError(Exception):
+    """An environment could not be built; the message carries pip's (or venv's) output tail."""
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """How revisions' environments are found and built (`--env-file`, `--env-pip-arg`)."""
+
+    file: str = DEFAULT_ENV_FILE  # relative to the revision's tree
+    # Passed to `pip install` as they are: offline machines need `--no-index --find-links DIR`.
+    pip_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        rel = PurePosixPath(self.file)
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise UsageError(f"--env-file {self.file}: must be a path inside the revision's tree "
+                             f"(relative, without '..')")
+
+
+@dataclass(frozen=True)
+class BaseInterpreter:
+    """The interpreter an environment is made from, as it reports itself."""
+
+    python: str
+    executable: str  # the real file, links resolved
+    version: str
+    prefix: str
+    # Its own site-packages where it is itself a virtual environment: inherited through a .pth.
+    venv_site_dirs: tuple[str, ...]
+    has_pip: bool
+
+    @property
+    def identity(self) -> str:
+        """Changes when the interpreter or the environment it runs in does."""
+        return hashlib.sha256(f"{self.executable}\n{self.version}\n{self.prefix}".encode()).hexdigest()
+
+    @classmethod
+    @functools.cache  # one subprocess per interpreter and process (bisect runs many)
+    def inspect(cls, python: str) -> BaseInterpreter:
+        proc = subprocess.run([python, "-c", _BASE_PROBE], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise UsageError(f"interpreter {python} cannot be run: {proc.stderr.strip()[-500:]}")
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])  # after anything a sitecustomize prints
+        return cls(python, facts["executable"], facts["version"], facts["prefix"],
+                   tuple(facts["site_dirs"]) if facts["in_venv"] else (), facts["has_pip"])
+
+
+@dataclass(frozen=True)
+class EnvKey:
+    sha: str  # the revision: the file may name paths inside its tree (`-e .`)
+    file_sha256: str
+    interpreter: str  # BaseInterpreter.identity
+
+    @property
+    def name(self) -> str:
+        return f"{self.sha[:12]}-{self.file_sha256[:12]}-{self.interpreter[:8]}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"sha": self.sha, "file_sha256": self.file_sha256, "interpreter": self.interpreter}
+
+
+@dataclass(frozen=True)
+class RevisionEnv:
+    """One revision's environment as a run uses it: built (with the versions installed of the
+    packages its file names) or failed (`error`: why, pip's output tail)."""
+
+    file: str  # relative to the revision's tree
+    key: EnvKey
+    path: Path  # the published name: <cache>/envs/<key.name>
+    packages: dict[str, str | None] = field(default_factory=dict)  # name → version (None: absent)
+    built_at: str = ""
+    error: str = ""
+
+    @property
+    def python(self) -> str:
+        return str(self.path / "bin" / "python")
+
+    def to_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {"path": str(self.path), "python": self.python, "file": self.file,
+                                "key": self.key.to_dict(), "packages": self.packages,
+                                "built_at": self.built_at}
+        return {**d, "error": self.error} if self.error else d
+
+
+def envs_root() -> Path:
+    return cache_dir() / "envs"
+
+
+def env_key(sha: str, env_file: Path, base: BaseInterpreter) -> EnvKey:
+    return EnvKey(sha, hashlib.sha256(env_file.read_bytes()).hexdigest(), base.identity)
+
+
+def revision_env(sha: str | None, worktree: Path | None, options: EnvOptions,
+                 base_python: str) -> RevisionEnv | None:
+    """The revision's environment, made from `base_python` if it is not cached yet; None when
+    the revision declares none (no file, or an installed package with no tree)."""
+    if sha is None or worktree is None or not (worktree / options.file).is_file():
+        return None
+    env_file = worktree / options.file
+    base = BaseInterpreter.inspect(base_python)
+    key = env_key(sha, env_file, base)
+    path = envs_root() / key.name
+    try:
+        manifest = ensure_built(path, env_file, worktree, base, options.pip_args)
+    except EnvBuildError as exc:
+        return RevisionEnv(options.file, key, path, error=str(exc))
+    built = RevisionEnv(options.file, key, path, built_at=str(manifest["built_at"]))
+    return dataclasses.replace(built, packages=installed_versions(built.python, requirement_names(env_file)))
+
+
+def ensure_built(path: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
+                 pip_args: Sequence[str]) -> dict[str, object]:
+    """The manifest of the environment published at `path`, built first if it is not there."""
+    if (manifest := published_manifest(path)) is not None:
+        return manifest
+    root = path.parent
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / f".{path.name}.lock"):
+        if (manifest := published_manifest(path)) is not None:  # built by another run meanwhile
+            return manifest
+        # What an interrupted build left, and a published name whose directory is gone or
+        # damaged: rebuilt from nothing.
+        for stale in (path, *root.glob(f"{path.name}.*")):
+            remove(stale)
+        building = root / f"{path.name}.{os.getpid()}"
+        try:
+            manifest = build(building, env_file, worktree, base, pip_args)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+        publish(building, path)
+        return manifest
+
+
+def published_manifest(path: Path) -> dict[str, object] | None:
+    """The manifest of a complete environment at `path`, or None (absent, or its directory gone)."""
+    try:
+        return json.loads((path / MANIFEST).read_text()) if path.is_symlink() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def publish(building: Path, path: Path) -> None:
+    """The key's name points at the finished build, in one rename."""
+    link = path.with_name(f".{path.name}.link-{os.getpid()}")
+    link.unlink(missing_ok=True)
+    os.symlink(building.name, link)
+    os.replace(link, path)
+
+
+def build(building: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
+          pip_args: Sequence[str]) -> dict[str, object]:
+    t0 = time.monotonic()
+    uv = shutil.which("uv")
+    # An index URL's credentials (in the pip options or PIP_INDEX_URL) stay out of what is kept.
+    secrets = (*secret_values(dict(os.environ), pip_args), *url_credentials([*pip_args, *os.environ.values()]))
+    log: list[str] = []
+    for i, (step, argv) in enumerate(build_commands(building, env_file, base, pip_args, uv)):
+        proc = subprocess.run(argv, cwd=worktree, capture_output=True, text=True)
+        log += [f"$ {' '.join(argv)}", proc.stdout, proc.stderr]
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-FAILURE_TAIL_LINES:])
+            raise EnvBuildError(scrub(f"{step} exit {proc.returncode}:\n{tail}", secrets))
+        if i == 0 and base.venv_site_dirs:  # inherited before anything is installed over it
+            inherit_site_dirs(building / "bin" / "python", base.venv_site_dirs)
+    (building / BUILD_LOG).write_text(scrub("\n".join(log), secrets))
+    manifest = {"built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "build_s": round(time.monotonic() - t0, 3), "installer": "uv" if uv else "pip",
+                "base_python": base.python, "base_version": base.version}
+    # Last: a directory without its manifest is an interrupted build.
+    (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def build_commands(building: Path, env_file: Path, base: BaseInterpreter, pip_args: Sequence[str],
+                   uv: str | None) -> list[tuple[str, list[str]]]:
+    """Make the environment, then install the file into it: with uv where it is on PATH (much
+    faster), else venv + pip. Without uv, the environment gets no pip of its own where the base
+    has one (it is inherited, and seeding one costs seconds)."""
+    python = str(building / "bin" / "python")
+    if uv:
+        return [("uv venv", [uv, "venv", "--system-site-packages", "--python", base.python, str(building)]),
+                ("uv pip install", [uv, "pip", "install", "--python", python, "-r", str(env_file), *pip_args])]
+    make = [base.python, "-m", "venv", "--system-site-packages", str(building)]
+    if base.has_pip:
+        make.insert(-1, "--without-pip")
+    return [("venv", make),
+            ("pip install", [python, "-m", "pip", "install", "--disable-pip-version-check", "-r", str(env_file),
+                             *pip_args])]
+
+
+def inherit_site_dirs(python: Path, site_dirs: Sequence[str]) -> None:
+    """A .pth in the new environment's site-packages that adds the base environment's as site
+    directories (so their own .pth files, editable installs among them, work too): searched after
+    the new environment's own packages, before the system's."""
+    proc = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True)
+    Path(proc.stdout.strip(), INHERIT_PTH).write_text("".join(f"import site; site.addsitedir({d!r})\n"
+                                                              for d in site_dirs))
+
+
+def requirement_names(env_file: Path) -> list[str]:
+    """The project names a requirements file pins (options, paths and URLs left out)."""
+    names = []
+    for line in env_file.read_text().splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith(("#", "-", ".", "/")) or "://" in line.split("@", 1)[0]:
+            continue
+        if match := _REQUIREMENT_NAME.match(line):
+            names.append(match.group(1))
+    return list(dict.fromkeys(names))
+
+
+def installed_versions(python: str, names: Sequence[str]) -> dict[str, str | None]:
+    """The version each package has as `python` imports it (None: not installed)."""
+    if not names:
+        return {}
+    proc = subprocess.run([python, "-c", _VERSIONS_PROBE, *names], capture_output=True, text=True, timeout=120)
+    try:
+        return json.loads(proc.stdout) if proc.returncode == 0 else {}
+    except json.JSONDecodeError:
+        return {}
