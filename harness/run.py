@@ -138,7 +138,7 @@ class Job:
     keys: dict[str, CellKey | None]
     todo: list[str] = field(default_factory=list)  # probes still to measure
     args: tuple[str, ...] = ()  # feature flags + probe flags, as this revision spells them
-    env: dict[str, str] = field(default_factory=dict)  # the configuration's and the role's
+    env: dict[str, str] = field(default_factory=dict)  # the configuration's and its slot's (a GPU)
     server: ServerProcess | None = None
     launch: Launch | None = None  # its record, given an end time at teardown
     server_info: dict = field(default_factory=dict)

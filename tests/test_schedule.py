@@ -4,14 +4,17 @@ matrix entry or the CLI turns into slots."""
 from __future__ import annotations
 
 import argparse
+import io
 import threading
 import time
 
 import pytest
+from rich.console import Console
 
 from harness.commands.common_args import slot_count
 from harness.errors import UsageError
 from harness.matrix import MatrixEntry
+from harness.report.console import ConsoleObserver
 from harness.results import Role
 from harness.schedule import Countdown, Slot, SlotPool, Unit, cpu_slots, default_slot_count, entry_slots
 
@@ -85,3 +88,17 @@ def test_slot_count_from_the_command_line():
     assert slot_count(args(slots=6, parallel=True)) == 6
     with pytest.raises(UsageError, match="--slots 0"):
         slot_count(args(slots=0))
+
+
+def test_progress_keeps_one_line_per_running_job():
+    observer = ConsoleObserver(Console(file=io.StringIO(), force_terminal=False))
+    observer.begin(8)
+    observer.launching("a", "base", "main")(1.0)
+    observer.launching("b", "candidate", "HEAD")(2.0)
+    observer.probing("a", "base", "kl")(1, 2)
+    lines = [t.description for t in observer.progress.tasks]
+    assert lines == ["cells", "  kl a @ base", "  launch b @ candidate (HEAD) 2s"]
+    observer.job_done("a", "base")
+    assert [t.description for t in observer.progress.tasks] == ["cells", "  launch b @ candidate (HEAD) 2s"]
+    observer.end()
+    assert [t.description for t in observer.progress.tasks] == ["cells"]
