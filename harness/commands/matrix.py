@@ -74,8 +74,8 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     for row in rows:
         where = "runs here" if row["runnable_here"] else f"skipped here: {row['why_not']}"
-        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {row['target']:<9} "
-              f"{'parallel' if row['parallel'] else 'interleaved':<11} {row['slots']:>2} slots  {where}")
+        slots = f"{row['slots']} server slot{'s' if row['slots'] > 1 else ''}"
+        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {row['target']:<9} {slots:<15} {where}")
     return 0
 
 
