@@ -71,5 +71,5 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Print the harness's figures: launches, overhead, cached re-run, KL maths, bisect steps."""
+    """Print the harness's figures: launches, overhead, cached re-run, server slots, KL maths, bisect steps."""
     session.run(PY, str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_bisect  # noqa: E402
 import bench_kl  # noqa: E402
 import bench_pipeline  # noqa: E402
+import bench_schedule  # noqa: E402
 from _common import ROOT  # noqa: E402
 
 if __name__ == "__main__":
@@ -20,5 +21,7 @@ if __name__ == "__main__":
     bench_kl.main([])
     print()
     bench_pipeline.main([str(ROOT / "suites" / "default.toml")] if quick else [])
+    print()
+    bench_schedule.main([str(ROOT / "suites" / "default.toml")] if quick else [])
     print()
     bench_bisect.main(["17:0"] if quick else [])

@@ -9,6 +9,7 @@ A feature with no known spelling makes the configuration "n/a at this revision".
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,11 +136,23 @@ class Capabilities:
         return flag
 
 
+_help_locks: dict[tuple[str, str | None], threading.Lock] = {}
+_help_locks_guard = threading.Lock()
+
+
 def revision_capabilities(target: Target, sha: str | None, worktree: Path | None,
                           timeout_s: float) -> Capabilities:
-    """The revision's `--help`, read once per (target, sha) and kept in the cache. A cached text
-    that lists no flags (a file left empty by a crash or a full disk) is read again: a bad cache
-    file must never make a configuration look n/a."""
+    """The revision's `--help`, read once per (target, sha) and kept in the cache. Jobs of one
+    revision that start at once wait for the first one's read instead of each running it."""
+    with _help_locks_guard:
+        lock = _help_locks.setdefault((target.name, sha), threading.Lock())
+    with lock:
+        return _read_capabilities(target, sha, worktree, timeout_s)
+
+
+def _read_capabilities(target: Target, sha: str | None, worktree: Path | None, timeout_s: float) -> Capabilities:
+    """A cached text that lists no flags (a file left empty by a crash or a full disk) is read
+    again: a bad cache file must never make a configuration look n/a."""
     cache = sha_cache_file("help", target.name, sha, ".txt")
     if cache is not None and cache.is_file():
         caps = Capabilities.parse(cache.read_text(errors="replace"))

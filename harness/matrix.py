@@ -1,8 +1,10 @@
 """The hardware matrix (matrix.toml): which suites run on which machines, with what flags.
 
 Each [[entry]] becomes one nox session `validate(<name>)` and one `detcheck matrix run
-<name>`. An entry with two or more GPUs runs base and candidate servers at the same time,
-each on its own half of the GPUs (CUDA_VISIBLE_DEVICES per role); one GPU interleaves them.
+<name>`. An entry with servers_per_gpu runs gpus × servers_per_gpu servers at once, each pinned
+to one GPU (harness.schedule turns an entry into server slots). Without it, an entry with two or
+more GPUs runs base and candidate servers at the same time, each on its own half of the GPUs
+(CUDA_VISIBLE_DEVICES per role); one GPU interleaves them.
 
 Loaded with the standard library only: noxfile.py imports this before anything is installed.
 Every error names the file and the field.
@@ -22,7 +24,7 @@ from harness.params import reject_unknown
 from harness.plan import check_reserved, read_toml
 from harness.targets import TARGET_NAMES
 
-_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "suites", "target", "server_args", "env"}
+_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "suites", "target", "server_args", "env"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -36,11 +38,14 @@ class MatrixEntry:
     server_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    # Servers that fit on one GPU at once (their memory flags in server_args); None: one server
+    # per role's half of the GPUs.
+    servers_per_gpu: int | None = None
 
     @property
     def parallel(self) -> bool:
-        """Base and candidate at once, each on half of the GPUs."""
-        return self.gpus >= 2
+        """Base and candidate at once: each on half of the GPUs, or two slots on the GPUs."""
+        return self.gpus >= 2 or (self.servers_per_gpu or 1) * self.gpus >= 2
 
     def missing(self, gpu_names: list[str] | None) -> str | None:
         """Why this machine cannot run the entry (`gpu_names` None: no nvidia-smi); None if it can."""
@@ -54,11 +59,15 @@ class MatrixEntry:
             return f"needs {self.gpus}× {self.gpu or 'GPU'}; this machine has {len(fitting)} (GPUs: {found})"
         return None
 
+    def devices(self, visible: str | None = None) -> list[str]:
+        """The entry's GPUs: the first `gpus` of the caller's CUDA_VISIBLE_DEVICES (or 0…gpus-1)."""
+        devices = [d.strip() for d in (visible or "").split(",") if d.strip()] or [str(i) for i in range(self.gpus)]
+        return devices[: self.gpus]
+
     def gpu_env(self, visible: str | None = None) -> dict[str, dict[str, str]]:
         """CUDA_VISIBLE_DEVICES per role ("base"/"candidate"); `visible` is the caller's own
         CUDA_VISIBLE_DEVICES, whose devices are the ones split."""
-        devices = [d.strip() for d in (visible or "").split(",") if d.strip()] or [str(i) for i in range(self.gpus)]
-        devices = devices[: self.gpus]
+        devices = self.devices(visible)
         if not devices:
             return {}
         if not self.parallel:
@@ -133,8 +142,12 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
         raise UsageError(f"{where}.description: must be a string")
     server_args = _strings(where, raw, "server_args")
     check_reserved(server_args, f"{where}.server_args")
+    servers_per_gpu = raw.get("servers_per_gpu")
+    if servers_per_gpu is not None and (not isinstance(servers_per_gpu, int) or isinstance(servers_per_gpu, bool)
+                                        or servers_per_gpu < 1 or gpus < 1):
+        raise UsageError(f"{where}.servers_per_gpu: must be an integer >= 1, on an entry with gpus >= 1")
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
-                       server_args=server_args,
+                       server_args=server_args, servers_per_gpu=servers_per_gpu,
                        env={str(k): str(v) for k, v in env.items()}, description=description)
 
 

@@ -7,6 +7,7 @@ Cell metadata is assembled here and nowhere else; comparisons are computed once 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -47,9 +48,18 @@ class StepClock:
 
 
 class RunRecorder:
-    def __init__(self, suite: Suite, req: RunRequest, order: tuple[tuple[str, str], ...]):
-        """`order`: the plan's (configuration, probe) pairs, the order of the comparisons."""
-        self.suite, self.req, self.order = suite, req, order
+    """Thread-safe: jobs running at once add cells and launches; a result lists them in plan
+    order, whichever finished first."""
+
+    def __init__(self, suite: Suite, req: RunRequest, cell_order: tuple[tuple[str, Role, str], ...]):
+        """`cell_order`: the plan's (configuration, role, probe) triples, the order of the cells;
+        the comparisons follow its (configuration, probe) pairs."""
+        self.suite, self.req = suite, req
+        self.cell_position = {cell: i for i, cell in enumerate(cell_order)}
+        self.job_position: dict[tuple[str, Role], int] = {}
+        for i, (config, role, _) in enumerate(cell_order):
+            self.job_position.setdefault((config, role), i)
+        self.order = tuple(dict.fromkeys((config, probe) for config, _, probe in cell_order))
         self.host = host_metadata()
         self.started = utc_now()
         self.cells: list[CellResult] = []
@@ -58,7 +68,7 @@ class RunRecorder:
         self.clock = StepClock()
         # Per role, the environment its revision's env file gave it (harness.envs), as recorded.
         self.environments: dict[str, dict] = {}
-        self._lock = threading.Lock()  # base and candidate jobs may run in two threads
+        self._lock = threading.Lock()  # jobs run in threads (server slots)
 
     def cell(self, job: Job, probe: str, outcome: Outcome) -> CellResult:
         """The cell a job's probe ended with: where it was measured (the job's metadata), under
@@ -91,17 +101,24 @@ class RunRecorder:
             self.launches.append(launch)
         observer.launched(launch)
 
+    def ended(self, launch: Launch, when: float) -> None:
+        """The launch's server is stopped: its record gets the time."""
+        with self._lock:
+            index = next(i for i, known in enumerate(self.launches) if known is launch)
+            self.launches[index] = dataclasses.replace(launch, ended_at=round(when, 3))
+
     def result(self, partial: bool) -> RunResult:
         with self._lock:
-            cells = tuple(self.cells)
-            launches = tuple(self.launches)
+            cells = tuple(sorted(self.cells, key=lambda c: self.cell_position[(c.config, c.role, c.probe)]))
+            # Stable: a configuration's relaunches (a port taken) keep their order.
+            launches = tuple(sorted(self.launches, key=lambda l: self.job_position[(l.config, l.role)]))
         return RunResult(
             suite=self.suite.name, target=self.req.target,
             base=self.req.base.info, candidate=self.req.candidate.info,
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
                       "started_at": self.started, "harness_version": __version__,
-                      "finished_at": utc_now(),
+                      "finished_at": utc_now(), "slots": len(self.req.slots),
                       **({"environments": self.environments} if self.environments else {}),
                       "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
         )

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -32,14 +33,24 @@ def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=1, allow_nan=True))
 
 
+_umask_lock = threading.Lock()
+
+
+def process_umask() -> int:
+    """The umask, read the only way there is (set it, set it back) under a lock: two threads
+    doing that at once could leave it at 0."""
+    with _umask_lock:
+        umask = os.umask(0)
+        os.umask(umask)
+    return umask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         # mkstemp makes the file 0600; results are ordinary files, readable as the umask allows.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

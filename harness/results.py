@@ -217,12 +217,17 @@ class Launch:
     startup_s: float
     ok: bool
     args: tuple[str, ...] = ()
+    # Unix seconds: the launch began, and its server was stopped (after its probes). Several
+    # jobs run at once: a stored run's wall time vs its slowest job is read from these.
+    started_at: float | None = None
+    ended_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["role"] = self.role.value
         d["args"] = list(self.args)
-        return d
+        # Absent, not null, in a file written before launches were timed: it reads back the same.
+        return {k: v for k, v in d.items() if v is not None or k not in ("started_at", "ended_at")}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Launch:

@@ -27,9 +27,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -50,6 +51,7 @@ from harness.redaction import redact_argv, redact_env, scrub_file, secret_values
 from harness.result_files import write_run
 from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
 from harness.revisions import Revision
+from harness.schedule import Countdown, Slot, SlotPool, Unit
 from harness.server import ServerProcess, exit_text, launch, stop_all
 from harness.store import CellKey, ResultStore, params_fingerprint
 from harness.targets import REJECTION, Target, get_target
@@ -68,15 +70,13 @@ class RunRequest:
     python: str | None = None
     only_configs: tuple[str, ...] = ()
     only_probes: tuple[str, ...] = ()
-    # Extra server environment per role, e.g. CUDA_VISIBLE_DEVICES on a multi-GPU entry.
-    role_env: dict[Role, dict[str, str]] = field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
-    # Extra server environment for every configuration (part of its fingerprint, unlike role_env).
+    # Extra server environment for every configuration (part of its fingerprint, unlike a slot's).
     extra_env: dict[str, str] = field(default_factory=dict)
     command_line: str = ""
-    # Base and candidate servers at the same time (an entry with a GPU set per role); the
-    # observer must then be thread-safe (QuietObserver is).
-    parallel_roles: bool = False
+    # How many servers may be up at once, and what pins each (a GPU, a role's GPUs): with more
+    # than one, jobs run in threads and the observer must be thread-safe. One slot: sequential.
+    slots: tuple[Slot, ...] = (Slot(),)
     # Prompts per workload × this: bisect re-measures an *unknown* verdict with more samples.
     workload_scale: int = 1
     # The interpreter of one role's servers where it is not `python`: a revision that needs
@@ -118,6 +118,11 @@ class Run:
     recorder: RunRecorder
     # The environments built from the revisions' env files (a role without one is absent).
     envs: dict[Role, RevisionEnv] = field(default_factory=dict)
+    # Set on an interrupt: jobs in other threads stop at their next step, and what they measure
+    # after it (cut short by the servers being stopped) is no result.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # One results.json write at a time, each from the recorder's latest state.
+    saving: threading.Lock = field(default_factory=threading.Lock)
 
     def key(self, cp: ConfigPlan, probe: str, role: Role) -> CellKey | None:
         sha = self.req.revision(role).sha
@@ -141,8 +146,9 @@ class Job:
     keys: dict[str, CellKey | None]
     todo: list[str] = field(default_factory=list)  # probes still to measure
     args: tuple[str, ...] = ()  # feature flags + probe flags, as this revision spells them
-    env: dict[str, str] = field(default_factory=dict)  # the configuration's and the role's
+    env: dict[str, str] = field(default_factory=dict)  # the configuration's and its slot's (a GPU)
     server: ServerProcess | None = None
+    launch: Launch | None = None  # its record, given an end time at teardown
     server_info: dict = field(default_factory=dict)
     # What every cell of this job records about where it was measured.
     meta: dict = field(default_factory=dict)
@@ -173,9 +179,7 @@ def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
     save(run, partial=True)
     run.observer.begin(sum(2 * len(cp.probes) for cp in run.plans))
     try:
-        for i, cp in enumerate(run.plans):
-            run_config(run, cp, role_order(i))
-            save(run, partial=True)
+        run_scheduled(run)
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
         save(run, partial=True)
         exc.resume_hint = (f"--resume --out {req.out_dir}" if run.recorder.cells else None)
@@ -189,7 +193,7 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     """Everything that can fail on bad input, done before any launch (exit 2)."""
     suite = load_suite(req.suite_path, known_probes())
     plans = plan(suite, req)
-    recorder = RunRecorder(suite, req, tuple((cp.spec.name, p) for cp in plans for p in cp.probes))
+    recorder = RunRecorder(suite, req, cell_order(plans))
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
     with recorder.clock("checkout"):
         worktrees = {role: req.revision(role).checkout() for role in Role}
@@ -232,25 +236,51 @@ def role_python(req: RunRequest, envs: dict[Role, RevisionEnv], role: Role) -> s
     return envs[role].python if role in envs else req.python
 
 
-def run_config(run: Run, cp: ConfigPlan, roles: tuple[Role, Role]) -> None:
-    """Both revisions of one configuration: one after the other; with interleaved (noisy)
-    probes, both servers up and those probes' rounds alternating sides; or at once on an entry
-    that gives each its own GPUs."""
-    if not run.req.parallel_roles and not any(PROBES[p].interleaved for p in cp.probes):
-        for role in roles:
-            run_job(run, new_job(run, cp, role))
-        return
-    if not run.req.parallel_roles:
-        run_interleaved(run, [new_job(run, cp, role) for role in roles])
-        return
-    with ThreadPoolExecutor(len(roles)) as pool:
-        futures = [pool.submit(run_job, run, new_job(run, cp, role)) for role in roles]
-        try:
-            for f in futures:
-                f.result()
-        except BaseException:  # an interrupt stops every server in flight first
-            stop_all()
-            raise
+def run_scheduled(run: Run) -> None:
+    """Every job of the suite, as many at once as the run has server slots, started in plan
+    order; results.json is saved as each configuration completes. An interrupt (or a job that
+    raised) stops every server in flight and lets the other jobs end at their next step."""
+    pool, units = SlotPool(run.req.slots), plan_units(run.plans)
+    countdown = Countdown(units)
+    workers = ThreadPoolExecutor(len(run.req.slots), thread_name_prefix="job")
+    futures: list[Future] = []
+    try:
+        for unit in units:
+            slots = pool.acquire(unit.roles)
+            raise_failure(futures)
+            futures.append(workers.submit(run_unit, run, unit, slots, pool, countdown))
+        for future in futures:
+            future.result()
+    except BaseException:
+        run.cancelled.set()
+        # Not waiting for the workers: a second Ctrl-C must reach the CLI at once, whose
+        # stop_all(grace_s=0) then ends servers that sit out their SIGTERM grace.
+        workers.shutdown(wait=False, cancel_futures=True)
+        stop_all()
+        raise
+    workers.shutdown()
+
+
+def raise_failure(futures: list[Future]) -> None:
+    """A job that raised (a harness bug, a full disk) ends the run as it would sequentially."""
+    for future in futures:
+        if future.done() and future.exception() is not None:
+            future.result()
+
+
+def run_unit(run: Run, unit: Unit, slots: tuple[int, ...], pool: SlotPool, countdown: Countdown) -> None:
+    """One unit on its slots (in a worker thread): a job, or an interleaved configuration."""
+    cp = run.plans[unit.config_index]
+    try:
+        jobs = [new_job(run, cp, role, pool.slots[i]) for role, i in zip(unit.roles, slots)]
+        if len(jobs) == 1:
+            run_job(run, jobs[0])
+        else:
+            run_interleaved(run, jobs)
+    finally:
+        pool.release(slots)
+    if countdown.finished(unit.config_index) and not run.cancelled.is_set():
+        save(run, partial=True)
 
 
 def finish(run: Run) -> RunResult:
@@ -259,7 +289,7 @@ def finish(run: Run) -> RunResult:
 
 def save(run: Run, partial: bool) -> RunResult:
     """results.json as it stands; `partial`: pairs still missing a side are left out."""
-    with run.recorder.clock("writing"):
+    with run.saving, run.recorder.clock("writing"):
         result = run.recorder.result(partial)
         write_run(run.req.out_dir, result)
     return result
@@ -280,16 +310,20 @@ def run_job(run: Run, job: Job) -> None:
 
 
 def run_step(run: Run, job: Job, step: JobStep) -> bool:
-    """One step of a job, its time on the run's step clock."""
+    """One step of a job, its time on the run's step clock; none once the run is interrupted."""
+    if run.cancelled.is_set():
+        return False
     with run.recorder.clock(step.__name__):
         return step(run, job)
 
 
 def stop_job(run: Run, job: Job) -> None:
+    run.observer.job_done(job.cp.spec.name, job.role.value)
     if job.server is not None:
         with run.recorder.clock("teardown"):
             job.server.stop()
             scrub_file(job.server.log_path, job.secrets)
+        run.recorder.ended(job.launch, time.time())
 
 
 # -- interleaving: the noisy probes of both sides, round by round -------------------------
@@ -313,9 +347,6 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
             outcomes = alternate_rounds(run, sides, clients, probe)
             for job in sides:
                 record_cell(run, job, probe, outcomes[job.role])
-    except BaseException:
-        stop_all()
-        raise
     finally:
         for job in jobs:
             stop_job(run, job)
@@ -348,8 +379,8 @@ def merged(probe: str, outcomes: list[Outcome]) -> Outcome:
                    wall_s=round(sum(o.wall_s or 0.0 for o in outcomes), 3))
 
 
-def new_job(run: Run, cp: ConfigPlan, role: Role) -> Job:
-    env = {**cp.server.env, **run.req.role_env.get(role, {})}
+def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
+    env = {**cp.server.env, **slot.env}
     target = run.targets[role]
     return Job(cp, role, run.req.revision(role), target, run.worktrees[role],
                {p: run.key(cp, p, role) for p in cp.probes}, env=env,
@@ -399,6 +430,7 @@ def resolve_flags(run: Run, job: Job) -> bool:
 def launch_server(run: Run, job: Job) -> bool:
     log_path = (run.req.out_dir / "logs" /
                 f"{safe_name(job.cp.spec.name)}-{job.role.value}-{job.revision.short()}.log")
+    started_at = time.time()
     # The interpreter's metadata (a subprocess importing torch, seconds) is read while the server
     # starts, not after it.
     with ThreadPoolExecutor(1) as pool:
@@ -409,10 +441,10 @@ def launch_server(run: Run, job: Job) -> bool:
             run.suite.startup_timeout_s, run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref))
         job.meta.update(interpreter.result())
     job.server = server
-    record = Launch(job.cp.spec.name, job.role, job.revision.sha, server.port, server.startup_s,
-                    failure is None, tuple(redact_argv(list(server.argv[1:]))))
-    run.recorder.launched(record, run.observer)
-    job.meta.update(server_argv=list(record.args), server_env=redact_env(job.env),
+    job.launch = Launch(job.cp.spec.name, job.role, job.revision.sha, server.port, server.startup_s,
+                        failure is None, tuple(redact_argv(list(server.argv[1:]))), started_at=round(started_at, 3))
+    run.recorder.launched(job.launch, run.observer)
+    job.meta.update(server_argv=list(job.launch.args), server_env=redact_env(job.env),
                     startup_s=round(server.startup_s, 3), port=server.port,
                     started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     if failure is not None:
@@ -487,6 +519,8 @@ def finish_job(run: Run, job: Job, outcome: Outcome) -> bool:
 
 
 def record_cell(run: Run, job: Job, probe: str, outcome: Outcome) -> None:
+    if run.cancelled.is_set():  # cut short by the interrupt's stopping the server: measured again on --resume
+        return
     cell = run.recorder.cell(job, probe, outcome)
     # An error (the harness could not measure) is in results.json, never in the store: it is
     # no result about the revision, and the next run measures the cell again.
@@ -520,6 +554,24 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
     if not plans:
         raise UsageError(f"{suite.path}: nothing to run after --config/--probe filters")
     return tuple(plans)
+
+
+def plan_units(plans: tuple[ConfigPlan, ...]) -> list[Unit]:
+    """The jobs in plan order, sides alternating per configuration; a configuration with an
+    interleaved probe is one unit of both jobs (its servers are up together)."""
+    units = []
+    for i, cp in enumerate(plans):
+        if any(PROBES[p].interleaved for p in cp.probes):
+            units.append(Unit(i, role_order(i)))
+        else:
+            units += [Unit(i, (role,)) for role in role_order(i)]
+    return units
+
+
+def cell_order(plans: tuple[ConfigPlan, ...]) -> tuple[tuple[str, Role, str], ...]:
+    """Where each cell goes in results.json: plan order, as a one-slot run measures them,
+    whatever order concurrent jobs finish in."""
+    return tuple((cp.spec.name, role, p) for i, cp in enumerate(plans) for role in role_order(i) for p in cp.probes)
 
 
 def role_order(index: int) -> tuple[Role, Role]:

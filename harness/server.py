@@ -4,7 +4,8 @@ The server gets its own session (process group) so that teardown reaches the sch
 detokenizer children SGLang forks, and nothing else. Its stdout+stderr go to a log file the
 probes read (SGLang reports pool occupancy only in log lines). Every started server stays
 registered until its group is gone, so an interrupt that cut a teardown short can still
-finish it (`stop_all`).
+finish it (`stop_all`). Several jobs launch at once in threads: the registry and the ports
+handed out are kept under a lock.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +28,18 @@ from harness.lifeline import die_with_parent, register, unregister
 from harness.targets import HOST
 
 _live: dict[int, ServerProcess] = {}  # started, group not yet stopped; by id()
+# Ports handed to servers of this process and not yet given back: the OS sees a port as free
+# from the moment free_port closes its socket until the server binds it, so two threads
+# launching at once could otherwise be given the same one.
+_ports_taken: set[int] = set()
+_lock = threading.Lock()
 
 
 def stop_all(grace_s: float = 10.0) -> None:
     """Stop every server this process started and has not stopped (any thread's)."""
-    for server in list(_live.values()):
+    with _lock:
+        servers = list(_live.values())
+    for server in servers:
         server.stop(grace_s)
 
 
@@ -78,10 +87,16 @@ def launch(argv_for_port: Callable[[int], list[str]], env: dict[str, str], log_p
 
 
 def free_port() -> int:
-    """A port the OS considers free now; the launch retries if someone takes it first."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A port the OS considers free now and no other server of this process holds; the launch
+    retries if someone else takes it first. Given back by `ServerProcess.stop`."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        with _lock:
+            if port not in _ports_taken:
+                _ports_taken.add(port)
+                return port
 
 
 def listeners(port: int) -> set[int | None]:
@@ -132,7 +147,8 @@ class ServerProcess:
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
-            _live[id(self)] = self
+            with _lock:
+                _live[id(self)] = self
             register(self.proc.pid)
         finally:
             log.close()
@@ -178,6 +194,8 @@ class ServerProcess:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the group, then SIGKILL whatever is left of it."""
+        with _lock:
+            _ports_taken.discard(self.port)
         if self.proc is None:
             return
         self.stopped_by_harness = True
@@ -199,7 +217,8 @@ class ServerProcess:
             break
         if self.proc.poll() is None:
             self.proc.wait(timeout=5)
-        _live.pop(id(self), None)
+        with _lock:
+            _live.pop(id(self), None)
         unregister(self.proc.pid)
 
     def log_size(self) -> int:

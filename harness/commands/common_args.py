@@ -25,6 +25,7 @@ from harness.result_files import RESULTS_FILE
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
 from harness.run import RunRequest
+from harness.schedule import cpu_slots, default_slot_count
 from harness.stats import Verdict
 from harness.targets import TARGET_NAMES
 
@@ -85,9 +86,14 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
                         "use --server-arg=--flag for dashes)")
+    p.add_argument("--slots", type=int, default=None, metavar="N",
+                   help="servers up at once: every configuration's base and candidate jobs run "
+                        "concurrently within N (an interleaved configuration takes 2 together); "
+                        "1 runs them one after another. Default: half the CPU cores for refserver, "
+                        "2 for sglang (the memory for N servers must fit: see matrix.toml's servers_per_gpu)")
     p.add_argument("--parallel", action="store_true",
-                   help="run the base and candidate servers of a configuration at the same time "
-                        "(needs memory for two servers; matrix entries with 2+ GPUs give each its own)")
+                   help="at least 2 slots: base and candidate of a configuration at the same time "
+                        "(kept for scripts; --slots says how many)")
     add_format_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -146,14 +152,20 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
                                                        (Role.CANDIDATE, args.candidate_python)) if python},
         env_options=EnvOptions(args.env_file, tuple(args.env_pip_arg)),
         extra_args=tuple(args.server_arg),
-        parallel_roles=getattr(args, "parallel", False),
+        slots=cpu_slots(slot_count(args)),
         command_line=command_line(),
     )
 
 
+def slot_count(args: argparse.Namespace) -> int:
+    if args.slots is not None and args.slots < 1:
+        raise UsageError(f"--slots {args.slots}: at least one server must be allowed")
+    count = args.slots or default_slot_count(args.target)
+    return max(count, 2) if args.parallel else count
+
+
 def observer_for(args: argparse.Namespace) -> RunObserver:
-    # Progress bars are drawn from one thread; parallel roles report through the quiet observer.
-    quiet = args.no_progress or args.format == "json" or getattr(args, "parallel", False)
+    quiet = args.no_progress or args.format == "json"
     return QuietObserver() if quiet else ConsoleObserver()
 
 

@@ -3,9 +3,10 @@
     detcheck matrix list [--json]
     detcheck matrix run ENTRY --repo PATH --base A --candidate B [--baseline FILE]
 
-`run` runs every suite of the entry with its server arguments and environment; an entry with
-two or more GPUs starts base and candidate servers at the same time, each on its half of the
-GPUs. nox's `validate(<entry>)` sessions call `matrix run`.
+`run` runs every suite of the entry with its server arguments and environment, as many servers
+at once as the entry has slots: gpus × servers_per_gpu, each pinned to its GPU; without
+servers_per_gpu, an entry with two or more GPUs starts base and candidate servers at the same
+time, each on its half of the GPUs. nox's `validate(<entry>)` sessions call `matrix run`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from pathlib import Path
 from harness.commands.common_args import (add_format_arg, add_revision_args, check_baseline_file, claim_out_dir,
                                           command_line, conclude, observer_for, revisions_from)
 from harness.matrix import gpu_names, load_matrix
-from harness.observer import QuietObserver
 from harness.paths import PROJECT_ROOT, cache_dir
-from harness.results import Role
 from harness.run import RunRequest, execute
+from harness.schedule import Slot, entry_slots
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 
@@ -54,18 +54,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_entry)
 
 
+def placement(slots: tuple[Slot, ...]) -> str:
+    """Where the servers go, for the log: each role on its GPUs, or N slots over the GPUs."""
+    if all(slot.role is not None for slot in slots):
+        sides = ", ".join(f"{s.role.value} on GPU {s.env['CUDA_VISIBLE_DEVICES']}" for s in slots)
+        return f" ({sides}, at the same time)"
+    gpus = ",".join(sorted({s.env["CUDA_VISIBLE_DEVICES"] for s in slots if "CUDA_VISIBLE_DEVICES" in s.env}))
+    return f" ({len(slots)} server slots{f' on GPU {gpus}' if gpus else ''})"
+
+
 def run_list(args: argparse.Namespace) -> int:
     matrix, here = load_matrix(args.matrix), gpu_names()
     rows = [{"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
              "suites": [str(s) for s in e.suites], "parallel": e.parallel,
+             "slots": len(entry_slots(e, os.environ.get("CUDA_VISIBLE_DEVICES"))),
              "runnable_here": e.missing(here) is None, "why_not": e.missing(here)} for e in matrix.entries]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     for row in rows:
         where = "runs here" if row["runnable_here"] else f"skipped here: {row['why_not']}"
-        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {row['target']:<9} "
-              f"{'parallel' if row['parallel'] else 'interleaved':<11} {where}")
+        slots = f"{row['slots']} server slot{'s' if row['slots'] > 1 else ''}"
+        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {row['target']:<9} {slots:<15} {where}")
     return 0
 
 
@@ -74,19 +84,15 @@ def run_entry(args: argparse.Namespace) -> int:
     check_baseline_file(args.baseline)
     base, candidate = revisions_from(args)
     root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    gpu_env = {Role(k): v for k, v in entry.gpu_env(os.environ.get("CUDA_VISIBLE_DEVICES")).items()}
+    slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"))
     codes = []
     for suite in entry.suites:
         claim_out_dir(root / suite.stem, resume=False, force=args.force)
         req = RunRequest(
             suite_path=suite, target=entry.target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
-            role_env=gpu_env, extra_args=entry.server_args, extra_env=entry.env,
-            parallel_roles=entry.parallel, command_line=command_line())
-        side_by_side = ", ".join(f"{r.value} on GPU {e['CUDA_VISIBLE_DEVICES']}" for r, e in gpu_env.items())
-        print(f"matrix {entry.name}: {suite.name}"
-              f"{f' ({side_by_side}, at the same time)' if entry.parallel else ''}", file=sys.stderr)
-        # Progress bars are one shared display: with two roles at once, report only at the end.
-        result = execute(req, QuietObserver() if entry.parallel else observer_for(args))
+            slots=slots, extra_args=entry.server_args, extra_env=entry.env, command_line=command_line())
+        print(f"matrix {entry.name}: {suite.name}{placement(slots)}", file=sys.stderr)
+        result = execute(req, observer_for(args))
         codes.append(conclude(result, args.format, req.out_dir, args.baseline))
     return max(codes)

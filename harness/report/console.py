@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness.report.rows import headline, launches_text, revision_label, rows
@@ -41,35 +42,43 @@ class ConsoleReport:
 
 
 class ConsoleObserver:
-    """Progress while the pipeline runs: overall cells, the current launch, the current probe."""
+    """Progress while the pipeline runs: one bar for the run's cells, and one line per running
+    job (its launch, then its current probe), removed when the job ends. Thread-safe: rich's
+    Progress locks its tasks, and the job lines are kept under a lock of their own."""
 
     def __init__(self, console: Console | None = None):
         self.console = console or Console(stderr=True)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=self.console, transient=False)
-        self._overall = None
-        self._task = None
+        self._overall: TaskID | None = None
+        self._jobs: dict[tuple[str, str], TaskID] = {}
+        self._lock = threading.Lock()
 
     def begin(self, total_cells: int) -> None:
         self.progress.start()
         self._overall = self.progress.add_task("cells", total=total_cells)
 
-    def _replace_task(self, description: str, total: float | None) -> int:
-        if self._task is not None:
-            self.progress.remove_task(self._task)
-        self._task = self.progress.add_task(description, total=total)
-        return self._task
+    def _job_line(self, config: str, role: str, description: str, total: float | None) -> TaskID:
+        """The job's line, made on its first use and reset (description, bar) on every other."""
+        with self._lock:
+            task = self._jobs.get((config, role))
+            if task is None:
+                task = self._jobs[(config, role)] = self.progress.add_task(description, total=total)
+                return task
+        self.progress.reset(task, description=description, total=total)
+        return task
 
     def launching(self, config: str, role: str, ref: str) -> Callable[[float], None]:
-        task = self._replace_task(f"  launch {config} @ {role} ({ref})", None)
-        return lambda elapsed: self.progress.update(task, description=f"  launch {config} @ {role} ({ref}) {elapsed:.0f}s")
+        what = f"  launch {config} @ {role} ({ref})"
+        task = self._job_line(config, role, what, None)
+        return lambda elapsed: self.progress.update(task, description=f"{what} {elapsed:.0f}s")
 
     def launched(self, launch: Launch) -> None:
         state = f"up in {launch.startup_s:.1f}s" if launch.ok else "[red]failed[/]"
         self.progress.console.print(f"server {launch.config} @ {launch.role.value}: {state}")
 
     def probing(self, config: str, role: str, probe: str) -> Callable[[int, int], None]:
-        task = self._replace_task(f"  {probe} {config} @ {role}", 1)
+        task = self._job_line(config, role, f"  {probe} {config} @ {role}", 1)
         return lambda done, total: self.progress.update(task, completed=done, total=total)
 
     def cell_done(self, cell: CellResult, reused: bool) -> None:
@@ -81,8 +90,15 @@ class ConsoleObserver:
             self.progress.console.print(f"{cell.config}/{cell.probe} @ {cell.role.value}: "
                                         f"{cell.status.value}: {cell.reason[:200]}")
 
+    def job_done(self, config: str, role: str) -> None:
+        with self._lock:
+            task = self._jobs.pop((config, role), None)
+        if task is not None:
+            self.progress.remove_task(task)
+
     def end(self) -> None:
-        if self._task is not None:
-            self.progress.remove_task(self._task)
-            self._task = None
+        with self._lock:
+            tasks, self._jobs = list(self._jobs.values()), {}
+        for task in tasks:
+            self.progress.remove_task(task)
         self.progress.stop()

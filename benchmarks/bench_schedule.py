@@ -1,0 +1,87 @@
+"""Server slots on the CPU reference server: a suite's wall time one job at a time, with the
+default slots, and against its slowest single job.
+
+For each suite, two runs with empty stores in one cache whose worktrees, `--help` texts and
+interpreter facts are read beforehand (as after any earlier run), so that the wall time is the
+schedule's: one slot (sequential) and the default slots (half the CPU cores, or --slots N).
+The slowest job is
+the longest launch + probes + teardown of one server in the one-slot run (from the launches'
+recorded start and end times): no schedule can beat it, so wall / slowest job says how close
+the concurrent run comes (goal: 1.3 or less, with enough slots for every job).
+
+    python benchmarks/bench_schedule.py [--slots N] [SUITE ...]   (default: every suites/*.toml)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from _common import ROOT, scratch, two_commits
+from harness.capabilities import revision_capabilities
+from harness.metadata import revision_interpreter_metadata
+from harness.results import RunResult
+from harness.revisions import Revision
+from harness.run import RunRequest, execute
+from harness.schedule import cpu_slots, default_slot_count
+from harness.targets import get_target
+
+
+def warm_cache(req: RunRequest) -> None:
+    """Worktrees, `--help` and interpreter facts of both revisions, read once before timing."""
+    target = get_target(req.target)
+    for revision in (req.base, req.candidate):
+        worktree = revision.checkout()
+        revision_capabilities(target, revision.sha, worktree, timeout_s=240)
+        revision_interpreter_metadata(target, revision.sha, worktree)
+
+
+def timed_run(req: RunRequest, slots: int) -> tuple[float, RunResult]:
+    """A base-vs-candidate run at `slots`, with a store and run directory of its own."""
+    req = dataclasses.replace(req, slots=cpu_slots(slots), out_dir=req.out_dir / f"slots-{slots}",
+                              store_root=req.store_root / f"slots-{slots}")
+    t0 = time.perf_counter()
+    result = execute(req)
+    return time.perf_counter() - t0, result
+
+
+def slowest_job(result: RunResult) -> float:
+    return max((l.ended_at - l.started_at for l in result.launches
+                if l.started_at is not None and l.ended_at is not None), default=0.0)
+
+
+def measure(suite: Path, slots: int) -> dict:
+    with scratch() as tmp:
+        repo, base, cand = two_commits(tmp)
+        req = RunRequest(suite_path=suite, target="refserver", base=Revision.resolve(repo, base),
+                         candidate=Revision.resolve(repo, cand), out_dir=tmp / "run", store_root=tmp / "store")
+        warm_cache(req)
+        sequential_wall, sequential = timed_run(req, 1)
+        wall, concurrent = timed_run(req, slots)
+    slowest = slowest_job(sequential)
+    same = [c.verdict for c in sequential.comparisons] == [c.verdict for c in concurrent.comparisons]
+    return {"suite": suite.stem, "jobs": len(sequential.launches), "slots": slots, "wall_1": sequential_wall,
+            "wall_n": wall, "slowest": slowest, "ratio": wall / slowest if slowest else float("nan"),
+            "same_verdicts": same}
+
+
+def main(argv: list[str]) -> None:
+    slots = default_slot_count("refserver")
+    if argv[:1] == ["--slots"]:
+        slots, argv = int(argv[1]), argv[2:]
+    suites = [Path(a).resolve() for a in argv] or sorted((ROOT / "suites").glob("*.toml"))
+    print(f"server slots: wall one job at a time vs {slots} slots, and vs the slowest job "
+          f"(CPU reference server, base vs candidate)")
+    print(f"{'suite':<14} {'jobs':>4} {'slots':>5} {'wall@1 s':>8} {'wall@N s':>8} {'speed-up':>8} "
+          f"{'slowest job s':>13} {'wall@N/slowest':>14}  verdicts as @1")
+    for suite in suites:
+        r = measure(suite, slots)
+        print(f"{r['suite']:<14} {r['jobs']:>4} {r['slots']:>5} {r['wall_1']:>8.1f} {r['wall_n']:>8.1f} "
+              f"{r['wall_1'] / r['wall_n']:>7.1f}× {r['slowest']:>13.1f} {r['ratio']:>14.2f}  "
+              f"{'yes' if r['same_verdicts'] else 'NO'}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

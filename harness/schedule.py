@@ -1,0 +1,132 @@
+"""Server slots: how many servers of a run may be up at once, and which job gets which.
+
+A run's jobs (configuration × revision) are grouped into `Unit`s: one job, or both jobs of a
+configuration whose probes interleave (both servers must be up together). Units start in plan
+order, each as soon as its slots are free (`SlotPool.acquire`), so with N slots up to N servers
+launch, probe and stop at once; with one slot the run is today's sequential one.
+
+A `Slot` carries the environment that pins its server (CUDA_VISIBLE_DEVICES of one GPU, or of
+one role's half of a multi-GPU entry) and, for a role-bound slot, the role it serves.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+from harness.matrix import MatrixEntry
+from harness.results import Role
+
+# How long the main thread waits on the pool between looks: short, so a signal handler (Ctrl-C,
+# SIGTERM) runs promptly while it waits.
+_WAIT_S = 0.2
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Room for one server."""
+
+    env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES
+    role: Role | None = None  # a slot of one role's GPUs serves that role only
+
+    def serves(self, role: Role) -> bool:
+        return self.role is None or self.role == role
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Jobs that take their slots together: one job, or both of an interleaved configuration."""
+
+    config_index: int  # into the run's plans
+    roles: tuple[Role, ...]
+
+
+def cpu_slots(count: int) -> tuple[Slot, ...]:
+    return tuple(Slot() for _ in range(max(1, count)))
+
+
+def default_slot_count(target: str) -> int:
+    """The reference server is one CPU-bound process: half the cores leaves room for the harness
+    and the probes' clients. SGLang without a matrix entry: the two servers of one configuration
+    (as interleaving already has them), since what else fits on the GPU is not known."""
+    if target == "refserver":
+        return max(1, (os.cpu_count() or 1) // 2)
+    return 2
+
+
+def entry_slots(entry: MatrixEntry, visible: str | None) -> tuple[Slot, ...]:
+    """A matrix entry's slots. With servers_per_gpu: that many per GPU, each pinned to its GPU.
+    Without: a CPU entry gets the target's default; two or more GPUs, one slot per role on its
+    half of them; one GPU, one slot (base and candidate in turn, or interleaved)."""
+    if entry.servers_per_gpu is not None:
+        return gpu_slots(entry.devices(visible), entry.servers_per_gpu)
+    if entry.gpus == 0:
+        return cpu_slots(default_slot_count(entry.target))
+    role_env = {Role(role): env for role, env in entry.gpu_env(visible).items()}
+    return role_slots(role_env) if entry.parallel else (Slot(role_env.get(Role.BASE, {})),)
+
+
+def gpu_slots(devices: list[str], servers_per_gpu: int) -> tuple[Slot, ...]:
+    """`servers_per_gpu` slots per GPU, each pinned to its GPU, GPUs taken in turn so that the
+    first slots spread over the cards."""
+    return tuple(Slot({"CUDA_VISIBLE_DEVICES": d}) for _ in range(servers_per_gpu) for d in devices)
+
+
+def role_slots(role_env: dict[Role, dict[str, str]]) -> tuple[Slot, ...]:
+    """One slot per role on its own GPUs (a multi-GPU entry without servers_per_gpu)."""
+    return tuple(Slot(env, role) for role, env in role_env.items())
+
+
+class SlotPool:
+    """Thread-safe: units take slots in the order they ask, and give them back when done."""
+
+    def __init__(self, slots: tuple[Slot, ...]):
+        if not slots:
+            raise ValueError("a run needs at least one server slot")
+        self.slots = slots
+        self._free = list(range(len(slots)))
+        self._changed = threading.Condition()
+
+    def acquire(self, roles: tuple[Role, ...]) -> tuple[int, ...]:
+        """Slot indices, one per role, once they are free (the caller waits). A unit with more
+        servers than the run has slots (an interleaved configuration at --slots 1) waits for all
+        of them and its servers share them."""
+        with self._changed:
+            while (picked := self._pick(roles)) is None:
+                self._changed.wait(_WAIT_S)
+            for index in set(picked):
+                self._free.remove(index)
+            return picked
+
+    def release(self, picked: tuple[int, ...]) -> None:
+        with self._changed:
+            self._free.extend(set(picked))
+            self._changed.notify_all()
+
+    def _pick(self, roles: tuple[Role, ...]) -> tuple[int, ...] | None:
+        if len(roles) > len(self.slots):
+            whole = len(self._free) == len(self.slots)
+            return tuple(i % len(self.slots) for i in range(len(roles))) if whole else None
+        picked: list[int] = []
+        for role in roles:
+            index = next((i for i in self._free if i not in picked and self.slots[i].serves(role)), None)
+            if index is None:
+                return None
+            picked.append(index)
+        return tuple(picked)
+
+
+class Countdown:
+    """Units left per configuration: the last one to finish says so, and results.json is saved."""
+
+    def __init__(self, units: list[Unit]):
+        self._left: dict[int, int] = {}
+        for unit in units:
+            self._left[unit.config_index] = self._left.get(unit.config_index, 0) + 1
+        self._lock = threading.Lock()
+
+    def finished(self, config_index: int) -> bool:
+        with self._lock:
+            self._left[config_index] -= 1
+            return self._left[config_index] == 0

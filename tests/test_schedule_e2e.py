@@ -1,0 +1,134 @@
+"""Concurrent jobs end to end on real server processes: the same cells and verdicts as one
+after another, an interleaved configuration still alternating inside a concurrent run, and an
+interrupt that leaves no server and resumes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, detcheck, leftovers
+from faultlib import Bench, interrupt
+from harness.fixture_repo import FixtureRepo
+
+pytestmark = pytest.mark.slow
+
+KL_CONFIGS = ("a", "b", "c", "d")
+
+
+def concurrent_suite(path: Path) -> Path:
+    """Four kl configurations (exact) and one throughput configuration (interleaved)."""
+    configs = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n'
+                      for name in KL_CONFIGS)
+    path.write_text(f"""name = "concurrent"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = ["--random-seed", "1234"]
+startup_timeout_s = 240
+request_timeout_s = 120
+[workload]
+prompts = 2
+prompt_len = [12, 16]
+output_len = 4
+{configs}[[config]]
+name = "tput"
+deterministic = false
+probes = ["throughput"]
+[probe.throughput]
+concurrency = [2]
+repeats = 4
+requests_per_client = 2
+warmup = 1
+floor_rel = 0.5
+""")
+    return path
+
+
+def run_at(slots: int, repo: FixtureRepo, base: str, candidate: str, suite: Path, root: Path) -> dict:
+    out = root / f"slots-{slots}"
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                    "--suite", str(suite), "--out", str(out), "--store", str(out / "store"),
+                    "--slots", str(slots), "--format", "json", "--no-progress")
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
+def most_at_once(launches: list[dict]) -> int:
+    """The most servers up at one time, from the launches' recorded windows."""
+    events = sorted([(l["started_at"], 1) for l in launches] + [(l["ended_at"], -1) for l in launches],
+                    key=lambda e: (e[0], e[1]))
+    up = peak = 0
+    for _, change in events:
+        up += change
+        peak = max(peak, up)
+    return peak
+
+
+def test_four_slots_overlap_jobs_and_give_the_cells_and_verdicts_of_one_slot(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("batch-noise")
+    candidate = repo.commit("planted regression: batch-noise")
+    suite = concurrent_suite(tmp_path / "concurrent.toml")
+    concurrent = run_at(4, repo, base, candidate, suite, tmp_path)
+    sequential = run_at(1, repo, base, candidate, suite, tmp_path)
+
+    assert concurrent["metadata"]["slots"] == 4 and sequential["metadata"]["slots"] == 1
+    assert 2 <= most_at_once(concurrent["launches"]) <= 4, concurrent["launches"]
+    assert most_at_once(sequential["launches"]) <= 2  # the interleaved configuration's two servers
+    assert [(l["config"], l["role"]) for l in concurrent["launches"]] == \
+        [(l["config"], l["role"]) for l in sequential["launches"]]
+
+    def exact(result: dict) -> list:
+        return [(c["config"], c["role"], c["probe"], c["status"], c["samples"])
+                for c in result["cells"] if c["probe"] == "kl"]
+
+    assert exact(concurrent) == exact(sequential)  # plan order, bit-identical logprobs
+    assert [(c["config"], c["probe"]) for c in concurrent["comparisons"]] == \
+        [(c["config"], c["probe"]) for c in sequential["comparisons"]]
+    kl = {c["config"]: c["verdict"] for c in concurrent["comparisons"] if c["probe"] == "kl"}
+    assert kl == {c["config"]: c["verdict"] for c in sequential["comparisons"] if c["probe"] == "kl"}
+    assert set(kl.values()) == {"different"}
+
+    # The interleaved configuration, run among the others, still alternates: A B B A …
+    tput = {c["role"]: c for c in concurrent["cells"] if c["config"] == "tput"}
+    assert all(c["status"] == "ok" for c in tput.values()), [c["reason"] for c in tput.values()]
+    starts = sorted((s["started_at"], role, s["repeat"]) for role, c in tput.items() for s in c["samples"])
+    order = [role for _, role, _ in starts]
+    assert all(order[i] != order[i + 1] for i in range(0, len(order), 2)), order
+    assert [rep for _, _, rep in starts] == [r for r in range(4) for _ in (0, 1)], starts
+
+
+def test_an_interrupt_with_several_jobs_in_flight_stops_every_server_and_resumes(tmp_path, bare_python,
+                                                                                 no_leftovers):
+    bench = Bench(tmp_path, bare_python)
+    # "stuck" hangs in its first launch only: interrupted there, it works when resumed.
+    bench.write_suite({"one": [], "two": [], "stuck": ["--fault", "hang-generate", "--fault-launches", "1"]},
+                      startup_timeout_s=60, request_timeout_s=60)
+    proc = bench.start("--slots", "4")
+    bench.wait_launches("stuck", 1)
+    while not bench.launches("stuck")[0].get("hung"):
+        time.sleep(0.05)
+    err = interrupt(proc, signal.SIGTERM)
+    assert proc.returncode == 130, err[-2000:]
+    assert not leftovers(no_leftovers), "a server outlived the interrupted run"
+    partial = bench.result()
+    # Only what finished: no cell cut short by the interrupt's stopping its server.
+    assert all(c["status"] == "ok" for c in partial["cells"]), [c["reason"] for c in partial["cells"]]
+    finished = {c["config"] for c in partial["cells"]
+                if sum(d["config"] == c["config"] for d in partial["cells"]) == 2}
+    assert "stuck" not in finished
+
+    resumed = bench.run("--resume", "--slots", "4")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = bench.result()
+    assert not {l["config"] for l in result["launches"]} & finished  # nothing relaunched that finished
+    assert [(c["config"], c["role"], c["status"]) for c in result["cells"]] == [
+        (config, role, "ok") for config, roles in (("one", ("base", "candidate")), ("two", ("candidate", "base")),
+                                                   ("stuck", ("base", "candidate"))) for role in roles]
+    assert [c["verdict"] for c in result["comparisons"]] == ["same", "same", "same"]
