@@ -354,15 +354,24 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
 
 def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
                      probe: str) -> dict[Role, Outcome]:
-    """One probe's rounds on each job in turn, merged per side; a side that fails a round
-    ends with that failure while the other goes on."""
+    """One probe's rounds on each job in turn (or, with `sides_at_once`, on both at the same
+    time), merged per side; a side that fails a round ends with that failure while the other
+    goes on."""
+    params = run.suite.probe_spec(probe).params
     done: dict[Role, list[Outcome]] = {job.role: [] for job in jobs}
     failed: dict[Role, Outcome] = {}
-    for rep in range(run.suite.probe_spec(probe).params["repeats"]):
-        for job in (jobs if rep % 2 == 0 else jobs[::-1]):
-            if job.role in failed:
-                continue
-            outcome = probe_outcome(run, job, clients[job.role], probe, (rep,))
+    for rep in range(params["repeats"]):
+        sides = [job for job in (jobs if rep % 2 == 0 else jobs[::-1]) if job.role not in failed]
+
+        def measure(job: Job, rep: int = rep) -> Outcome:
+            return probe_outcome(run, job, clients[job.role], probe, (rep,))
+
+        if params.get("sides_at_once"):
+            with ThreadPoolExecutor(len(sides) or 1, thread_name_prefix="round") as pool:
+                outcomes = list(pool.map(measure, sides))
+        else:
+            outcomes = [measure(job) for job in sides]
+        for job, outcome in zip(sides, outcomes):
             if outcome.status == Status.OK:
                 done[job.role].append(outcome)
             else:

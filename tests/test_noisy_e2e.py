@@ -124,3 +124,20 @@ def test_a_rename_only_candidate_after_a_run_under_load_is_never_different(tmp_p
     order = [role for _, role, _ in starts]
     assert all(order[i] != order[i + 1] for i in range(0, len(order), 2)), order
     assert [rep for _, _, rep in starts] == [r for r in range(6) for _ in (0, 1)], starts
+
+
+def test_sides_at_once_runs_each_round_on_both_servers_at_the_same_time(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    suite = refserver_suite(tmp_path / "together.toml", ["throughput"],
+                            "[probe.throughput]\nconcurrency = [2]\nrepeats = 2\nwarmup = 0\n"
+                            "sides_at_once = true\n", deterministic=False, output_len=32)
+    result = run(repo, base, repo.note("changelog only"), suite, tmp_path / "out")
+    cells = {c["role"]: c for c in result["cells"]}
+    assert all(c["status"] == "ok" for c in cells.values()), cells
+    for rep in (0, 1):
+        base_round, cand_round = (next(s for s in cells[role]["samples"] if s["repeat"] == rep)
+                                  for role in ("base", "candidate"))
+        # Both sides' round `rep` started together and each ran while the other did.
+        first, second = sorted((base_round, cand_round), key=lambda s: s["started_at"])
+        assert second["started_at"] < first["started_at"] + first["wall_s"], (first, second)

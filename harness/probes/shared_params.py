@@ -56,3 +56,11 @@ JUDGING = (
     Param("verdict_metrics", list[str], None, "metrics that decide the verdict (default: the primary)",
           JUDGED, check=non_empty),
 )
+
+# How the pipeline runs an interleaved probe's rounds. MEASURED: it changes what each side's
+# round ran beside (the other side, or nothing).
+SIDES_AT_ONCE = Param(
+    "sides_at_once", bool, False,
+    "run each round on both sides at the same time instead of one after the other (A B B A): "
+    "on a card other jobs share, whatever else loads it falls on both sides alike, at the cost "
+    "of the two sides sharing it too", MEASURED)

@@ -9,7 +9,9 @@ and the metrics are paired by round. Each level also has a per-request metric `r
 (a request's completion tokens over its own latency, every request of every round: unpaired),
 which decides a comparison with few rounds, e.g. one round of a 32k-token generation per side
 (requests of one round share their batch, so they are not fully independent: name it in
-`verdict_metrics` knowingly). Retractions (`meta_info.num_retractions`), the pools when each
+`verdict_metrics` knowingly). With `sides_at_once` the pipeline runs each round on both sides
+at the same time: on a card that other jobs share (server slots), their load then falls on
+both sides alike, which alternating rounds guarantee only over many rounds. Retractions (`meta_info.num_retractions`), the pools when each
 retraction happened (its log line, as of the last Decode line before it) and, where the log has
 them, the SWA pool's peak usage per level are recorded as in a PR's throughput table. The probe adds
 no log flags (logging every step costs throughput on a GPU): the peak is sampled at whatever
@@ -29,7 +31,7 @@ from harness.logparse import retractions
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import swa_curve
-from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
+from harness.probes.shared_params import JUDGING, MEASURED, SIDES_AT_ONCE, WORKLOAD, non_empty
 from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -156,6 +158,7 @@ PARAMS = (
     Param("requests_per_client", int, 1, "requests each client sends per level", MEASURED,
           low=1, high=100_000),
     Param("repeats", int, 3, "rounds over all levels", MEASURED, low=1, high=1000),
+    SIDES_AT_ONCE,
     Param("warmup", int, 1, "requests sent before measuring", MEASURED, low=0, high=1000),
     *JUDGING,
 )
