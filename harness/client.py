@@ -90,12 +90,13 @@ class Generation:
         return _number(self.meta, "spec_accept_rate", float)
 
     @property
-    def output_top_logprobs(self) -> list[list[tuple[float, int]]]:
-        """Per generated token, the top-k (logprob, token id) pairs (with top_logprobs_num)."""
-        return [_top_pairs(e) for e in self.meta.get("output_top_logprobs") or []]
+    def output_top_logprobs(self) -> list[list[tuple[float | None, int]] | None]:
+        """Per generated token, the top-k (logprob, token id) pairs (with top_logprobs_num);
+        None (or a None logprob) where a broken server answered null."""
+        return [None if e is None else _top_pairs(e) for e in self.meta.get("output_top_logprobs") or []]
 
     @property
-    def input_top_logprobs(self) -> list[list[tuple[float, int]] | None]:
+    def input_top_logprobs(self) -> list[list[tuple[float | None, int]] | None]:
         """Per prompt position, the top-k (logprob, token id) pairs; None where SGLang has none
         (position 0 when logprob_start_len=0)."""
         return [None if e is None else _top_pairs(e) for e in self.meta.get("input_top_logprobs") or []]
@@ -109,9 +110,11 @@ class Generation:
         return int(self.meta.get("completion_tokens", len(self.output_ids)))
 
 
-def _top_pairs(entries: list) -> list[tuple[float, int]]:
-    # SGLang's entries are [logprob, token_id, text] triples (text None unless detokenized).
-    return [(float(e[0]), int(e[1])) for e in entries]
+def _top_pairs(entries: list) -> list[tuple[float | None, int]]:
+    # SGLang's entries are [logprob, token_id, text] triples (text None unless detokenized); a
+    # broken server answers null logprobs here too (0.5.17's unified pool): kept as None for the
+    # probe to report, never a crash of the parse.
+    return [(None if e[0] is None else float(e[0]), int(e[1])) for e in entries]
 
 
 @dataclass

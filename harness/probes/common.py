@@ -42,7 +42,8 @@ def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails:
             lps = gen.input_logprobs[-tail:] if tail else []
             top = gen.input_top_logprobs[-tail:] if tail and top_k else []
             nulls = [i for i, v in enumerate(lps) if v is None]
-            if len(lps) < tail or nulls or (top_k and (len(top) < tail or any(t is None for t in top))):
+            top_gap = any(t is None or any(lp is None for lp, _ in t) for t in top)
+            if len(lps) < tail or nulls or (top_k and (len(top) < tail or top_gap)):
                 broken.append({"prompt": len(out) + len(broken), "returned": len(gen.input_logprobs),
                                "needed_last": tail, "null_positions_of_last": nulls})
                 continue
@@ -73,6 +74,22 @@ def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str) -
                             f"(first at position {first['null_positions'][0]} of prompt {first['prompt']})",
                             tuple(broken))
     return [[float(v) for v in row] for row in rows]
+
+
+def require_top_logprobs(rows: Sequence[Sequence[Sequence[tuple[float | None, int]] | None]],
+                         what: str) -> None:
+    """Every output position of every answer has its top-k entries, each with a logprob, or a
+    ServerFinding that says on how many prompts and where the first gap is."""
+    def gaps(row: Sequence) -> list[int]:
+        return [j for j, top in enumerate(row) if top is None or any(lp is None for lp, _ in top)]
+
+    broken = [{"prompt": i, "tokens": len(row), "null_positions": gaps(row)}
+              for i, row in enumerate(rows) if gaps(row)]
+    if broken:
+        first = broken[0]
+        raise ServerFinding(f"{what} returned null top-k logprobs on {len(broken)} of {len(rows)} prompts "
+                            f"(first at position {first['null_positions'][0]} of prompt {first['prompt']})",
+                            tuple(broken))
 
 
 def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,

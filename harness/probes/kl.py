@@ -16,7 +16,7 @@ from harness.client import Logprobs
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import (batches, cold_replay, degenerate_outputs, describe_kl, judge_gate,
-                                   kl_metric, require_output_logprobs)
+                                   kl_metric, require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind, TopLogprobs
@@ -40,6 +40,8 @@ def run(ctx: ProbeContext) -> ProbeOutput:
             decode_top.append(gen.output_top_logprobs)
         ctx.advance(len(outputs), total)
     decode_lps = require_output_logprobs(decode_lps, "decode")
+    if top_k:
+        require_top_logprobs(decode_top, "decode")
     sequences = [list(p) + list(o) for p, o in zip(prompts, outputs)]
     replay = cold_replay(ctx.client, sequences, [len(o) for o in outputs], batch, top_k)
     ctx.advance(total, total)

@@ -68,3 +68,16 @@ def test_degenerate_outputs_and_null_logprobs_are_said_precisely():
                                             r"\(first at position 1 of prompt 0\)$") as err:
         require_output_logprobs([[-0.1, None], [-0.2, -0.3], [None, None]], "decode")
     assert [s["null_positions"] for s in err.value.samples] == [[1], [0, 1]]
+
+
+def test_null_top_k_logprobs_are_a_finding_that_says_where():
+    import pytest
+
+    from harness.errors import ServerFinding
+    from harness.probes.common import require_top_logprobs
+    fine = [[(-0.1, 3), (-2.0, 4)], [(-0.2, 5), (-1.0, 6)]]
+    require_top_logprobs([fine, fine], "decode")  # nothing to report
+    with pytest.raises(ServerFinding, match=r"^decode returned null top-k logprobs on 1 of 2 prompts "
+                                            r"\(first at position 1 of prompt 1\)$") as err:
+        require_top_logprobs([fine, [fine[0], [(None, 5), (-1.0, 6)], None]], "decode")
+    assert err.value.samples[0]["null_positions"] == [1, 2]
