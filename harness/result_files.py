@@ -14,6 +14,7 @@ stored run from an earlier detcheck still renders and compares.
 from __future__ import annotations
 
 import hashlib
+import gzip
 import json
 import os
 import tempfile
@@ -65,7 +66,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def read_json(path: Path, what: str = "result") -> Any:
+    """A JSON document; gzipped when its name ends in .gz (committed GPU runs keep their
+    results.json gzipped: samples with top-k logprobs run to megabytes)."""
     try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt") as f:
+                return json.loads(f.read())
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise CorruptResult(f"{path}: corrupt {what} file ({exc.msg} at line {exc.lineno})") from None
@@ -73,6 +79,8 @@ def read_json(path: Path, what: str = "result") -> Any:
         raise CorruptResult(f"{path}: corrupt {what} file (not UTF-8)") from None
     except IsADirectoryError:
         raise CorruptResult(f"{path}: is a directory, not a {what} file") from None
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise CorruptResult(f"{path}: corrupt {what} file (gzip: {exc or 'truncated'})") from None
 
 
 def content_digest(data: dict[str, Any]) -> str:
@@ -128,8 +136,10 @@ def write_run(out_dir: Path, result: RunResult) -> Path:
 
 
 def read_run(path: Path) -> RunResult:
-    """A run directory or its results.json."""
+    """A run directory or its results.json (or results.json.gz)."""
     file = path / RESULTS_FILE if path.is_dir() else path
+    if path.is_dir() and not file.is_file() and (path / f"{RESULTS_FILE}.gz").is_file():
+        file = path / f"{RESULTS_FILE}.gz"
     if not file.is_file():
         raise UsageError(f"{file}: no results here (expected a run directory with {RESULTS_FILE})")
     return _decode(file, "results", upgraded(file, "results", read_json(file, "results")), RunResult.from_dict)

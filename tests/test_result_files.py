@@ -79,3 +79,15 @@ def test_edited_cell_is_refused(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(CorruptResult, match="digest"):
         read_cell(path)
+
+
+def test_a_gzipped_run_reads_as_the_plain_one(tmp_path):
+    import gzip
+    import shutil
+    plain = DATA / "h200-pools.json"
+    with open(plain, "rb") as src, gzip.open(tmp_path / "results.json.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert read_run(tmp_path).to_dict() == read_run(plain).to_dict()
+    (tmp_path / "results.json.gz").write_bytes(gzip.compress(plain.read_bytes())[:500])
+    with pytest.raises(CorruptResult, match=r"results.json.gz: corrupt results file \(gzip"):
+        read_run(tmp_path)
