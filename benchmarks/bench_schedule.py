@@ -9,6 +9,11 @@ the longest launch + probes + teardown of one server in the one-slot run (from t
 recorded start and end times): no schedule can beat it, so wall / slowest job says how close
 the concurrent run comes (goal: 1.3 or less, with enough slots for every job).
 
+Then the same figures for the committed GPU runs (results/h200/validate/*, read, not run):
+their wall (results.json's started_at → finished_at), their slowest job, the sum of their jobs
+(what one slot would take), and the harness's share of the wall: the time no server of the run
+was up (checkout, `--help`, writing results).
+
     python benchmarks/bench_schedule.py [--slots N] [SUITE ...]   (default: every suites/*.toml)
 """
 
@@ -17,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from _common import ROOT, scratch, two_commits
 from harness.capabilities import revision_capabilities
+from harness.result_files import read_run
 from harness.metadata import revision_interpreter_metadata
 from harness.results import RunResult
 from harness.revisions import Revision
@@ -67,6 +74,35 @@ def measure(suite: Path, slots: int) -> dict:
             "same_verdicts": same}
 
 
+def server_time(result: RunResult) -> float:
+    """Seconds in which at least one of the run's servers was up (the union of the jobs)."""
+    spans = sorted((l.started_at, l.ended_at) for l in result.launches
+                   if l.started_at is not None and l.ended_at is not None)
+    covered, reach = 0.0, float("-inf")
+    for start, end in spans:
+        covered += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return covered
+
+
+def stored(run_dir: Path) -> dict:
+    result = read_run(run_dir)
+    when = [datetime.strptime(result.metadata[k], "%Y-%m-%dT%H:%M:%SZ") for k in ("started_at", "finished_at")]
+    wall = (when[1] - when[0]).total_seconds()
+    jobs = [l.ended_at - l.started_at for l in result.launches if l.started_at is not None and l.ended_at is not None]
+    return {"run": run_dir.name, "jobs": len(jobs), "slots": result.metadata.get("slots"), "wall": wall,
+            "slowest": max(jobs), "sum": sum(jobs), "harness": max(0.0, wall - server_time(result)) / wall}
+
+
+def print_stored(runs: list[Path]) -> None:
+    print("\ncommitted GPU runs (read from results.json: one H200, SGLang 0.5.16 vs 0.5.17)")
+    print(f"{'run':<20} {'jobs':>4} {'slots':>5} {'wall s':>7} {'slowest job s':>13} {'wall/slowest':>12} "
+          f"{'sum of jobs s':>13} {'vs one slot':>11} {'harness share':>13}")
+    for r in map(stored, runs):
+        print(f"{r['run']:<20} {r['jobs']:>4} {r['slots']:>5} {r['wall']:>7.0f} {r['slowest']:>13.1f} "
+              f"{r['wall'] / r['slowest']:>12.2f} {r['sum']:>13.0f} {r['sum'] / r['wall']:>10.1f}× {r['harness']:>13.1%}")
+
+
 def main(argv: list[str]) -> None:
     slots = default_slot_count("refserver")
     if argv[:1] == ["--slots"]:
@@ -81,6 +117,7 @@ def main(argv: list[str]) -> None:
         print(f"{r['suite']:<14} {r['jobs']:>4} {r['slots']:>5} {r['wall_1']:>8.1f} {r['wall_n']:>8.1f} "
               f"{r['wall_1'] / r['wall_n']:>7.1f}× {r['slowest']:>13.1f} {r['ratio']:>14.2f}  "
               f"{'yes' if r['same_verdicts'] else 'NO'}", flush=True)
+    print_stored(sorted(p for p in (ROOT / "results" / "h200" / "validate").iterdir() if p.is_dir()))
 
 
 if __name__ == "__main__":
