@@ -23,7 +23,7 @@ def main(argv: list[str]) -> None:
     equal = [list(r) for r in ref]
     print(f"KL maths, {prompts} prompts × {tokens:,} tokens ({prompts * tokens:,} logprob pairs), best of 3")
     for label, test in (("identical (deterministic pass)", equal), ("perturbed (every token differs)", noisy)):
-        full = best_of(3, lambda: kl_metric(ref, test, deterministic=True, tau=1e-6))
+        full = best_of(3, lambda: kl_metric(ref, test, deterministic=True, tau=1e-6, paired=True))
         k3 = best_of(3, lambda: [stats.k3(r, t) for r, t in zip(ref, test)])
         per_token = [stats.k3_per_token(r, t) for r, t in zip(ref, test)]
         pooled = best_of(3, lambda: stats.pooled_tails(per_token, 1e-6))

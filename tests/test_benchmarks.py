@@ -1,0 +1,25 @@
+"""The benchmarks `nox -s bench` runs stay runnable: each main at its smallest size (figures
+are printed, not checked)."""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_kl  # noqa: E402
+import bench_schedule  # noqa: E402
+
+
+def test_bench_kl_runs_at_a_small_size(capsys):
+    bench_kl.main(["2", "64"])
+    assert "2 prompts × 64 tokens" in capsys.readouterr().out
+
+
+def test_the_committed_gpu_runs_print_their_schedule_figures(capsys):
+    runs = sorted(p for p in (ROOT / "results" / "h200" / "validate").iterdir() if p.is_dir())
+    bench_schedule.print_stored(runs)
+    out = capsys.readouterr().out
+    assert all(run.name in out for run in runs) and "harness share" in out
