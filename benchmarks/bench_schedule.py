@@ -45,10 +45,11 @@ def warm_cache(req: RunRequest) -> None:
         revision_interpreter_metadata(target, revision.sha, worktree)
 
 
-def timed_run(req: RunRequest, slots: int) -> tuple[float, RunResult]:
-    """A base-vs-candidate run at `slots`, with a store and run directory of its own."""
-    req = dataclasses.replace(req, slots=cpu_slots(slots), out_dir=req.out_dir / f"slots-{slots}",
-                              store_root=req.store_root / f"slots-{slots}")
+def timed_run(req: RunRequest, slots: int, label: str) -> tuple[float, RunResult]:
+    """A base-vs-candidate run at `slots`, with a store and run directory of its own (`label`:
+    the two runs never share a store, even at the same slot count)."""
+    req = dataclasses.replace(req, slots=cpu_slots(slots), out_dir=req.out_dir / label,
+                              store_root=req.store_root / label)
     t0 = time.perf_counter()
     result = execute(req)
     return time.perf_counter() - t0, result
@@ -65,8 +66,8 @@ def measure(suite: Path, slots: int) -> dict:
         req = RunRequest(suite_path=suite, target="refserver", base=Revision.resolve(repo, base),
                          candidate=Revision.resolve(repo, cand), out_dir=tmp / "run", store_root=tmp / "store")
         warm_cache(req)
-        sequential_wall, sequential = timed_run(req, 1)
-        wall, concurrent = timed_run(req, slots)
+        sequential_wall, sequential = timed_run(req, 1, "sequential")
+        wall, concurrent = timed_run(req, slots, "concurrent")
     slowest = slowest_job(sequential)
     same = [c.verdict for c in sequential.comparisons] == [c.verdict for c in concurrent.comparisons]
     return {"suite": suite.stem, "jobs": len(sequential.launches), "slots": slots, "wall_1": sequential_wall,
@@ -104,7 +105,8 @@ def print_stored(runs: list[Path]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    slots = default_slot_count("refserver")
+    # The default slots, but at least two: at one slot there is no schedule to measure.
+    slots = max(2, default_slot_count("refserver"))
     if argv[:1] == ["--slots"]:
         slots, argv = int(argv[1]), argv[2:]
     suites = [Path(a).resolve() for a in argv] or sorted((ROOT / "suites").glob("*.toml"))
