@@ -30,8 +30,11 @@ RESULTS_FILE = "results.json"
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Temp file in the same directory, fsync, rename: a crash leaves the old file or the new."""
-    atomic_write_text(path, json.dumps(data, indent=1, allow_nan=True))
+    """Temp file in the same directory, fsync, rename: a crash leaves the old file or the new.
+    Compact: json's C encoder serves only unindented output, 4× faster on a GPU run's
+    results.json (which is rewritten after every configuration) and half the size; `detcheck
+    report` is its reader, `python -m json.tool` its pretty-printer."""
+    atomic_write_text(path, json.dumps(data, allow_nan=True, separators=(",", ":")))
 
 
 _umask_lock = threading.Lock()
