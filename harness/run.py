@@ -279,7 +279,8 @@ def run_unit(run: Run, unit: Unit, slots: tuple[int, ...], pool: SlotPool, count
             run_interleaved(run, jobs)
     finally:
         pool.release(slots)
-    if countdown.finished(unit.config_index) and not run.cancelled.is_set():
+    # The last configuration's results are written once, by `finish`.
+    if countdown.finished(unit.config_index) and not run.cancelled.is_set() and not countdown.all_finished():
         save(run, partial=True)
 
 

@@ -130,3 +130,7 @@ class Countdown:
         with self._lock:
             self._left[config_index] -= 1
             return self._left[config_index] == 0
+
+    def all_finished(self) -> bool:
+        with self._lock:
+            return not any(self._left.values())

@@ -58,7 +58,9 @@ def test_countdown_says_when_a_configurations_last_unit_ends():
     countdown = Countdown([Unit(0, (BASE,)), Unit(0, (CAND,)), Unit(1, (CAND, BASE))])
     assert countdown.finished(0) is False
     assert countdown.finished(1) is True
+    assert not countdown.all_finished()
     assert countdown.finished(0) is True
+    assert countdown.all_finished()
 
 
 def entry(gpus: int, servers_per_gpu: int | None = None, target: str = "sglang") -> MatrixEntry:
