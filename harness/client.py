@@ -106,6 +106,12 @@ class Generation:
         return int(self.meta.get("cached_tokens", 0) or 0)
 
     @property
+    def aborted(self) -> bool:
+        """The request ended by an abort: asked for (/abort_request) or the server's own."""
+        reason = self.meta.get("finish_reason")
+        return isinstance(reason, dict) and reason.get("type") == "abort"
+
+    @property
     def completion_tokens(self) -> int:
         return int(self.meta.get("completion_tokens", len(self.output_ids)))
 
@@ -148,8 +154,12 @@ class SGLangClient:
 
     def generate(self, input_ids: Sequence[int] | Sequence[Sequence[int]], *,
                  max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = True,
-                 logprobs: Logprobs | None = None, sampling_seed: int | None = None) -> list[Generation]:
-        """One request, or a batch when given a list of prompts; always returns a list."""
+                 logprobs: Logprobs | None = None, sampling_seed: int | None = None,
+                 rid: str | Sequence[str] | None = None) -> list[Generation]:
+        """One request, or a batch when given a list of prompts; always returns a list.
+        `rid` names the request for `abort` (a batch: one per prompt; SGLang 0.5.16 makes a
+        string into `<rid>_<i>`). SGLang aborts every request whose rid *starts with* the
+        one given, so rids should not be prefixes of one another."""
         batched = bool(input_ids) and isinstance(input_ids[0], (list, tuple))
         params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature,
                                   "ignore_eos": ignore_eos}
@@ -159,6 +169,8 @@ class SGLangClient:
             "input_ids": [list(p) for p in input_ids] if batched else list(input_ids),
             "sampling_params": params,
         }
+        if rid is not None:
+            body["rid"] = rid if isinstance(rid, str) else list(rid)
         if logprobs is not None:
             body.update(return_logprob=True, logprob_start_len=logprobs.start_len,
                         top_logprobs_num=logprobs.top_k)
@@ -179,6 +191,20 @@ class SGLangClient:
             # prompts and where (harness.probes.common.require_output_logprobs).
             out.append(Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"]))
         return out
+
+    def abort(self, rid: str) -> None:
+        """Abort the requests whose rid starts with `rid` (SGLang 0.5.16, /abort_request). The
+        server answers 200 whether or not one matched; each pending /generate then answers 200
+        with its tokens so far and `finish_reason` of type "abort" (`Generation.aborted`)."""
+        self._abort({"rid": rid})
+
+    def abort_all(self) -> None:
+        self._abort({"abort_all": True})
+
+    def _abort(self, body: dict[str, Any]) -> None:
+        resp = self._request("POST", "/abort_request", body, timeout=30)
+        if resp.status_code != 200:
+            raise ServerError(f"/abort_request: HTTP {resp.status_code}: {_error_message(resp)}")
 
     def flush_cache(self) -> None:
         """Flush, retrying with backoff while the server reports in-flight requests (400): a

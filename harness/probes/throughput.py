@@ -16,17 +16,34 @@ retraction happened (its log line, as of the last Decode line before it) and, wh
 them, the SWA pool's peak usage per level are recorded as in a PR's throughput table. The probe adds
 no log flags (logging every step costs throughput on a GPU): the peak is sampled at whatever
 `--decode-log-interval` the server runs with (1 when it shares a server with swa_peak).
+
+With `window_s` a level is measured over a fixed window instead of until every request ends: a
+server that thrashes (retracting, its SWA pool full) may not finish a 32k-token round within a
+run's limit, and then there is no cell at all. Each request carries its own rid; when the window
+closes, no further request is sent and every request still running is aborted (SGLang's
+/abort_request), whose answer carries the tokens it had so far. tok/s = tokens generated within
+the window / the window (or / the level's wall time, when every request ended sooner); a
+request's `req_tok_s_c<c>` = its tokens / its own time in the window. A request cut by the window
+is neither an error nor a finding; one the server aborted itself counts as it always did. Two
+of SGLang 0.5.16's answers to a cut request are short: a running one finishes after one more
+step (its tokens so far, as usual); one cut in the waiting queue (a retracted request waiting to
+run again) is answered by the tokenizer manager with the tokens the scheduler had passed on, every
+50 tokens for a non-streaming request, and without `num_retractions` (the log's retraction lines
+still count them).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
-from harness.client import Generation, SGLangClient
+from harness.client import SGLangClient
+from harness.errors import VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
@@ -45,40 +62,138 @@ def request_metric_name(level: int) -> str:
     return f"req_tok_s_c{level}"
 
 
+# After the window's aborts, how often the requests still unanswered are aborted again: one sent
+# just before the window closed may reach the server after its abort, which SGLang ignores (an
+# unknown rid), so it would otherwise run to its end.
+ABORT_RETRY_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestResult:
+    """One request of a level, as measured."""
+
+    completion_tokens: int
+    seconds: float  # from its send to its answer, or to the window's end when the window cut it
+    cut: bool  # aborted because the measurement window closed
+    retractions: int
+
+    @property
+    def tok_s(self) -> float:
+        return self.completion_tokens / self.seconds
+
+
+class MeasurementWindow:
+    """The requests of one level that are in flight, and the window's end: once it has
+    closed, no request is sent, and every one in flight is aborted by its rid."""
+
+    def __init__(self, client: SGLangClient, window_s: float):
+        self.client = client
+        self.ends_at = time.perf_counter() + window_s
+        self._lock = threading.Lock()
+        self._closed = False
+        self._in_flight: set[str] = set()
+        self._aborted: set[str] = set()
+
+    def admit(self, rid: str) -> bool:
+        """Register a request about to be sent; False once the window has closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._in_flight.add(rid)
+            return True
+
+    def answered(self, rid: str) -> bool:
+        """Unregister an answered request; True if the window aborted it."""
+        with self._lock:
+            self._in_flight.discard(rid)
+            return rid in self._aborted
+
+    def close_when_due(self, futures: list[Future]) -> None:
+        """Wait for the requests or the window's end, whichever comes first; then abort every
+        request still in flight, again every ABORT_RETRY_S until all have answered."""
+        left = self.ends_at - time.perf_counter()
+        if not wait(futures, timeout=max(left, 0.0)).not_done:
+            return
+        with self._lock:
+            self._closed = True
+        while True:
+            with self._lock:
+                rids = sorted(self._in_flight)
+                self._aborted.update(rids)  # before the abort: its answer may come back at once
+            for rid in rids:
+                self.client.abort(rid)
+            if not wait(futures, timeout=ABORT_RETRY_S).not_done:
+                return
+
+
 def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> dict[str, Any]:
     clients = [SGLangClient(ctx.client.base_url, timeout_s=ctx.client.timeout_s) for _ in range(level)]
+    window_s = ctx.param("window_s")
 
-    def one(i: int) -> tuple[Generation, float]:
+    def one(i: int) -> RequestResult | None:
+        # uuid hex: fixed length, so no rid is a prefix of another (SGLang aborts by prefix)
+        rid = uuid.uuid4().hex
+        if window is not None and not window.admit(rid):
+            return None  # the window closed before this request's turn: never sent
         t0 = time.perf_counter()
         gen = clients[i % level].generate(prompts[i % len(prompts)],
-                                          max_new_tokens=ctx.workload.output_len)[0]
-        return gen, time.perf_counter() - t0
+                                          max_new_tokens=ctx.workload.output_len, rid=rid)[0]
+        ended = time.perf_counter()
+        cut = False
+        if window is not None:
+            # Only an abort the window asked for: an abort the server made on its own (out of
+            # memory) counts as it always did.
+            cut = window.answered(rid) and gen.aborted
+            if cut:
+                ended = min(ended, window.ends_at)
+        return RequestResult(gen.completion_tokens, ended - t0, cut,
+                             int(gen.meta.get("num_retractions", 0) or 0))
 
     n = level * ctx.param("requests_per_client")
     ctx.client.flush_cache()
     mark = ctx.server.log_size()
     started = time.time()  # when, so a report can show how the two sides' rounds interleaved
     t0 = time.perf_counter()
+    window = MeasurementWindow(ctx.client, window_s) if window_s is not None else None
     with ThreadPoolExecutor(max_workers=level) as pool:
-        timed = list(pool.map(one, range(n)))
+        futures = [pool.submit(one, i) for i in range(n)]
+        if window is not None:
+            window.close_when_due(futures)
+        answered = [r for r in (f.result() for f in futures) if r is not None]
     wall = time.perf_counter() - t0
     log = ctx.server.log_since(mark)
     curve = swa_curve(log)
-    gens = [gen for gen, _ in timed]
-    tokens = sum(g.completion_tokens for g in gens)
     return {
         "concurrency": level,
         "started_at": round(started, 3),
         "requests": n,
-        "completion_tokens": tokens,
-        "wall_s": wall,
-        "tok_s": tokens / wall,
-        "request_tok_s": [gen.completion_tokens / latency for gen, latency in timed],
-        "retractions": sum(int(g.meta.get("num_retractions", 0) or 0) for g in gens),
+        **level_rates(answered, wall, window_s),
+        "retractions": sum(r.retractions for r in answered),
         "retraction_events": [dataclasses.asdict(r) for r in retractions(log)],
         "swa_peak_usage": max(curve.usage) if curve else None,
         "swa_peak_tokens": max(curve.held) if curve else None,
     }
+
+
+def level_rates(answered: list[RequestResult], wall: float, window_s: float | None) -> dict[str, Any]:
+    """A level's tokens and rates. With a window: over the window (or the level's wall time,
+    if every request ended sooner), and vacuous when no request produced a token in it."""
+    tokens = sum(r.completion_tokens for r in answered)
+    rates: dict[str, Any] = {
+        "completion_tokens": tokens,
+        "wall_s": wall,
+        "tok_s": tokens / wall,
+        "request_tok_s": [r.tok_s for r in answered],
+    }
+    if window_s is None:
+        return rates
+    if tokens == 0:
+        raise VacuousResult(f"no request produced a token within the {window_s:g} s window "
+                            f"({len(answered)} sent)")
+    measured_s = min(wall, window_s)
+    return {**rates, "tok_s": tokens / measured_s, "window_s": window_s, "measured_s": measured_s,
+            "requests_sent": len(answered), "request_cut": [r.cut for r in answered],
+            "requests_cut": sum(r.cut for r in answered)}
 
 
 def run(ctx: ProbeContext) -> ProbeOutput:
@@ -126,6 +241,10 @@ def _facts(samples: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
     swa_at = [e["swa_tokens"] for e in events if e["swa_tokens"] is not None]
     if events:
         facts["retraction_events"] = len(events)
+    if any("window_s" in s for s in samples):
+        facts["window_s"] = samples[0]["window_s"]
+        facts["requests_cut"] = sum(s["requests_cut"] for s in samples)
+        facts["requests_sent"] = sum(s["requests_sent"] for s in samples)
     if swa_at:
         # The PR's "retracted at exactly 77,824 tokens of SWA use": the pool's size in practice.
         facts["swa_tokens_at_retraction"] = max(swa_at)
@@ -145,6 +264,9 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     usage = [facts[f"swa_peak_usage_c{c}"] for c in levels if f"swa_peak_usage_c{c}" in facts]
     if usage:
         text += f", SWA peak usage {max(usage):.2f}"
+    if "window_s" in facts:
+        text += (f" in a {fmt(facts['window_s'])} s window ({fmt(facts['requests_cut'])} of "
+                 f"{fmt(facts['requests_sent'])} requests cut)")
     text += f", {fmt(facts.get('retractions'))} retractions"
     if "swa_tokens_at_retraction" in facts:
         text += f" (at {fmt(facts['swa_tokens_at_retraction'])} SWA tokens)"
@@ -159,6 +281,9 @@ PARAMS = (
           low=1, high=100_000),
     Param("repeats", int, 3, "rounds over all levels", MEASURED, low=1, high=1000),
     SIDES_AT_ONCE,
+    Param("window_s", float, None, "measure each level for this many seconds, aborting the "
+          "requests still running (None: until every request ends)", MEASURED,
+          low=0.1, high=86_400.0),
     Param("warmup", int, 1, "requests sent before measuring", MEASURED, low=0, high=1000),
     *JUDGING,
 )

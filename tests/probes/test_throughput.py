@@ -7,9 +7,13 @@ import json
 
 import pytest
 
+from concurrent.futures import Future
+
 from conftest import ROOT, detcheck, refserver_suite
 from harness.demo import SCENARIOS, build_repo
+from harness.errors import VacuousResult
 from harness.probes import PROBES, throughput
+from harness.probes.throughput import MeasurementWindow, RequestResult, level_rates
 
 
 def test_describe_and_metric_names():
@@ -23,6 +27,51 @@ def test_describe_and_metric_names():
         {"concurrency": [8], "tok_s_c8_median": 1113.6, "retractions": 3,
          "swa_tokens_at_retraction": 77824}, None)
     assert retracting == "c8 1,114 tok/s, 3 retractions (at 77,824 SWA tokens)"
+
+    windowed = PROBES["throughput"].describe(
+        {"concurrency": [8], "tok_s_c8_median": 214.0, "retractions": 5, "window_s": 240.0,
+         "requests_cut": 8, "requests_sent": 8}, None)
+    assert windowed == "c8 214 tok/s in a 240 s window (8 of 8 requests cut), 5 retractions"
+
+
+def test_a_window_counts_the_tokens_of_cut_requests_over_the_window():
+    answered = [RequestResult(completion_tokens=300, seconds=3.0, cut=False, retractions=0),
+                RequestResult(completion_tokens=500, seconds=4.0, cut=True, retractions=2),
+                RequestResult(completion_tokens=0, seconds=4.0, cut=True, retractions=0)]
+    rates = level_rates(answered, wall=4.6, window_s=4.0)  # the aborts' answers came after 4 s
+    assert rates["tok_s"] == 800 / 4.0 and rates["measured_s"] == 4.0
+    assert rates["request_tok_s"] == [100.0, 125.0, 0.0]  # a request's own time in the window
+    assert rates["request_cut"] == [False, True, True] and rates["requests_cut"] == 2
+    # Every request ended within the window: the level's own wall time, as without one.
+    assert level_rates(answered[:1], wall=3.1, window_s=4.0)["tok_s"] == 300 / 3.1
+    assert "window_s" not in level_rates(answered, wall=4.6, window_s=None)
+    with pytest.raises(VacuousResult, match="no request produced a token within the 0.5 s window"):
+        level_rates(answered[2:], wall=0.6, window_s=0.5)
+
+
+class AbortingClient:
+    """Answers an aborted request's future as SGLang answers its /generate: at once."""
+
+    def __init__(self, pending: dict[str, Future]):
+        self.pending = pending
+        self.aborted: list[str] = []
+
+    def abort(self, rid: str) -> None:
+        self.aborted.append(rid)
+        self.pending.pop(rid).set_result(None)
+
+
+def test_the_window_aborts_what_is_in_flight_and_admits_nothing_after():
+    pending = {"done": Future(), "running": Future()}
+    futures = list(pending.values())
+    pending.pop("done").set_result(None)
+    client = AbortingClient(pending)
+    window = MeasurementWindow(client, 0.05)
+    assert window.admit("done") and window.admit("running")
+    assert window.answered("done") is False  # answered before the window closed
+    window.close_when_due(futures)
+    assert client.aborted == ["running"] and window.answered("running") is True
+    assert not window.admit("late")  # the window has closed: never sent
 
 
 @pytest.mark.slow
