@@ -27,9 +27,10 @@ request's `req_tok_s_c<c>` = its tokens / its own time in the window. A request 
 is neither an error nor a finding; one the server aborted itself counts as it always did. Two
 of SGLang 0.5.16's answers to a cut request are short: a running one finishes after one more
 step (its tokens so far, as usual); one cut in the waiting queue (a retracted request waiting to
-run again) is answered by the tokenizer manager with the tokens the scheduler had passed on, every
-50 tokens for a non-streaming request, and without `num_retractions` (the log's retraction lines
-still count them).
+run again) is answered by the tokenizer manager with the tokens the scheduler had passed on (a
+non-streaming request's whenever its length is a multiple of 50 after a batch, which speculative
+rounds may step over), and without `num_retractions`: with a window, a level's retractions are
+the larger of the answers' count and the log's `#retracted_reqs`.
 """
 
 from __future__ import annotations
@@ -163,13 +164,20 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     wall = time.perf_counter() - t0
     log = ctx.server.log_since(mark)
     curve = swa_curve(log)
+    events = retractions(log)
+    answered_retractions = sum(r.retractions for r in answered)
+    if window is not None:
+        # A request cut in the waiting queue answers without `num_retractions`, so the answers
+        # undercount; the log's `#retracted_reqs` may too (a server that logs less): both are
+        # lower bounds of the retractions in the window.
+        answered_retractions = max(answered_retractions, sum(e.requests for e in events))
     return {
         "concurrency": level,
         "started_at": round(started, 3),
         "requests": n,
         **level_rates(answered, wall, window_s),
-        "retractions": sum(r.retractions for r in answered),
-        "retraction_events": [dataclasses.asdict(r) for r in retractions(log)],
+        "retractions": answered_retractions,
+        "retraction_events": [dataclasses.asdict(r) for r in events],
         "swa_peak_usage": max(curve.usage) if curve else None,
         "swa_peak_tokens": max(curve.held) if curve else None,
     }

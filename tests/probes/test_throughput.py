@@ -99,10 +99,37 @@ def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_pat
 
 
 @pytest.mark.slow
-def test_retractions_decide_per_request_throughput_and_record_the_swa_tokens(tmp_path):
+def test_a_window_bounds_a_level_and_counts_the_cut_requests(tmp_path):
+    """20,000 tokens per request would take minutes on the reference server: a 2 s window ends
+    the level with every request cut (aborted) and the tokens it had, and no second request."""
+    suite = refserver_suite(tmp_path / "window.toml", ["throughput"],
+                            "[probe.throughput]\nconcurrency = [2]\nrequests_per_client = 2\n"
+                            "repeats = 1\nwarmup = 0\nwindow_s = 2.0\n", config="plain",
+                            deterministic=False, prompts=2, prompt_len=(16, 16), output_len=20_000)
+    out = tmp_path / "run"
+    proc = detcheck("run", "--suite", str(suite), "--out", str(out), "--no-progress")
+    assert proc.returncode in (0, 1), proc.stderr
+    result = json.loads((out / "results.json").read_text())
+    for cell in result["cells"]:
+        assert cell["status"] == "ok", cell["reason"]
+        (sample,) = cell["samples"]
+        assert sample["wall_s"] < 2.0 + 3.0  # the window, then the aborts' answers
+        assert sample["requests"] == 4 and sample["requests_sent"] == 2  # the window closed first
+        assert sample["request_cut"] == [True, True] and sample["measured_s"] == 2.0
+        assert 0 < sample["completion_tokens"] < 2 * 20_000 and sample["tok_s"] > 0
+        assert all(v > 0 for v in sample["request_tok_s"])
+        assert cell["facts"]["window_s"] == 2.0 and cell["facts"]["requests_cut"] == 2
+    assert "2 s window (2 of 2 requests cut)" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output_len, window", [(300, None), (1000, 3.0)], ids=["to-the-end", "window"])
+def test_retractions_decide_per_request_throughput_and_record_the_swa_tokens(tmp_path, output_len, window):
     """The seed-scale DFLASH case in miniature: the candidate skips SWA eviction on the DFLASH
     decode path, four long requests overflow its SWA pool and it retracts; the base never does.
-    One round per side, decided by the per-request metric."""
+    One round per side, decided by the per-request metric. With a window shorter than the
+    round (about 110 tok/s per request here), as the seed-scale suite measures it, every request
+    is cut and the candidate still retracts within the window."""
     repo = build_repo(SCENARIOS["swa"], tmp_path)
     suite = tmp_path / "seed.toml"
     suite.write_text(f"""name = "seed-mini"
@@ -114,7 +141,7 @@ env = {{ SGLANG_SWA_EVICTION_INTERVAL = "16" }}
 [workload]
 prompts = 4
 prompt_len = [48, 48]
-output_len = 300
+output_len = {output_len}
 vocab = 500
 [[config]]
 name = "dflash"
@@ -128,6 +155,7 @@ concurrency = [4]
 repeats = 1
 warmup = 0
 verdict_metrics = ["req_tok_s_c4"]
+{f"window_s = {window}" if window else ""}
 """)
     out = tmp_path / "run"
     proc = detcheck("run", "--target", "refserver", "--repo", str(repo.path), "--base", repo.base,
@@ -146,3 +174,7 @@ verdict_metrics = ["req_tok_s_c4"]
     assert comparison["decided_by"] == "req_tok_s_c4"
     assert len(cells["base"]["samples"][0]["request_tok_s"]) == 4
     assert "retractions (at" in proc.stdout
+    if window:
+        # Every request of both sides was cut: the round is bounded by the window.
+        assert base["requests_cut"] == cand["requests_cut"] == 4 and base["window_s"] == window
+        assert all(c["samples"][0]["wall_s"] < window + 3.0 for c in cells.values())
