@@ -196,13 +196,7 @@ class SGLangClient:
         """Abort the requests whose rid starts with `rid` (SGLang 0.5.16, /abort_request). The
         server answers 200 whether or not one matched; each pending /generate then answers 200
         with its tokens so far and `finish_reason` of type "abort" (`Generation.aborted`)."""
-        self._abort({"rid": rid})
-
-    def abort_all(self) -> None:
-        self._abort({"abort_all": True})
-
-    def _abort(self, body: dict[str, Any]) -> None:
-        resp = self._request("POST", "/abort_request", body, timeout=30)
+        resp = self._request("POST", "/abort_request", {"rid": rid}, timeout=30)
         if resp.status_code != 200:
             raise ServerError(f"/abort_request: HTTP {resp.status_code}: {_error_message(resp)}")
 

@@ -24,8 +24,8 @@ closes, no further request is sent and every request still running is aborted (S
 /abort_request), whose answer carries the tokens it had so far. tok/s = tokens generated within
 the window / the window (or / the level's wall time, when every request ended sooner); a
 request's `req_tok_s_c<c>` = its tokens / its own time in the window. A request cut by the window
-is neither an error nor a finding; one the server aborted itself counts as it always did. Two
-of SGLang 0.5.16's answers to a cut request are short: a running one finishes after one more
+is neither an error nor a finding; one the server aborted itself counts as it always did.
+SGLang 0.5.16 answers a cut request in one of two ways: a running one finishes after one more
 step (its tokens so far, as usual); one cut in the waiting queue (a retracted request waiting to
 run again) is answered by the tokenizer manager with the tokens the scheduler had passed on (a
 non-streaming request's whenever its length is a multiple of 50 after a batch, which speculative

@@ -1,0 +1,71 @@
+"""SGLangClient's request ids and /abort_request, against a stub server that records bodies."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from harness.client import Generation, SGLangClient
+from harness.errors import ServerError
+
+
+class Stub:
+    """Answers every POST with `answer` (status, JSON body) and keeps what it was sent."""
+
+    def __init__(self, answer: tuple[int, object]):
+        self.answer = answer
+        self.received: list[tuple[str, object]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.received.append((self.path, body))
+                code, payload = stub.answer
+                raw = b"" if payload is None else json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.client = SGLangClient(f"http://127.0.0.1:{self.server.server_address[1]}", timeout_s=5)
+
+
+@pytest.fixture
+def stub():
+    made: list[Stub] = []
+
+    def make(answer: tuple[int, object]) -> Stub:
+        made.append(Stub(answer))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.server.shutdown()
+
+
+def test_abort_sends_the_rid_and_raises_on_an_error_status(stub):
+    ok = stub((200, None))  # SGLang 0.5.16 answers an empty 200
+    ok.client.abort("a1b2")
+    assert ok.received == [("/abort_request", {"rid": "a1b2"})]
+    refused = stub((400, {"error": {"message": "no such thing"}}))
+    with pytest.raises(ServerError, match=r"^/abort_request: HTTP 400: no such thing$"):
+        refused.client.abort("a1b2")
+
+
+def test_generate_carries_the_rids_and_reads_an_abort(stub):
+    answer = {"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {
+        "type": "abort", "message": "Aborted", "status_code": None, "err_type": None}}}
+    s = stub((200, [answer, answer]))
+    (gen, _) = s.client.generate([[1, 2], [3, 4]], max_new_tokens=8, rid=["r0", "r1"])
+    assert s.received[0][1]["rid"] == ["r0", "r1"]
+    assert gen.aborted and gen.completion_tokens == 2
+    assert not Generation((5,), {"finish_reason": {"type": "length", "length": 1}}).aborted
