@@ -92,7 +92,8 @@ def stored(run_dir: Path) -> dict:
     wall = (when[1] - when[0]).total_seconds()
     jobs = [l.ended_at - l.started_at for l in result.launches if l.started_at is not None and l.ended_at is not None]
     return {"run": run_dir.name, "jobs": len(jobs), "slots": result.metadata.get("slots"), "wall": wall,
-            "slowest": max(jobs), "sum": sum(jobs), "harness": max(0.0, wall - server_time(result)) / wall}
+            "slowest": slowest_job(result), "sum": sum(jobs),
+            "harness": max(0.0, wall - server_time(result)) / wall}
 
 
 def print_stored(runs: list[Path]) -> None:

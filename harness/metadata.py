@@ -104,8 +104,8 @@ def interpreter_id(python: str) -> str:
 
 
 def revision_interpreter_metadata(target: Target, sha: str | None, worktree: Path | None) -> dict[str, object]:
-    """torch/CUDA/GPU as the server's interpreter sees them (kept per interpreter), and where it
-    imports the server package from (kept per interpreter and sha)."""
+    """torch and its CUDA build as the server's interpreter has them (kept per interpreter), and
+    where it imports the server package from (kept per interpreter and sha)."""
     interpreter = interpreter_id(target.python)
     env = target.env(worktree, {})
     torch_facts = _cached(cache_dir() / "meta" / f"interpreter-{interpreter}.json",

@@ -441,8 +441,8 @@ def launch_server(run: Run, job: Job) -> bool:
     log_path = (run.req.out_dir / "logs" /
                 f"{safe_name(job.cp.spec.name)}-{job.role.value}-{job.revision.short()}.log")
     started_at = time.time()
-    # The interpreter's metadata (a subprocess importing torch, seconds) is read while the server
-    # starts, not after it.
+    # The interpreter's metadata (a subprocess, once per interpreter and sha) is read while the
+    # server starts, not after it.
     with ThreadPoolExecutor(1) as pool:
         interpreter = pool.submit(revision_interpreter_metadata, job.target, job.revision.sha, job.worktree)
         server, failure = launch(

@@ -11,10 +11,11 @@ which decides a comparison with few rounds, e.g. one round of a 32k-token genera
 (requests of one round share their batch, so they are not fully independent: name it in
 `verdict_metrics` knowingly). With `sides_at_once` the pipeline runs each round on both sides
 at the same time: on a card that other jobs share (server slots), their load then falls on
-both sides alike, which alternating rounds guarantee only over many rounds. Retractions (`meta_info.num_retractions`), the pools when each
-retraction happened (its log line, as of the last Decode line before it) and, where the log has
-them, the SWA pool's peak usage per level are recorded as in a PR's throughput table. The probe adds
-no log flags (logging every step costs throughput on a GPU): the peak is sampled at whatever
+both sides alike, which alternating rounds guarantee only over many rounds. Retractions
+(`meta_info.num_retractions`), the pools when each retraction happened (its log line, as of
+the last Decode line before it) and, where the log has them, the SWA pool's peak usage per
+level are recorded as in a PR's throughput table. The probe adds no log flags (logging every
+step costs throughput on a GPU): the peak is sampled at whatever
 `--decode-log-interval` the server runs with (1 when it shares a server with swa_peak).
 
 With `window_s` a level is measured over a fixed window instead of until every request ends: a
