@@ -40,7 +40,8 @@ from harness.revisions import Revision
 for ref in ("main~1", "main", "dflash-fix"):
     print(ref, Revision.resolve(sys.argv[1], ref).checkout())
 PY
-for m in tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-eagle3 \
-         tiny-llama-4l-dflash tiny-llama-4l-dspark tiny-inkling; do
+# MODELS: the checkpoints to seed (default: every one the GPU suites use).
+for m in ${MODELS:-tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-eagle3 \
+                   tiny-llama-4l-dflash tiny-llama-4l-dspark tiny-inkling}; do
   python3 -m harness.cli make-model fixtures/models/$m --out .models/$m --seed 0
 done
