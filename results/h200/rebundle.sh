@@ -5,6 +5,9 @@
 # the 64 MiB a call may carry. Same MANIFEST format as the kit's make-kit.sh ("bundle i of N"),
 # so the kit's install.sh installs them.
 #   bash results/h200/rebundle.sh OUT WHEEL_DIR...      (CAP=46 by default)
+# The extra wheels (sgl-deep-gemm pinned: 0.2.5 cannot load its _C.so under the box's torch 2.11):
+#   pip download --no-deps -d /tmp/extra-whl sgl-deep-gemm==0.1.4.post1 nox==2026.10.20 argcomplete \
+#     colorlog dependency-groups virtualenv distlib platformdirs python-discovery
 set -euo pipefail
 OUT=$1; shift
 rm -rf "$OUT" && mkdir -p "$OUT"
