@@ -4,7 +4,10 @@ Two mechanisms, because neither alone covers every death:
 
 - The server's leader process asks the kernel for SIGKILL when its parent dies
   (PR_SET_PDEATHSIG, Linux). SGLang's own scheduler and detokenizer processes do the same
-  towards the leader, so the whole server goes. This covers `kill -9` of detcheck.
+  towards the leader, so the whole server goes. This covers `kill -9` of detcheck. The kernel
+  counts the *thread* that forked as the parent: a server started from a thread that ends
+  before it (a short-lived pool's) is killed then, so servers start from threads that live
+  as long as they do (the run's job workers, run_interleaved's launch pool).
 - Every started server is recorded under the cache directory with the pids and start times
   of the harness and the server. A later run reaps the servers of a harness that is gone,
   after checking each pid still belongs to the process recorded (start time), so a reused

@@ -123,6 +123,8 @@ class Run:
     cancelled: threading.Event = field(default_factory=threading.Event)
     # One results.json write at a time, each from the recorder's latest state.
     saving: threading.Lock = field(default_factory=threading.Lock)
+    # Each role's `--help`, read in the background from the run's start (run_scheduled).
+    capabilities: dict[Role, Future] = field(default_factory=dict)
 
     def key(self, cp: ConfigPlan, probe: str, role: Role) -> CellKey | None:
         sha = self.req.revision(role).sha
@@ -243,6 +245,7 @@ def run_scheduled(run: Run) -> None:
     pool, units = SlotPool(run.req.slots), plan_units(run.plans)
     countdown = Countdown(units)
     workers = ThreadPoolExecutor(len(run.req.slots), thread_name_prefix="job")
+    helps = read_capabilities_ahead(run)
     futures: list[Future] = []
     try:
         for unit in units:
@@ -256,9 +259,22 @@ def run_scheduled(run: Run) -> None:
         # Not waiting for the workers: a second Ctrl-C must reach the CLI at once, whose
         # stop_all(grace_s=0) then ends servers that sit out their SIGTERM grace.
         workers.shutdown(wait=False, cancel_futures=True)
+        helps.shutdown(wait=False, cancel_futures=True)
         stop_all()
         raise
     workers.shutdown()
+    helps.shutdown()
+
+
+def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
+    """Both roles' `--help` (the flags each revision spells), read at once from the run's start:
+    the other revision's read then overlaps the first jobs instead of waiting for its own (on
+    SGLang, an import of seconds). A read that fails is the error of each job that needed it."""
+    helps = ThreadPoolExecutor(len(Role), thread_name_prefix="help")
+    for role in Role:
+        run.capabilities[role] = helps.submit(revision_capabilities, run.targets[role], run.req.revision(role).sha,
+                                              run.worktrees[role], run.suite.startup_timeout_s)
+    return helps
 
 
 def raise_failure(futures: list[Future]) -> None:
@@ -334,23 +350,29 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
     then the interleaved probes one round at a time, alternating which side goes first
     (A B B A …, as Pinpoint and pyperf do), so that load and drift over the run fall on both
     sides alike and round i of the two sides are neighbours in time."""
-    try:
-        live = [job for job in jobs if all(run_step(run, job, step) for step in JOB_STEPS[:-1])]
-        clients = {job.role: open_client(run, job) for job in live}
-        noisy: dict[str, list[Job]] = {}
-        for job in live:
-            for probe in job.todo:
-                if PROBES[probe].interleaved:
-                    noisy.setdefault(probe, []).append(job)
-                else:
-                    record_cell(run, job, probe, probe_outcome(run, job, clients[job.role], probe))
-        for probe, sides in noisy.items():
-            outcomes = alternate_rounds(run, sides, clients, probe)
-            for job in sides:
-                record_cell(run, job, probe, outcomes[job.role])
-    finally:
-        for job in jobs:
-            stop_job(run, job)
+    # Both servers start at once (on a GPU a launch takes a minute or more), each from a thread
+    # of this pool, which must outlive the servers: their PR_SET_PDEATHSIG lifeline fires when
+    # the *thread* that started them ends, not the process.
+    with ThreadPoolExecutor(len(jobs), thread_name_prefix="launch") as launching:
+        try:
+            started = list(launching.map(lambda job: all(run_step(run, job, step) for step in JOB_STEPS[:-1]),
+                                         jobs))
+            live = [job for job, ok in zip(jobs, started) if ok]
+            clients = {job.role: open_client(run, job) for job in live}
+            noisy: dict[str, list[Job]] = {}
+            for job in live:
+                for probe in job.todo:
+                    if PROBES[probe].interleaved:
+                        noisy.setdefault(probe, []).append(job)
+                    else:
+                        record_cell(run, job, probe, probe_outcome(run, job, clients[job.role], probe))
+            for probe, sides in noisy.items():
+                outcomes = alternate_rounds(run, sides, clients, probe)
+                for job in sides:
+                    record_cell(run, job, probe, outcomes[job.role])
+        finally:
+            for job in jobs:
+                stop_job(run, job)
 
 
 def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
@@ -426,7 +448,7 @@ def environment_ready(run: Run, job: Job) -> bool:
 
 def resolve_flags(run: Run, job: Job) -> bool:
     try:
-        caps = revision_capabilities(job.target, job.revision.sha, job.worktree, run.suite.startup_timeout_s)
+        caps = run.capabilities[job.role].result()
         feature_args = caps.feature_args(job.cp.server.features, job.cp.server.draft_model)
         caps.check_args((*job.cp.server.args, *job.cp.probe_args))
     except NotExpressible as exc:

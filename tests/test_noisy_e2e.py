@@ -135,6 +135,10 @@ def test_sides_at_once_runs_each_round_on_both_servers_at_the_same_time(tmp_path
     result = run(repo, base, repo.note("changelog only"), suite, tmp_path / "out")
     cells = {c["role"]: c for c in result["cells"]}
     assert all(c["status"] == "ok" for c in cells.values()), cells
+    # Both servers were started at once (and outlived the threads' launch, which a lifeline
+    # tied to a short-lived thread would not: both cells would read "killed by SIGKILL").
+    first, second = sorted(result["launches"], key=lambda launch: launch["started_at"])
+    assert second["started_at"] < first["started_at"] + first["startup_s"], (first, second)
     for rep in (0, 1):
         base_round, cand_round = (next(s for s in cells[role]["samples"] if s["repeat"] == rep)
                                   for role in ("base", "candidate"))
