@@ -58,7 +58,7 @@ def main(argv: list[str]) -> None:
         r = measure(suite)
         rows.append(r)
         print(f"{r['suite']:<14} {2 * r['configs']:>9} {r['launches']:>8} {r['wall']:>7.1f} {r['startup']:>9.1f} "
-              f"{r['probes']:>8.1f} {r['overhead']:>8.0%} {r['rerun']:>8.2f} {r['rerun_launches']:>15}  {r['verdicts']}",
+              f"{r['probes']:>8.1f} {r['overhead']:>8.1%} {r['rerun']:>8.2f} {r['rerun_launches']:>15}  {r['verdicts']}",
               flush=True)
     names = sorted({name for r in rows for name in r["steps"]})
     print("\nwhere the harness's own time goes (seconds of the first run, summed over jobs)")

@@ -9,7 +9,8 @@ the longest launch + probes + teardown of one server in the one-slot run (from t
 recorded start and end times): no schedule can beat it, so wall / slowest job says how close
 the concurrent run comes (goal: 1.3 or less, with enough slots for every job).
 
-Then the same figures for the committed GPU runs (results/h200/validate/*, read, not run):
+Then the same figures for the committed GPU runs (results/h200/validate/*, pools-readahead/,
+seed/window-run/ and seed/rounds-run/, read, not run):
 their wall (results.json's started_at → finished_at), their slowest job, the sum of their jobs
 (what one slot would take), and the harness's share of the wall: the time no server of the run
 was up (checkout, `--help`, writing results).
@@ -97,7 +98,8 @@ def stored(run_dir: Path) -> dict:
 
 
 def print_stored(runs: list[Path]) -> None:
-    print("\ncommitted GPU runs (read from results.json: one H200, SGLang 0.5.16 vs 0.5.17)")
+    print("\ncommitted GPU runs (read from results.json: one H200; the release pair 0.5.16 vs 0.5.17, the seed\n"
+          "runs 0.5.16 vs 0.5.16 + the DFLASH SWA-eviction patch)")
     print(f"{'run':<20} {'jobs':>4} {'slots':>5} {'wall s':>7} {'slowest job s':>13} {'wall/slowest':>12} "
           f"{'sum of jobs s':>13} {'vs one slot':>11} {'harness share':>13}")
     for r in map(stored, runs):
@@ -120,7 +122,9 @@ def main(argv: list[str]) -> None:
         print(f"{r['suite']:<14} {r['jobs']:>4} {r['slots']:>5} {r['wall_1']:>8.1f} {r['wall_n']:>8.1f} "
               f"{r['wall_1'] / r['wall_n']:>7.1f}× {r['slowest']:>13.1f} {r['ratio']:>14.2f}  "
               f"{'yes' if r['same_verdicts'] else 'NO'}", flush=True)
-    print_stored(sorted(p for p in (ROOT / "results" / "h200" / "validate").iterdir() if p.is_dir()))
+    h200 = ROOT / "results" / "h200"
+    print_stored([*sorted(p for p in (h200 / "validate").iterdir() if p.is_dir()), h200 / "pools-readahead",
+                  h200 / "seed" / "window-run", h200 / "seed" / "rounds-run"])
 
 
 if __name__ == "__main__":
