@@ -38,6 +38,15 @@ def two_commits(root: Path) -> tuple[Path, str, str]:
     return repo.path, base, repo.note("changelog only")
 
 
+def covered(spans: list[tuple[float, float]]) -> float:
+    """Seconds inside at least one of the (start, end) spans: their union's length."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        total += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return total
+
+
 def best_of(n: int, fn: Callable[[], object]) -> float:
     """The fastest of n timed calls, in seconds."""
     times = []

@@ -1,11 +1,13 @@
 """Launches per suite, harness overhead and a cached re-run, on the CPU reference server.
 
 For each suite: a fresh base-vs-candidate run (its own empty store), then the same run again.
-overhead = (wall − server startup − probe time) / wall: what the harness itself costs. The
-second table splits the first run's wall time by pipeline step (results.json
-`metadata.step_seconds`): checkout, the store read, `--help` (resolve_flags), the launch beyond
-the server's own startup (interpreter metadata, port checks), teardown, writing results, and
-whatever is left (suite loading, comparisons, Python start-up of the run itself).
+overhead = (wall − server startup − probe time) / wall: what the harness itself costs (an
+interleaved configuration starts its two servers at once: startup is the union of the launches'
+startup spans). The second table splits the first run's wall time by pipeline step (results.json
+`metadata.step_seconds`, summed over jobs, which overlap where servers start together):
+checkout, the store read, `--help` (resolve_flags), the launch beyond the server's own startup
+(interpreter metadata, port checks), teardown, writing results, and whatever is left (suite
+loading, comparisons, Python start-up of the run itself).
 
     python benchmarks/bench_pipeline.py [SUITE ...]      (default: every suites/*.toml)
 """
@@ -17,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, scratch, two_commits
+from _common import ROOT, covered, scratch, two_commits
 from harness.plan import load_suite
 from harness.probes import known_probes
 from harness.revisions import Revision
@@ -35,11 +37,12 @@ def measure(suite: Path) -> dict:
         t0 = time.perf_counter()
         again = execute(dataclasses.replace(req, out_dir=tmp / "run2"))
         rerun = time.perf_counter() - t0
-    startup = sum(l.startup_s for l in first.launches)
+    # An interleaved configuration starts both its servers at once: their startups overlap.
+    startup = covered([(l.started_at, l.started_at + l.startup_s) for l in first.launches])
     probes = sum(c.metadata.get("probe_wall_s", 0.0) for c in first.cells)
     configs = len(load_suite(suite, known_probes()).configs)
     steps = dict(first.metadata.get("step_seconds", {}))
-    steps["launch beyond startup"] = steps.pop("launch_server", 0.0) - startup
+    steps["launch beyond startup"] = steps.pop("launch_server", 0.0) - sum(l.startup_s for l in first.launches)
     steps.pop("run_probes", None)  # the probes' own time is measured per cell
     steps["other"] = wall - startup - probes - sum(steps.values())
     return {"steps": steps, "suite": suite.stem, "configs": configs, "launches": len(first.launches), "wall": wall,

@@ -26,7 +26,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from _common import ROOT, scratch, two_commits
+from _common import ROOT, covered, scratch, two_commits
 from harness.capabilities import revision_capabilities
 from harness.result_files import read_run
 from harness.metadata import revision_interpreter_metadata
@@ -78,13 +78,8 @@ def measure(suite: Path, slots: int) -> dict:
 
 def server_time(result: RunResult) -> float:
     """Seconds in which at least one of the run's servers was up (the union of the jobs)."""
-    spans = sorted((l.started_at, l.ended_at) for l in result.launches
-                   if l.started_at is not None and l.ended_at is not None)
-    covered, reach = 0.0, float("-inf")
-    for start, end in spans:
-        covered += max(0.0, end - max(start, reach))
-        reach = max(reach, end)
-    return covered
+    return covered([(l.started_at, l.ended_at) for l in result.launches
+                    if l.started_at is not None and l.ended_at is not None])
 
 
 def stored(run_dir: Path) -> dict:
