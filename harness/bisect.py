@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.envs import DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.results import Role, RunResult, Status
 from harness.gitcmd import fixed_identity_env, git, git_argv, git_run
@@ -69,6 +70,7 @@ class BisectSpec:
     session_dir: Path = Path()
     max_scale: int = 8  # an unknown verdict is measured with more prompts, up to this multiple
     python: str | None = None
+    env_options: EnvOptions = EnvOptions()  # every evaluated revision's environment (harness.envs)
 
     def save(self) -> Path:
         self.session_dir.mkdir(parents=True, exist_ok=True)
@@ -83,9 +85,12 @@ class BisectSpec:
         if not path.is_file():
             raise UsageError(f"{session_dir}: no bisect session here ({SESSION_FILE} missing)")
         d = json.loads(path.read_text())
+        # A session saved before environments were threaded through has none: the defaults.
+        env = d.pop("env_options", {})
         return cls(**{**d, "repo": Path(d["repo"]), "suite": Path(d["suite"]),
                       "store_root": Path(d["store_root"]), "session_dir": Path(d["session_dir"]),
-                      "probes": tuple(d["probes"]), "configs": tuple(d["configs"])})
+                      "probes": tuple(d["probes"]), "configs": tuple(d["configs"]),
+                      "env_options": EnvOptions(env.get("file", DEFAULT_ENV_FILE), tuple(env.get("pip_args", ())))})
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,7 @@ def _request(spec: BisectSpec, sha: str, scale: int) -> RunRequest:
         base=Revision.resolve(spec.repo, spec.good), candidate=Revision.resolve(spec.repo, sha),
         out_dir=spec.session_dir / "runs" / f"{sha[:12]}-x{scale}", store_root=spec.store_root,
         python=spec.python, only_configs=spec.configs, only_probes=spec.probes,
-        workload_scale=scale, command_line=f"detcheck bisect-step --commit {sha}",
+        workload_scale=scale, env_options=spec.env_options, command_line=f"detcheck bisect-step --commit {sha}",
     )
 
 

@@ -269,12 +269,26 @@ def run_scheduled(run: Run) -> None:
 def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
     """Both roles' `--help` (the flags each revision spells), read at once from the run's start:
     the other revision's read then overlaps the first jobs instead of waiting for its own (on
-    SGLang, an import of seconds). A read that fails is the error of each job that needed it."""
+    SGLang, an import of seconds). Only for a role with a job to launch (one whose cells all
+    come from the store needs no flags) and a usable environment; a read that fails is the
+    error of each job that needed it."""
     helps = ThreadPoolExecutor(len(Role), thread_name_prefix="help")
     for role in Role:
-        run.capabilities[role] = helps.submit(revision_capabilities, run.targets[role], run.req.revision(role).sha,
-                                              run.worktrees[role], run.suite.startup_timeout_s)
+        env = run.envs.get(role)
+        if (env is None or not env.error) and will_launch(run, role):
+            run.capabilities[role] = helps.submit(revision_capabilities, run.targets[role], run.req.revision(role).sha,
+                                                  run.worktrees[role], run.suite.startup_timeout_s)
     return helps
+
+
+def will_launch(run: Run, role: Role) -> bool:
+    """Whether some cell of this role is still to measure (reuse_stored will not cover it)."""
+    return any(not reusable(run.stored.get(run.key(cp, probe, role))) for cp in run.plans for probe in cp.probes)
+
+
+def reusable(stored: CellResult | None) -> bool:
+    """A stored cell stands for this run's: an exact one; a noisy one is measured again."""
+    return stored is not None and not stored.noisy
 
 
 def raise_failure(futures: list[Future]) -> None:
@@ -428,7 +442,7 @@ def reuse_stored(run: Run, job: Job) -> bool:
     same run (the stored one is kept in the cell's metadata, for reference only)."""
     for probe in job.cp.probes:
         stored = run.stored.get(job.keys[probe]) if job.keys[probe] is not None else None
-        if stored is not None and not stored.noisy:
+        if reusable(stored):
             run.recorder.add(stored.with_role(job.role).as_reused(), reused=True, observer=run.observer)
             continue
         if stored is not None:

@@ -20,13 +20,18 @@ def pin(repo: FixtureRepo, version: str) -> str:
     return repo.commit(f"detcheck_envprobe {version}")
 
 
-def run(tmp_path: Path, repo: FixtureRepo, base: str, candidate: str, name: str) -> tuple[int, dict, str]:
+def offline_wheels(tmp_path: Path) -> list[str]:
+    """Both versions' wheels in one folder, and the pip options that build from it alone."""
     wheels = tmp_path / "wheels"
     for version in ("1.0", "2.0"):
         write_envprobe_wheel(wheels, version)
+    return ["--env-pip-arg=--no-index", f"--env-pip-arg=--find-links={wheels}"]
+
+
+def run(tmp_path: Path, repo: FixtureRepo, base: str, candidate: str, name: str) -> tuple[int, dict, str]:
     proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
                     "--suite", str(refserver_suite(tmp_path / "envs.toml", ["kl"])), "--out", str(tmp_path / name),
-                    "--env-pip-arg=--no-index", f"--env-pip-arg=--find-links={wheels}", "--no-progress")
+                    *offline_wheels(tmp_path), "--no-progress")
     result = json.loads((tmp_path / name / "results.json").read_text())
     return proc.returncode, result, proc.stderr
 
@@ -79,3 +84,42 @@ def test_an_environment_that_cannot_be_built_fails_only_its_revision(tmp_path, i
     assert "error" in result["metadata"]["environments"]["candidate"]
     assert [p for p in (isolated_cache / "envs").iterdir() if p.is_dir() or p.is_symlink()] == []
     assert [launch["role"] for launch in result["launches"]] == ["base"]
+
+
+@pytest.mark.slow
+def test_bisect_builds_every_commits_environment_with_the_given_pip_options(tmp_path, isolated_cache):
+    """Offline, only the local wheels can satisfy the env file: a bisect that dropped the pip
+    options would fail every environment (the good endpoint first) and find nothing."""
+    repo = FixtureRepo.create(tmp_path / "repo")
+    good = pin(repo, "1.0")
+    repo.note("a harmless commit")
+    repo.edit("cache")
+    culprit = repo.commit("planted regression: cache")
+    bad = repo.note("another harmless commit")
+    suite = refserver_suite(tmp_path / "envs.toml", ["prefill_cache_hit"])
+    proc = detcheck("bisect", "--repo", str(repo.path), "--good", good, "--bad", bad, "--suite", str(suite),
+                    "--probe", "prefill_cache_hit", *offline_wheels(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"first bad commit: {culprit[:12]}" in proc.stdout
+    (session,) = (isolated_cache / "bisect").iterdir()
+    runs = sorted((session / "runs").glob("*/results.json"))
+    assert runs
+    for path in runs:
+        envs = json.loads(path.read_text())["metadata"]["environments"]
+        assert {role: env["packages"] for role, env in envs.items()} == {
+            "base": {"detcheck_envprobe": "1.0"}, "candidate": {"detcheck_envprobe": "1.0"}}
+
+
+@pytest.mark.slow
+def test_matrix_run_builds_each_revisions_environment_with_the_given_pip_options(tmp_path, isolated_cache):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base, candidate = pin(repo, "1.0"), pin(repo, "2.0")
+    suite = refserver_suite(tmp_path / "envs.toml", ["kl"])
+    (tmp_path / "matrix.toml").write_text(f'[[entry]]\nname = "cpu"\ntarget = "refserver"\nsuites = ["{suite}"]\n')
+    proc = detcheck("matrix", "run", "cpu", "--matrix", str(tmp_path / "matrix.toml"), "--repo", str(repo.path),
+                    "--base", base, "--candidate", candidate, "--out", str(tmp_path / "out"), "--no-progress",
+                    *offline_wheels(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    envs = json.loads((tmp_path / "out" / "envs" / "results.json").read_text())["metadata"]["environments"]
+    assert {role: env["packages"] for role, env in envs.items()} == {
+        "base": {"detcheck_envprobe": "1.0"}, "candidate": {"detcheck_envprobe": "2.0"}}

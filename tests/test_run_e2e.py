@@ -41,11 +41,17 @@ def test_run_then_rerun_reuses_every_cell(tmp_path):
     candidate = repo.commit("break the cache")
     args = ["run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
             "--suite", str(ROOT / "suites/default.toml"), "--format", "md", "--no-progress"]
-    first = detcheck(*args, "--out", str(tmp_path / "a"))
+    cache = tmp_path / "cache"
+    first = detcheck(*args, "--out", str(tmp_path / "a"), env={"DETCHECK_CACHE_DIR": str(cache)})
     assert first.returncode == 1, first.stderr[-3000:]  # a probe differs: exit 1, as asv continuous
     assert "| deterministic | `prefill_cache_hit` |" in first.stdout
-    again = detcheck(*args, "--out", str(tmp_path / "b"))
+    helps = sorted(p.name for p in (cache / "help").iterdir())
+    assert len(helps) == 2  # one `--help` per revision
+    for path in (cache / "help").iterdir():
+        path.unlink()
+    again = detcheck(*args, "--out", str(tmp_path / "b"), env={"DETCHECK_CACHE_DIR": str(cache)})
     assert again.returncode == 1
+    assert list((cache / "help").iterdir()) == []  # nothing to launch: no revision's `--help` read
     one = json.loads((tmp_path / "a" / "results.json").read_text())
     two = json.loads((tmp_path / "b" / "results.json").read_text())
     assert len(one["launches"]) == 2 and two["launches"] == []

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from harness.bisect import ABORT, BisectSpec, bisect, session_dir_for, step
+from harness.commands.common_args import add_env_args, env_options_from
 from harness.targets import TARGET_NAMES
 from harness.paths import cache_dir
 from harness.revisions import Revision
@@ -40,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", type=Path, default=None,
                    help="result store (default: $DETCHECK_CACHE_DIR/store, shared with `detcheck run`)")
     p.add_argument("--python", default=None, help="interpreter that runs the servers")
+    add_env_args(p)
     p.add_argument("--max-scale", type=int, default=8, metavar="K",
                    help="an unknown verdict is measured again with 2×, 4×, … the prompts up to K× "
                         "(default 8); still unknown: the commit is skipped")
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                       configs=tuple(args.config), target=args.target,
                       store_root=(args.store or cache_dir() / "store").resolve(),
                       session_dir=session_dir_for(good.repo, good.sha, bad.sha),
-                      max_scale=args.max_scale, python=args.python)
+                      max_scale=args.max_scale, python=args.python, env_options=env_options_from(args))
     out = bisect(spec, bad.sha, slots=args.slots)
     print(f"servers launched: {out.launches}")
     return 0 if out.ok else 1

@@ -74,15 +74,7 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                         "environment its --env-file would build")
     p.add_argument("--candidate-python", default=None, metavar="PYTHON",
                    help="interpreter of the candidate's servers only; wins over its --env-file")
-    p.add_argument("--env-file", default=DEFAULT_ENV_FILE, metavar="REL",
-                   help="pip requirements file, relative to each revision's tree, that gives the revision "
-                        "its own environment: a venv with --system-site-packages over --python, built once "
-                        "per (sha, file content, interpreter) in the cache; a revision without the file "
-                        f"runs on --python (default {DEFAULT_ENV_FILE}; SGLang: point it at the checkout's "
-                        "own requirements file)")
-    p.add_argument("--env-pip-arg", action="append", default=[], metavar="ARG",
-                   help="argument passed to `pip install` when an environment is built (repeatable; "
-                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR)")
+    add_env_args(p)
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
                         "use --server-arg=--flag for dashes)")
@@ -96,6 +88,23 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                         "(kept for scripts; --slots says how many)")
     add_format_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_env_args(p: argparse.ArgumentParser) -> None:
+    """How a revision gets its own environment: every command that launches servers takes these."""
+    p.add_argument("--env-file", default=DEFAULT_ENV_FILE, metavar="REL",
+                   help="pip requirements file, relative to each revision's tree, that gives the revision "
+                        "its own environment: a venv with --system-site-packages over --python, built once "
+                        "per (sha, file content, interpreter) in the cache; a revision without the file "
+                        f"runs on --python (default {DEFAULT_ENV_FILE}; SGLang: point it at the checkout's "
+                        "own requirements file)")
+    p.add_argument("--env-pip-arg", action="append", default=[], metavar="ARG",
+                   help="argument passed to `pip install` when an environment is built (repeatable; "
+                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR)")
+
+
+def env_options_from(args: argparse.Namespace) -> EnvOptions:
+    return EnvOptions(args.env_file, tuple(args.env_pip_arg))
 
 
 def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
@@ -150,7 +159,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
         role_python={role: python for role, python in ((Role.BASE, args.base_python),
                                                        (Role.CANDIDATE, args.candidate_python)) if python},
-        env_options=EnvOptions(args.env_file, tuple(args.env_pip_arg)),
+        env_options=env_options_from(args),
         extra_args=tuple(args.server_arg),
         slots=cpu_slots(slot_count(args)),
         command_line=command_line(),

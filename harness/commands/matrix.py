@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.commands.common_args import (add_format_arg, add_revision_args, check_baseline_file, claim_out_dir,
-                                          command_line, conclude, observer_for, revisions_from)
+from harness.commands.common_args import (add_env_args, add_format_arg, add_revision_args, check_baseline_file,
+                                          claim_out_dir, command_line, conclude, env_options_from, observer_for,
+                                          revisions_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
 from harness.run import RunRequest, execute
@@ -47,6 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--store", type=Path, default=None, help="result store (default: $DETCHECK_CACHE_DIR/store)")
     r.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
     r.add_argument("--force", action="store_true", help="replace the runs an existing --out holds")
+    add_env_args(r)
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
     add_format_arg(r)
@@ -85,13 +87,15 @@ def run_entry(args: argparse.Namespace) -> int:
     base, candidate = revisions_from(args)
     root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    env_options = env_options_from(args)
     codes = []
     for suite in entry.suites:
         claim_out_dir(root / suite.stem, resume=False, force=args.force)
         req = RunRequest(
             suite_path=suite, target=entry.target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
-            slots=slots, extra_args=entry.server_args, extra_env=entry.env, command_line=command_line())
+            slots=slots, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
+            command_line=command_line())
         print(f"matrix {entry.name}: {suite.name}{placement(slots)}", file=sys.stderr)
         result = execute(req, observer_for(args))
         codes.append(conclude(result, args.format, req.out_dir, args.baseline))
