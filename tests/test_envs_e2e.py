@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import detcheck, refserver_suite
+from conftest import ROOT, detcheck, refserver_suite
 from envprobe import write_envprobe_wheel
 from harness.envs import DEFAULT_ENV_FILE, MANIFEST
 from harness.fixture_repo import FixtureRepo
@@ -96,8 +96,8 @@ def test_bisect_builds_every_commits_environment_with_the_given_pip_options(tmp_
     repo.edit("cache")
     culprit = repo.commit("planted regression: cache")
     bad = repo.note("another harmless commit")
-    suite = refserver_suite(tmp_path / "envs.toml", ["prefill_cache_hit"])
-    proc = detcheck("bisect", "--repo", str(repo.path), "--good", good, "--bad", bad, "--suite", str(suite),
+    proc = detcheck("bisect", "--repo", str(repo.path), "--good", good, "--bad", bad,
+                    "--suite", str(ROOT / "suites" / "default.toml"), "--config", "deterministic",
                     "--probe", "prefill_cache_hit", *offline_wheels(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"first bad commit: {culprit[:12]}" in proc.stdout
