@@ -385,8 +385,8 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
                 for job in sides:
                     record_cell(run, job, probe, outcomes[job.role])
         finally:
-            for job in jobs:
-                stop_job(run, job)
+            # Both at once too: SGLang takes seconds to shut down (5.7 s a server on the H200).
+            list(launching.map(lambda job: stop_job(run, job), jobs))
 
 
 def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
