@@ -1,0 +1,39 @@
+"""Waiting on server processes: the exit wait and the health poll's interval."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from harness.server import health_poll_s, wait_exit
+
+
+def sleeper(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+def test_wait_exit_times_out_on_a_running_process_and_wakes_at_its_exit():
+    proc = sleeper(0.5)
+    try:
+        assert wait_exit(proc, 0.05) is False and proc.returncode is None
+        assert wait_exit(proc, 10.0) is True
+        assert proc.returncode == 0  # reaped by the wait
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_wait_exit_notices_an_exit_at_once_and_a_reaped_process_is_done():
+    proc = sleeper(0.0)
+    time.sleep(0.5)  # exited, not yet reaped
+    t0 = time.monotonic()
+    assert wait_exit(proc, 10.0) is True
+    assert time.monotonic() - t0 < 0.05
+    assert wait_exit(proc, 10.0) is True  # already reaped: no wait on a pid that may be reused
+
+
+def test_the_health_poll_grows_with_the_wait_within_its_bounds():
+    assert health_poll_s(0.0) == 0.02
+    assert health_poll_s(1.3) == 0.05 * 1.3  # the reference server's start: noticed within 65 ms
+    assert health_poll_s(120.0) == 0.25  # a GPU server's minute of loading: as before
