@@ -80,6 +80,9 @@ def wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
     return bool(exited)
 
 
+HEALTH_POLL_PATH = "/health_generate"
+
+
 def health_poll_s(waited_s: float) -> float:
     """The next health poll's delay: 5% of the wait so far, within 20 ms and 0.25 s, so that
     noticing a server late costs about 5% of its startup, whatever it takes."""
@@ -199,7 +202,7 @@ class ServerProcess:
             if elapsed > timeout_s:
                 raise LaunchError(f"server not healthy after {timeout_s:.0f} s", self.log_tail())
             try:
-                r = requests.get(self.url + "/health_generate", timeout=min(30.0, timeout_s))
+                r = requests.get(self.url + HEALTH_POLL_PATH, timeout=min(30.0, timeout_s))
                 if r.status_code == 200:
                     self._check_answered_by_own_group()
                     self.startup_s = time.monotonic() - t0
@@ -267,5 +270,9 @@ class ServerProcess:
             return ""
 
     def log_tail(self, lines: int = 30) -> str:
+        """The log's last lines, without the access lines of the harness's own health polls:
+        while a server starts they can be most of its log, and a failed launch's tail must
+        show the server's last words."""
         text = self.log_since(max(0, self.log_size() - 64 * 1024))
-        return "\n".join(text.splitlines()[-lines:])
+        poll = f'"GET {HEALTH_POLL_PATH} '  # uvicorn's access line, as SGLang and the reference server log it
+        return "\n".join([line for line in text.splitlines() if poll not in line][-lines:])
