@@ -123,13 +123,15 @@ def test_a_window_bounds_a_level_and_counts_the_cut_requests(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("output_len, window", [(300, None), (1000, 3.0)], ids=["to-the-end", "window"])
+@pytest.mark.parametrize("output_len, window", [(300, None), (2000, 3.0)], ids=["to-the-end", "window"])
 def test_retractions_decide_per_request_throughput_and_record_the_swa_tokens(tmp_path, output_len, window):
     """The seed-scale DFLASH case in miniature: the candidate skips SWA eviction on the DFLASH
     decode path, four long requests overflow its SWA pool and it retracts; the base never does.
-    One round per side, decided by the per-request metric. With a window shorter than the
-    round (about 110 tok/s per request here), as the seed-scale suite measures it, every request
-    is cut and the candidate still retracts within the window."""
+    One round per side, decided by the per-request metric. With a window far shorter than the
+    round (110-290 tok/s per request, by the machine: 2,000 tokens take 7 s or more), as the
+    seed-scale suite measures it, the base's requests are all cut, and the candidate retracts
+    within the window. Not all of the candidate's need be cut: one that alone outgrows its SWA
+    pool (819 tokens) is aborted by the server itself, which a fast machine reaches in 3 s."""
     repo = build_repo(SCENARIOS["swa"], tmp_path)
     suite = tmp_path / "seed.toml"
     suite.write_text(f"""name = "seed-mini"
@@ -176,6 +178,7 @@ verdict_metrics = ["req_tok_s_c4"]
     assert len(cells["base"]["samples"][0]["request_tok_s"]) == 4
     assert "retractions (at" in proc.stdout
     if window:
-        # Every request of both sides was cut: the round is bounded by the window.
-        assert base["requests_cut"] == cand["requests_cut"] == 4 and base["window_s"] == window
+        # The window cut the base's every request and the candidate's too, but for any it had
+        # aborted itself: both rounds are bounded by the window.
+        assert base["requests_cut"] == 4 and cand["requests_cut"] >= 1 and base["window_s"] == window
         assert all(c["samples"][0]["wall_s"] < window + 3.0 for c in cells.values())
