@@ -45,9 +45,9 @@ def test_run_then_rerun_reuses_every_cell(tmp_path):
     first = detcheck(*args, "--out", str(tmp_path / "a"), env={"DETCHECK_CACHE_DIR": str(cache)})
     assert first.returncode == 1, first.stderr[-3000:]  # a probe differs: exit 1, as asv continuous
     assert "| deterministic | `prefill_cache_hit` |" in first.stdout
-    helps = sorted(p.name for p in (cache / "help").iterdir())
+    helps = list((cache / "help").iterdir())
     assert len(helps) == 2  # one `--help` per revision
-    for path in (cache / "help").iterdir():
+    for path in helps:
         path.unlink()
     again = detcheck(*args, "--out", str(tmp_path / "b"), env={"DETCHECK_CACHE_DIR": str(cache)})
     assert again.returncode == 1
