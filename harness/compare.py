@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from harness import __version__, stats
 from harness.probes import PROBES
-from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunResult, Status
+from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
 
@@ -46,10 +46,12 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
             return ProbeComparison(config, probe, Verdict(status.value), note=reasons)
     judge = PROBES[probe].judge
     judged = {c.role.value: judge(c.facts, params) for c in (base, cand)} if judge else {}
-    decisive = params["verdict_metrics"] or ([base.primary.name] if base.primary else [])
+    pairs, across_facts = metric_pairs(probe, base, cand, params)
+    if across_facts:
+        judged["candidate"] = {**judged.get("candidate", {}), **across_facts}
+    decisive = params["verdict_metrics"] or ([pairs[0][0].name] if pairs else [])
     comparisons: dict[str, stats.Comparison] = {}
-    for i, m in enumerate(base.metrics):
-        other = cand.metric(m.name)
+    for i, (m, other) in enumerate(pairs):
         if other is None or not m.values or not other.values:
             continue
         if m.kind == Kind.EXACT and other.kind == Kind.EXACT:
@@ -71,6 +73,18 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
                                {role: facts for role, facts in judged.items() if facts})
     return ProbeComparison(config, probe, verdict, comparisons, note,
                            {role: facts for role, facts in judged.items() if facts}, decided_by)
+
+
+def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any]
+                 ) -> tuple[list[tuple[Metric, Metric | None]], dict[str, Any]]:
+    """The (base, candidate) metrics to compare: each cell's own, by name; for a cross-revision
+    probe (`ProbeKind.across`), those it derives from both sides' samples, with its facts about
+    the pair (shown with the candidate's facts)."""
+    across = PROBES[probe].across
+    if across is None:
+        return [(m, cand.metric(m.name)) for m in base.metrics], {}
+    derived = across(base, cand, params)
+    return list(derived.metrics), derived.facts
 
 
 def finding_change(sides: dict[str, CellResult]) -> tuple[Verdict, str] | None:

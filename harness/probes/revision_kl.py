@@ -1,0 +1,214 @@
+"""revision_kl: what the base serves against what the candidate serves, token for token.
+
+Every other probe compares a revision with itself (decode vs replay, hit vs no hit), so a
+change that moves served logprobs alike everywhere (a logits processor, a kernel that is
+self-consistent) reads *same* there. Here each side's server gets the same token sequences:
+
+* a greedy decode of every workload prompt, with the top-k logprobs of every output token;
+* a teacher-forced score of one fixed sequence per prompt, the prompt followed by a fixed
+  continuation (the next prompt's first tokens: real text under longbench), prefilled with
+  `logprob_start_len = 0` and `top_logprobs_num`. It depends on neither side's output, so the
+  positions after a first divergence stay comparable (llama.cpp's `--kl-divergence` scores a
+  fixed text the same way).
+
+Each side's cell holds only what its server served (stored on its own, as every cell); the
+comparison (`across`) derives the metrics from both: under deterministic inference a refactor
+must serve bit-identical values, so the scored logprobs, their top-k, the greedy ids and their
+logprobs compare exactly; otherwise each side scores twice, and the KL(base ‖ candidate) and
+top-1 agreement per prompt are judged, paired by prompt, against the base's own
+run-to-run KL and agreement, beyond declared floors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from harness import stats
+from harness.client import Logprobs
+from harness.params import Param
+from harness.probes.base import Across, ProbeContext, ProbeKind, register
+from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs,
+                                   require_output_logprobs, require_top_logprobs)
+from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
+from harness.report.format import fmt
+from harness.results import CellResult, Metric, ProbeOutput
+from harness.stats import Kind
+
+# The exact metrics (deterministic mode) and the noisy ones (otherwise): all decide by default.
+EXACT_METRICS = ("scored_logprobs", "scored_topk", "greedy_ids", "greedy_logprobs")
+NOISY_METRICS = ("kl", "top1_agree")
+
+
+def _judging() -> tuple[Param, ...]:
+    """The shared judging parameters, with this probe's declared floors and deciding metrics."""
+    defaults = {"floors": {"kl": {"absolute": 1e-3}, "top1_agree": {"absolute": 0.02}},
+                "verdict_metrics": [*EXACT_METRICS, *NOISY_METRICS]}
+    return tuple(dataclasses.replace(p, default=defaults[p.name]) if p.name in defaults else p
+                 for p in JUDGING)
+
+
+PARAMS = (
+    *WORKLOAD, BATCH_SIZE,
+    Param("top_k", int, 8, "top logprobs per position, decoded and scored", MEASURED, low=1, high=1000),
+    Param("continuation_len", int, 32, "tokens of the fixed continuation scored after each prompt",
+          MEASURED, low=1, high=1_000_000),
+    *KL, *_judging(),
+)
+
+
+def continuations(prompts: Sequence[Sequence[int]], length: int) -> list[list[int]]:
+    """Prompt i's fixed continuation: the first `length` tokens of prompt i+1 (cyclic; a short
+    one repeated), the same on both sides and independent of anything a server answered."""
+    out = []
+    for i in range(len(prompts)):
+        source = list(prompts[(i + 1) % len(prompts)])
+        out.append((source * (length // len(source) + 1))[:length])
+    return out
+
+
+def _score(ctx: ProbeContext, sequences: list[list[int]], batch: int) -> list[Replayed]:
+    """Every position after the first of each sequence, teacher-forced (cold prefill)."""
+    return cold_replay(ctx.client, sequences, [len(s) - 1 for s in sequences], batch, ctx.param("top_k"))
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    prompts = [list(p) for p in ctx.workload.prompts]
+    batch = ctx.param("batch_size") or len(prompts)
+    top_k = ctx.param("top_k")
+    passes = 1 if ctx.deterministic else 2  # a noisy build: the second pass is the noise reference
+    total = len(prompts) * (1 + passes)
+    ctx.client.flush_cache()
+    outputs, lps, tops = [], [], []
+    for chunk in batches(prompts, batch):
+        for gen in ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
+                                       logprobs=Logprobs(top_k=top_k)):
+            outputs.append(list(gen.output_ids))
+            lps.append(gen.output_logprobs)
+            tops.append(gen.output_top_logprobs)
+        ctx.advance(len(outputs), total)
+    lps = require_output_logprobs(lps, "greedy decode")
+    require_top_logprobs(tops, "greedy decode")
+    sequences = [p + c for p, c in zip(prompts, continuations(prompts, ctx.param("continuation_len")))]
+    scores = []
+    for n in range(passes):
+        scores.append(_score(ctx, sequences, batch))
+        ctx.advance(len(prompts) * (2 + n), total)
+    nll = [-sum(s.logprobs) / len(s.logprobs) for s in scores[0]]
+    samples = tuple(
+        {"input_ids": seq, "prompt_len": len(p), "output_ids": o, "output_logprobs": lp,
+         "output_top_logprobs": [list(map(list, t)) for t in top],
+         **{f"{'re' * n}scored_logprobs": s[i].logprobs for n, s in enumerate(scores)},
+         **{f"{'re' * n}scored_top_logprobs": [list(map(list, t)) for t in s[i].top]
+            for n, s in enumerate(scores)},
+         "scored_nll": nll[i]}
+        for i, (seq, p, o, lp, top) in enumerate(zip(sequences, prompts, outputs, lps, tops)))
+    facts = {"deterministic": ctx.deterministic, "prompts": len(prompts), "top_k": top_k,
+             "scored_tokens": sum(len(s.logprobs) for s in scores[0]),
+             "continuation_len": ctx.param("continuation_len"), "scoring_passes": passes,
+             "nll_mean": sum(nll) / len(nll), "degenerate_prompts": degenerate_outputs(outputs)}
+    metric = Metric("scored_nll", Kind.EXACT if ctx.deterministic else Kind.NOISY, tuple(nll),
+                    better="lower", headline="mean", paired=True)
+    return ProbeOutput(samples=samples, metrics=(metric,), facts=facts)
+
+
+# --------------------------------------------------------------------------- across
+
+
+def _flat(rows: Sequence[Sequence[Any]]) -> tuple[float, ...]:
+    return tuple(float(v) for row in rows for v in row)
+
+
+def _flat_top(rows: Sequence[Sequence[Sequence[Sequence[float]]]]) -> tuple[float, ...]:
+    # (logprob, id) of every top-k entry in order: a changed rank or value is a changed value.
+    return tuple(float(x) for row in rows for top in row for entry in top for x in entry)
+
+
+def first_divergence(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per prompt, where the two sides first served something else: the scored position (its
+    index in the input ids; logprob or top-k differs) and the greedy output position (id or
+    logprob or top-k differs); None where they agree throughout."""
+    out = []
+    for b, c in zip(base, cand):
+        scored = next((j + 1 for j, (x, y, tx, ty) in enumerate(zip(
+            b["scored_logprobs"], c["scored_logprobs"], b["scored_top_logprobs"], c["scored_top_logprobs"]))
+            if x != y or tx != ty), None)
+        greedy = next((j for j, row in enumerate(zip(b["output_ids"], c["output_ids"], b["output_logprobs"],
+                                                        c["output_logprobs"], b["output_top_logprobs"],
+                                                        c["output_top_logprobs"]))
+                       if row[0] != row[1] or row[2] != row[3] or row[4] != row[5]), None)
+        out.append({"scored": scored, "greedy": greedy})
+    return out
+
+
+def _earliest(per_prompt: list[dict[str, Any]], what: str) -> dict[str, int] | None:
+    hits = [(d[what], i) for i, d in enumerate(per_prompt) if d[what] is not None]
+    if not hits:
+        return None
+    i = min(i for _, i in hits)  # the first prompt that diverges, at its first position
+    return {"prompt": i, "position": per_prompt[i][what]}
+
+
+def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across:
+    b, c = base.samples, cand.samples
+    if len(b) != len(c) or any(x["input_ids"] != y["input_ids"] for x, y in zip(b, c)):
+        return Across((), {"not_comparable": "the two sides scored different sequences"})
+    tau = params["tau"]
+    kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    k3 = [stats.k3_per_token(x["scored_logprobs"], y["scored_logprobs"]) for x, y in zip(b, c)]
+    agree = [stats.top1_agreement(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    kl_tails, k3_tails = stats.pooled_tails(kl, tau), stats.pooled_tails(k3, tau)
+    diverged = first_divergence(b, c)
+    kl_per_prompt = [sum(t) / len(t) for t in kl]
+    facts: dict[str, Any] = {
+        "kl_mean": sum(kl_per_prompt) / len(kl_per_prompt), "kl_p99": kl_tails.p99, "kl_max": kl_tails.max,
+        "kl_frac_over_tau": kl_tails.frac_over_tau,
+        "k3_mean": k3_tails.mean, "k3_p99": k3_tails.p99, "k3_max": k3_tails.max,
+        "k3_frac_over_tau": k3_tails.frac_over_tau, "tau": tau,
+        "top1_agree": sum(a * len(t) for a, t in zip(agree, kl)) / kl_tails.n_tokens,
+        "greedy_identical": all(x["output_ids"] == y["output_ids"] for x, y in zip(b, c)),
+        "greedy_first_diff": _earliest(diverged, "greedy"),
+        "first_divergent": _earliest(diverged, "scored"),
+        "prompts_diverged": sum(1 for d in diverged if d["scored"] is not None or d["greedy"] is not None),
+    }
+    exact = base.facts.get("deterministic") and cand.facts.get("deterministic")
+    if exact:
+        def pair(name: str, values) -> tuple[Metric, Metric]:
+            return tuple(Metric(name, Kind.EXACT, values(cell.samples)) for cell in (base, cand))
+
+        metrics = (pair("scored_logprobs", lambda s: _flat([x["scored_logprobs"] for x in s])),
+                   pair("scored_topk", lambda s: _flat_top([x["scored_top_logprobs"] for x in s])),
+                   pair("greedy_ids", lambda s: _flat([x["output_ids"] for x in s])),
+                   pair("greedy_logprobs", lambda s: _flat([x["output_logprobs"] for x in s])))
+        return Across(metrics, facts)
+    if not all("rescored_top_logprobs" in x for x in b):
+        return Across((), {**facts, "not_comparable": "the base scored once: no run-to-run reference"})
+    # The base against its own second pass: what the noise alone gives, prompt by prompt.
+    self_kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    self_agree = [stats.top1_agreement(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    facts["base_self_kl_mean"] = sum(sum(t) / len(t) for t in self_kl) / len(self_kl)
+    metrics = ((Metric("kl", Kind.NOISY, tuple(sum(t) / len(t) for t in self_kl), better="lower",
+                       headline="mean", paired=True),
+                Metric("kl", Kind.NOISY, tuple(kl_per_prompt), better="lower", headline="mean", paired=True)),
+               (Metric("top1_agree", Kind.NOISY, tuple(self_agree), better="higher", headline="mean", paired=True),
+                Metric("top1_agree", Kind.NOISY, tuple(agree), better="higher", headline="mean", paired=True)))
+    return Across(metrics, facts)
+
+
+def describe(facts: dict[str, Any], primary: Metric | None) -> str:
+    if "kl_mean" not in facts:  # the base's cell, or one side alone: what it served
+        return (f"NLL {fmt(facts.get('nll_mean'))} over {facts.get('scored_tokens')} scored tokens, "
+                f"top-{facts.get('top_k')}")
+    text = (f"KL to base {fmt(facts['kl_mean'])} (p99 {fmt(facts['kl_p99'])}, max {fmt(facts['kl_max'])}), "
+            f"k3 {fmt(facts['k3_mean'])}, top-1 agree {facts['top1_agree']:.0%}, "
+            f"greedy {'identical' if facts['greedy_identical'] else 'differs'}")
+    first = facts.get("first_divergent") or facts.get("greedy_first_diff")
+    if first:
+        text += f", first diff prompt {first['prompt']} @{first['position']}"
+    return text
+
+
+PROBE = register(ProbeKind(
+    "revision_kl", run,
+    "base vs candidate on the same tokens: greedy decode + teacher-forced score, KL(base ‖ candidate)",
+    params=PARAMS, describe=describe, across=across))
