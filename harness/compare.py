@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from harness import __version__, stats
 from harness.probes import PROBES
+from harness.reproducer import reproducer
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
@@ -117,7 +118,12 @@ def compare_pair(config: str, probe: str, base: CellResult | None, cand: CellRes
     if probe not in PROBES:
         return ProbeComparison(config, probe, Verdict.ERROR, note=f"unknown probe {probe!r}")
     params = probe_params.get(probe) or PROBES[probe].defaults()
-    return compare_cells(config, probe, base, cand, params)
+    comp = compare_cells(config, probe, base, cand, params)
+    if comp.verdict != Verdict.DIFFERENT or base is None or cand is None:
+        return comp
+    # A *different* pair gets its smallest request (harness/reproducer.py), from the samples.
+    pairs = metric_pairs(probe, base, cand, params)[0] if comp.metrics else []
+    return dataclasses.replace(comp, reproducer=reproducer(comp, base, cand, pairs, params))
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
@@ -168,7 +174,7 @@ def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult
     decided = comp.metrics.get(comp.decided_by or "")
     if decided is not None and decided.kind == Kind.NOISY and comp.verdict != Verdict.UNKNOWN:
         when = " and ".join(str(c.metadata.get("finished_at") or "?") for c in (base, cand))
-        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, note=(
+        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, reproducer=None, note=(
             f"{comp.decided_by} is noisy and was measured in two runs ({when}): shown, not judged "
             f"(would read {comp.verdict}); measure both in one run; {comp.note}"))
     return comp
