@@ -30,16 +30,16 @@ SELF_PROBES = ["kl", "prefill_cache_hit", "decode_cache_hit", "determinism"]
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    """A repo with three revisions (base, a logit scale, a rename) and one run per candidate."""
+    """A repo with a base and one candidate per planted change (each on the base alone), and
+    one run per candidate."""
     tmp = tmp_path_factory.mktemp("revkl")
     repo = FixtureRepo.create(tmp / "repo")
     revs = {"base": repo.head()}
-    repo.edit("logit-scale")
-    revs["logit-scale"] = repo.commit("scale the final norm")
-    repo.edit("logit-scale", undo=True)
-    repo.commit("undo the scale")
-    repo.edit("rename")
-    revs["rename"] = repo.commit("rename the logprob entries' names")
+    for name in ("logit-scale", "rename", "batch-noise", "cache"):
+        repo.edit(name)
+        revs[name] = repo.commit(f"plant {name}")
+        repo.edit(name, undo=True)
+        repo.commit(f"undo {name}")
     suite = refserver_suite(tmp / "revkl.toml", [*SELF_PROBES, "revision_kl"], prompts=4, prompt_len=(40, 90),
                             output_len=16, args=("--mamba-track-interval", "16"),
                             tables="[probe.determinism]\nmax_batch_size = 3\n")
@@ -152,3 +152,32 @@ def test_the_reproducer_shows_the_difference_on_fresh_servers_of_each_side(pair)
     # the same values the run stored: the reproducer reproduces what was measured
     stored = next(c for c in result["cells"] if c["probe"] == "revision_kl" and c["role"] == "base")
     assert base[j][0] == stored["samples"][rep["prompts"][0]]["scored_logprobs"][j - 1]
+
+
+@pytest.mark.parametrize("planted, probe", [("batch-noise", "kl"), ("cache", "prefill_cache_hit"),
+                                            ("cache", "decode_cache_hit")])
+def test_a_self_comparison_reproducer_diverges_on_its_side_only(pair, planted, probe):
+    """kl and cache-hit reproducers: a decode (or hit) and its cold replay, posted to a fresh
+    server of each side, disagree on the side the run found diverging and agree on the other."""
+    repo, revs, run, tmp = pair
+    result, _ = run(planted)
+    comp = comparison(result, probe)
+    assert comp["verdict"] == "different", comp["note"]
+    rep = comp["reproducer"]
+    first = rep["first_divergent"]
+    assert first["side"] == "candidate" and rep["re_measurements"] == 0
+    if probe == "decode_cache_hit":
+        start, end = rep["position_range"]
+        assert end == first["cached_tokens"] and end - start <= 16  # within one track interval
+    agree = {}
+    for role in ("base", "candidate"):
+        cell = next(c for c in result["cells"] if c["probe"] == probe and c["role"] == role)
+        answers = post_reproducer(cell["metadata"]["server_argv"],
+                                  checkout(repo, revs[role if role == "base" else planted],
+                                           tmp / f"{planted}-{probe}-{role}"),
+                                  rep, tmp / f"{planted}-{probe}-{role}.log")
+        decoded, replayed = answers[-3]["meta_info"], answers[-1]["meta_info"]
+        j = first["position"]
+        assert len(decoded["output_token_logprobs"]) == j + 1
+        agree[role] = decoded["output_token_logprobs"][j][0] == replayed["input_token_logprobs"][-1][0]
+    assert agree == {"base": True, "candidate": False}
