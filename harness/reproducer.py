@@ -95,7 +95,7 @@ def _located(comp: ProbeComparison, decided) -> Reproducer:
     return Reproducer(
         prompts=(), first_divergent=None if where is None else {"index": where, "metric": comp.decided_by},
         requests=(), expect=comp.note,
-        shrink="not shrunk: this probe's difference is a property of the whole run "
+        shrink="Not shrunk: this probe's difference is a property of the whole run "
                "(rerun the configuration with the cells' server argv)")
 
 
@@ -119,7 +119,7 @@ def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, p
         prompts=(i,), first_divergent=None, requests=requests,
         expect=(f"{comp.decided_by} of prompt {i}: base {b.values[i]:.6g}, candidate {c.values[i]:.6g} "
                 f"(the largest paired difference; the verdict is over all {len(b.values)})"),
-        shrink="not shrunk (a noisy verdict): the prompt with the largest paired effect")
+        shrink="Not shrunk (a noisy verdict): the prompt with the largest paired effect")
 
 
 # --------------------------------------------------------------------------- per probe
@@ -138,7 +138,7 @@ def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult,
             requests=(_score("teacher-forced score, cut after the first divergent position", seq[:j + 1], top_k),),
             expect=(f"the last input position ({j}): input_token_logprobs[{j}] or input_top_logprobs[{j}] "
                     f"differ between base and candidate; every earlier position is equal"),
-            shrink=(f"from the stored samples: {n} prompts → 1 (prompt {i}, the first that differs); its "
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}, the first that differs); its "
                     f"scored sequence {len(seq)} → {j + 1} tokens (a position's logprob depends only on the "
                     f"tokens before it)"))
     if greedy:
@@ -148,7 +148,7 @@ def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult,
             prompts=(i,), first_divergent={**greedy, "what": "greedy output"},
             requests=(FLUSH, _decode("greedy decode, up to the first divergent token", prompt, j + 1, top_k)),
             expect=f"output token {j}: its id, logprob or top-{top_k} differ between base and candidate",
-            shrink=(f"from the stored samples: {n} prompts → 1 (prompt {i}); max_new_tokens "
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}); max_new_tokens "
                     f"{len(cand.samples[i]['output_ids'])} → {j + 1}; the prompt kept whole (the "
                     f"teacher-forced score agrees, and shortening the prompt would need the servers)"))
     return None
@@ -167,7 +167,7 @@ def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult, params: dict[
                   _score("cold replay of prompt + output", prompts[i] + s["output_ids"][:j + 1], top_k)),
         expect=(f"on the {side}, the decode's output_token_logprobs[{j}] differs from the replay's last "
                 f"input_token_logprobs; on the {other} they are equal"),
-        shrink=(f"from the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
+        shrink=(f"From the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
                 f"max_new_tokens {len(s['output_ids'])} → {j + 1} (a greedy token depends only on those before)"))
 
 
@@ -203,7 +203,7 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult,
                   _score("cold replay of the hit's input + output", turn2 + s["output_ids"][:j + 1])),
         expect=(f"on the {side}, the hit's output_token_logprobs[{j}] differs from the replay's last "
                 f"input_token_logprobs (check cached_tokens > 0 on the hit){where}"),
-        shrink=(f"from the stored samples: prompts → 1 (prompt {i}); max_new_tokens → {j + 1}; the prompt kept "
+        shrink=(f"From the stored samples: prompts → 1 (prompt {i}); max_new_tokens → {j + 1}; the prompt kept "
                 f"whole (shortening it moves the cache's aligned hit: it would need the servers)"),
         position_range=span)
 
@@ -224,7 +224,7 @@ def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult,
         prompts=(0,), first_divergent={"prompt": 0, "batch_size": size, "what": "batch size", "side": side},
         requests=(_decode("prompt 0 alone", target, new), _decode(f"prompt 0 in a batch of {size}", batch, new)),
         expect=f"on the {side}, the first answer of the batch of {size} differs from prompt 0 alone",
-        shrink=f"batch sizes → the first that differs ({size}); prompts kept (the batch is the cause)")
+        shrink=f"Batch sizes → the first that differs ({size}); prompts kept (the batch is the cause)")
 
 
 BUILDERS: dict[str, Callable[[ProbeComparison, CellResult, CellResult, dict[str, Any]], Reproducer | None]] = {

@@ -22,6 +22,7 @@ run-to-run KL and agreement, beyond declared floors.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Sequence
 
 from harness import stats
@@ -186,10 +187,16 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
     # The base against its own second pass: what the noise alone gives, prompt by prompt.
     self_kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
     self_agree = [stats.top1_agreement(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
-    facts["base_self_kl_mean"] = sum(sum(t) / len(t) for t in self_kl) / len(self_kl)
-    metrics = ((Metric("kl", Kind.NOISY, tuple(sum(t) / len(t) for t in self_kl), better="lower",
-                       headline="mean", paired=True),
-                Metric("kl", Kind.NOISY, tuple(kl_per_prompt), better="lower", headline="mean", paired=True)),
+    self_per_prompt = [sum(t) / len(t) for t in self_kl]
+    facts["base_self_kl_mean"] = sum(self_per_prompt) / len(self_per_prompt)
+    # An infinite KL (one side puts all the top-k mass where the other leaves some out) has no
+    # median to test: it is a difference of kind, compared exactly.
+    infinite = [i for i, v in enumerate(kl_per_prompt + self_per_prompt) if not math.isfinite(v)]
+    kind = Kind.EXACT if infinite else Kind.NOISY
+    if infinite:
+        facts["kl_infinite_prompts"] = sorted({i % len(b) for i in infinite})
+    metrics = ((Metric("kl", kind, tuple(self_per_prompt), better="lower", headline="mean", paired=True),
+                Metric("kl", kind, tuple(kl_per_prompt), better="lower", headline="mean", paired=True)),
                (Metric("top1_agree", Kind.NOISY, tuple(self_agree), better="higher", headline="mean", paired=True),
                 Metric("top1_agree", Kind.NOISY, tuple(agree), better="higher", headline="mean", paired=True)))
     return Across(metrics, facts)

@@ -159,3 +159,13 @@ def test_a_reproducer_survives_results_json(tmp_path):
     back = read_run(tmp_path).comparisons[0]
     assert back == comp and back.reproducer.requests[0].curl() == comp.reproducer.requests[0].curl()
     assert dataclasses.replace(back, reproducer=None).to_dict().get("reproducer") is None
+
+
+def test_an_infinite_kl_in_noisy_mode_is_compared_exactly_not_crashed_on():
+    base = [sample(i % 3, rescored_noise=0.0) for i in range(9)]
+    cand = [sample(i % 3) for i in range(9)]
+    # prompt 0's candidate: its top-3 holds all the mass at every position
+    cand[0]["scored_top_logprobs"] = [[[0.0, t[0][1]], *t[1:]] for t in cand[0]["scored_top_logprobs"]]
+    comp = compare(base, cand, deterministic=False)
+    assert comp.verdict == Verdict.DIFFERENT and comp.metrics["kl"].kind == "exact"
+    assert comp.judged["candidate"]["kl_infinite_prompts"] == [0]
