@@ -181,3 +181,24 @@ def test_a_self_comparison_reproducer_diverges_on_its_side_only(pair, planted, p
         assert len(decoded["output_token_logprobs"]) == j + 1
         agree[role] = decoded["output_token_logprobs"][j][0] == replayed["input_token_logprobs"][-1][0]
     assert agree == {"base": True, "candidate": False}
+
+
+def test_without_deterministic_mode_the_shift_is_judged_paired_against_the_bases_own_noise(pair):
+    """Default mode: each side scores twice; KL(base ‖ candidate) per prompt against the base's
+    run-to-run KL, Wilcoxon over 8 prompts, beyond the declared 1e-3 floor; a rename: same."""
+    repo, revs, _, tmp = pair
+    suite = refserver_suite(tmp / "noisy.toml", ["revision_kl"], prompts=8, output_len=6, deterministic=False)
+    verdicts = {}
+    for candidate in ("logit-scale", "rename"):
+        out = tmp / f"noisy-{candidate}"
+        proc = detcheck("run", "--repo", str(repo.path), "--base", revs["base"], "--candidate", revs[candidate],
+                        "--suite", str(suite), "--out", str(out), "--no-progress",
+                        env={"DETCHECK_CACHE_DIR": str(tmp / "cache")})
+        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        verdicts[candidate] = comparison(json.loads((out / "results.json").read_text()), "revision_kl")
+    shifted, renamed = verdicts["logit-scale"], verdicts["rename"]
+    kl = shifted["metrics"]["kl"]
+    assert shifted["verdict"] == "different" and shifted["decided_by"] == "kl", shifted["note"]
+    assert kl["kind"] == "noisy" and kl["paired"] and kl["effect"] > 1e-3 and kl["p"] < 0.05
+    assert len(shifted["reproducer"]["prompts"]) == 1 and shifted["reproducer"]["requests"]
+    assert renamed["verdict"] == "same" and "identical samples" in renamed["metrics"]["kl"]["note"]
