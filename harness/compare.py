@@ -123,7 +123,7 @@ def compare_pair(config: str, probe: str, base: CellResult | None, cand: CellRes
         return comp
     # A *different* pair gets its smallest request (harness/reproducer.py), from the samples.
     pairs = metric_pairs(probe, base, cand, params)[0] if comp.metrics else []
-    return dataclasses.replace(comp, reproducer=reproducer(comp, base, cand, pairs, params))
+    return dataclasses.replace(comp, reproducer=reproducer(comp, base, cand, pairs))
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from harness.client import Logprobs, generate_body
 from harness.plan import WorkloadSpec
+from harness.probes.determinism import batch as determinism_batch
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request
 from harness.stats import Kind, Verdict
 from harness.workloads import build
@@ -32,8 +33,7 @@ from harness.workloads import build
 Pairs = Sequence[tuple[Metric, Metric | None]]
 
 
-def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs,
-               params: dict[str, Any]) -> Reproducer | None:
+def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs) -> Reproducer | None:
     """The reproducer of a *different* comparison (None for any other verdict)."""
     if comp.verdict != Verdict.DIFFERENT:
         return None
@@ -41,8 +41,8 @@ def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs:
     builder = BUILDERS.get(comp.probe)
     if builder is not None and decided is not None and base.samples and cand.samples:
         if decided.kind == Kind.NOISY:
-            return _largest_effect(comp, base, cand, pairs, params)
-        built = builder(comp, base, cand, params)
+            return _largest_effect(comp, base, cand, pairs)
+        built = builder(comp, base, cand)
         if built is not None:
             return built
     return _located(comp, decided)
@@ -78,13 +78,12 @@ def _score(what: str, ids: Sequence[int], top_k: int = 0) -> Request:
 FLUSH = Request("start cold", "/flush_cache")
 
 
-def _divergent_side(base: CellResult, cand: CellResult, key: str = "first_divergent"
-                    ) -> tuple[str, int, dict[str, Any]] | None:
+def _divergent_side(base: CellResult, cand: CellResult) -> tuple[str, int, dict[str, Any]] | None:
     """(side, sample index, sample) of the first sample that diverged within its own side, on
     the candidate first (a regression), else the base (a fix)."""
     for side, cell in (("candidate", cand), ("base", base)):
         for i, s in enumerate(cell.samples):
-            if s.get(key) is not None:
+            if s.get("first_divergent") is not None:
                 return side, i, s
     return None
 
@@ -99,8 +98,7 @@ def _located(comp: ProbeComparison, decided) -> Reproducer:
                "(rerun the configuration with the cells' server argv)")
 
 
-def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs,
-                    params: dict[str, Any]) -> Reproducer:
+def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs) -> Reproducer:
     """A noisy verdict: the prompt whose paired difference is largest in the effect's direction."""
     b, c = next((m, o) for m, o in pairs if m.name == comp.decided_by)
     effect = comp.metrics[comp.decided_by].effect
@@ -108,13 +106,14 @@ def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, p
     if not (b.paired and c is not None and len(b.values) == len(c.values)):
         return _located(comp, comp.metrics[comp.decided_by])
     i = max(range(len(b.values)), key=lambda k: sign * (c.values[k] - b.values[k]))
-    prompts = _prompts(cand)
+    prompts, top_k = _prompts(cand), _top_k(cand)
     requests: tuple[Request, ...] = ()
     if comp.probe in ("kl", "revision_kl") and prompts is not None and i < len(prompts):
-        top_k = _top_k(cand)
-        requests = (FLUSH, _decode("greedy decode", prompts[i], len(cand.samples[i]["output_ids"]), top_k))
-        if comp.probe == "revision_kl":
-            requests += (_score("teacher-forced score", cand.samples[i]["input_ids"], top_k),)
+        output = cand.samples[i]["output_ids"]
+        requests = (FLUSH, _decode("greedy decode", prompts[i], len(output), top_k), FLUSH)
+        requests += ((_score("cold replay of prompt + the candidate's stored output", prompts[i] + output, top_k),)
+                     if comp.probe == "kl" else
+                     (_score("teacher-forced score", cand.samples[i]["input_ids"], top_k),))
     return Reproducer(
         prompts=(i,), first_divergent=None, requests=requests,
         expect=(f"{comp.decided_by} of prompt {i}: base {b.values[i]:.6g}, candidate {c.values[i]:.6g} "
@@ -125,8 +124,7 @@ def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, p
 # --------------------------------------------------------------------------- per probe
 
 
-def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult,
-                 params: dict[str, Any]) -> Reproducer | None:
+def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
     facts = comp.judged.get("candidate", {})
     top_k, n = _top_k(cand), len(cand.samples)
     scored, greedy = facts.get("first_divergent"), facts.get("greedy_first_diff")
@@ -154,7 +152,7 @@ def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult,
     return None
 
 
-def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult, params: dict[str, Any]) -> Reproducer | None:
+def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
     found, prompts = _divergent_side(base, cand), _prompts(cand)
     if found is None or prompts is None:
         return None
@@ -179,8 +177,7 @@ def _track_interval(cell: CellResult) -> int | None:
     return None
 
 
-def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult,
-               params: dict[str, Any]) -> Reproducer | None:
+def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
     found, prompts = _divergent_side(base, cand), _prompts(cand)
     if found is None or prompts is None or "input_ids" not in found[2]:
         return None  # a cell stored before hit samples named their prompt
@@ -189,13 +186,17 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult,
     decode = comp.probe == "decode_cache_hit"
     seed = (_decode("turn 1: its decode writes the state turn 2 hits", prompts[i], len(turn2) - len(prompts[i]) - 1)
             if decode else Request("seed the cache", "/generate", generate_body(prompts[i], max_new_tokens=0)))
-    span = None
+    span, where = None, ""
     if decode:
-        interval = _track_interval(cell=cand if side == "candidate" else base)
+        # The hit restores the state at `cached` (a checkpoint, every track interval); the part
+        # of the hit that decode wrote, within the interval before that checkpoint, is where it
+        # was built.
+        interval = _track_interval(cand if side == "candidate" else base)
         start = len(prompts[i]) if interval is None else max(len(prompts[i]), cached - interval)
         span = (start, cached)
-    where = (f"; the hit restored {cached} cached positions, and the decode-written ones [{span[0]}, {span[1]}) "
-             f"(after the last Mamba checkpoint before the hit) hold the state that first diverges") if span else ""
+        why = (f"the track interval ({interval}) before the checkpoint the hit restored" if interval
+               else "the decode-written part of the hit")
+        where = f"; the state first diverges in positions [{start}, {cached}): {why}"
     return Reproducer(
         prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "cache hit vs cold replay",
                                        "side": side, "cached_tokens": cached},
@@ -208,8 +209,7 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult,
         position_range=span)
 
 
-def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult,
-                 params: dict[str, Any]) -> Reproducer | None:
+def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
     prompts = _prompts(cand)
     side = next((s for s, c in (("candidate", cand), ("base", base)) if c.facts.get("first_differing_batch_size")),
                 None)
@@ -217,17 +217,16 @@ def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult,
         return None
     cell = cand if side == "candidate" else base
     size = cell.facts["first_differing_batch_size"]
-    target, fillers = prompts[0], prompts[1:] or prompts
-    batch = [target] + [fillers[j % len(fillers)] for j in range(size - 1)]
     new = cell.metadata.get("workload", {}).get("output_len", 1)
     return Reproducer(
         prompts=(0,), first_divergent={"prompt": 0, "batch_size": size, "what": "batch size", "side": side},
-        requests=(_decode("prompt 0 alone", target, new), _decode(f"prompt 0 in a batch of {size}", batch, new)),
+        requests=(_decode("prompt 0 alone", prompts[0], new),
+                  _decode(f"prompt 0 in a batch of {size}", determinism_batch(prompts, size), new)),
         expect=f"on the {side}, the first answer of the batch of {size} differs from prompt 0 alone",
         shrink=f"Batch sizes → the first that differs ({size}); prompts kept (the batch is the cause)")
 
 
-BUILDERS: dict[str, Callable[[ProbeComparison, CellResult, CellResult, dict[str, Any]], Reproducer | None]] = {
+BUILDERS: dict[str, Callable[[ProbeComparison, CellResult, CellResult], Reproducer | None]] = {
     "revision_kl": _revision_kl, "kl": _kl, "prefill_cache_hit": _cache_hit, "decode_cache_hit": _cache_hit,
     "determinism": _determinism,
 }

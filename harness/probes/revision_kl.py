@@ -68,6 +68,15 @@ def continuations(prompts: Sequence[Sequence[int]], length: int) -> list[list[in
     return out
 
 
+# The samples' keys of each scoring pass: the first, and a noisy build's second (its noise reference).
+PASSES = ("scored", "rescored")
+
+
+def _lists(top: Sequence[Sequence[Sequence[float]]]) -> list[list[list[float]]]:
+    # (logprob, id) pairs as the JSON lists a stored cell reads back as: fresh and stored compare alike.
+    return [[list(pair) for pair in position] for position in top]
+
+
 def _score(ctx: ProbeContext, sequences: list[list[int]], batch: int) -> list[Replayed]:
     """Every position after the first of each sequence, teacher-forced (cold prefill)."""
     return cold_replay(ctx.client, sequences, [len(s) - 1 for s in sequences], batch, ctx.param("top_k"))
@@ -96,21 +105,20 @@ def run(ctx: ProbeContext) -> ProbeOutput:
         scores.append(_score(ctx, sequences, batch))
         ctx.advance(len(prompts) * (2 + n), total)
     nll = [-sum(s.logprobs) / len(s.logprobs) for s in scores[0]]
-    samples = tuple(
-        {"input_ids": seq, "prompt_len": len(p), "output_ids": o, "output_logprobs": lp,
-         "output_top_logprobs": [list(map(list, t)) for t in top],
-         **{f"{'re' * n}scored_logprobs": s[i].logprobs for n, s in enumerate(scores)},
-         **{f"{'re' * n}scored_top_logprobs": [list(map(list, t)) for t in s[i].top]
-            for n, s in enumerate(scores)},
-         "scored_nll": nll[i]}
-        for i, (seq, p, o, lp, top) in enumerate(zip(sequences, prompts, outputs, lps, tops)))
+    samples = []
+    for i, (seq, p, o, lp, top) in enumerate(zip(sequences, prompts, outputs, lps, tops)):
+        sample = {"input_ids": seq, "prompt_len": len(p), "output_ids": o, "output_logprobs": lp,
+                  "output_top_logprobs": _lists(top), "scored_nll": nll[i]}
+        for name, score in zip(PASSES, scores):
+            sample[f"{name}_logprobs"], sample[f"{name}_top_logprobs"] = score[i].logprobs, _lists(score[i].top)
+        samples.append(sample)
     facts = {"deterministic": ctx.deterministic, "prompts": len(prompts), "top_k": top_k,
              "scored_tokens": sum(len(s.logprobs) for s in scores[0]),
              "continuation_len": ctx.param("continuation_len"), "scoring_passes": passes,
              "nll_mean": sum(nll) / len(nll), "degenerate_prompts": degenerate_outputs(outputs)}
     metric = Metric("scored_nll", Kind.EXACT if ctx.deterministic else Kind.NOISY, tuple(nll),
                     better="lower", headline="mean", paired=True)
-    return ProbeOutput(samples=samples, metrics=(metric,), facts=facts)
+    return ProbeOutput(samples=tuple(samples), metrics=(metric,), facts=facts)
 
 
 # --------------------------------------------------------------------------- across
