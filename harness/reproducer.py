@@ -127,7 +127,7 @@ def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, p
 def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
     facts = comp.judged.get("candidate", {})
     top_k, n = _top_k(cand), len(cand.samples)
-    scored, greedy = facts.get("first_divergent"), facts.get("greedy_first_diff")
+    scored, greedy = facts.get("first_divergent"), facts.get("decode_first_divergent")
     if scored:
         i, j = scored["prompt"], scored["position"]
         seq = cand.samples[i]["input_ids"]

@@ -133,29 +133,31 @@ def _flat_top(rows: Sequence[Sequence[Sequence[Sequence[float]]]]) -> tuple[floa
     return tuple(float(x) for row in rows for top in row for entry in top for x in entry)
 
 
+def _first(pairs: Sequence[tuple[Any, Any]], offset: int = 0) -> int | None:
+    return next((j + offset for j, (x, y) in enumerate(pairs) if x != y), None)
+
+
 def first_divergence(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per prompt, where the two sides first served something else: the scored position (its
-    index in the input ids; logprob or top-k differs) and the greedy output position (id or
-    logprob or top-k differs); None where they agree throughout."""
+    """Per prompt, where the two sides first served something else (None where they agree
+    throughout): `scored`, the teacher-forced position (its index in the input ids) whose
+    logprob or top-k differs; `decode`, the greedy output position whose id, logprob or top-k
+    differs; `greedy`, the first output position whose id differs."""
     out = []
     for b, c in zip(base, cand):
-        scored = next((j + 1 for j, (x, y, tx, ty) in enumerate(zip(
-            b["scored_logprobs"], c["scored_logprobs"], b["scored_top_logprobs"], c["scored_top_logprobs"]))
-            if x != y or tx != ty), None)
-        greedy = next((j for j, row in enumerate(zip(b["output_ids"], c["output_ids"], b["output_logprobs"],
-                                                        c["output_logprobs"], b["output_top_logprobs"],
-                                                        c["output_top_logprobs"]))
-                       if row[0] != row[1] or row[2] != row[3] or row[4] != row[5]), None)
-        out.append({"scored": scored, "greedy": greedy})
+        def served(sample: dict[str, Any], prefix: str, key: str) -> list[tuple[Any, ...]]:
+            return list(zip(sample[f"{prefix}_logprobs"], sample[f"{prefix}_top_logprobs"],
+                            *([sample[key]] if key else [])))
+
+        out.append({"scored": _first(list(zip(served(b, "scored", ""), served(c, "scored", ""))), offset=1),
+                    "decode": _first(list(zip(served(b, "output", "output_ids"), served(c, "output", "output_ids")))),
+                    "greedy": _first(list(zip(b["output_ids"], c["output_ids"])))})
     return out
 
 
 def _earliest(per_prompt: list[dict[str, Any]], what: str) -> dict[str, int] | None:
-    hits = [(d[what], i) for i, d in enumerate(per_prompt) if d[what] is not None]
-    if not hits:
-        return None
-    i = min(i for _, i in hits)  # the first prompt that diverges, at its first position
-    return {"prompt": i, "position": per_prompt[i][what]}
+    """The first prompt that diverges in `what`, at its first divergent position."""
+    i = next((i for i, d in enumerate(per_prompt) if d[what] is not None), None)
+    return None if i is None else {"prompt": i, "position": per_prompt[i][what]}
 
 
 def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across:
@@ -178,7 +180,8 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
         "greedy_identical": all(x["output_ids"] == y["output_ids"] for x, y in zip(b, c)),
         "greedy_first_diff": _earliest(diverged, "greedy"),
         "first_divergent": _earliest(diverged, "scored"),
-        "prompts_diverged": sum(1 for d in diverged if d["scored"] is not None or d["greedy"] is not None),
+        "decode_first_divergent": _earliest(diverged, "decode"),
+        "prompts_diverged": sum(1 for d in diverged if d["scored"] is not None or d["decode"] is not None),
     }
     exact = base.facts.get("deterministic") and cand.facts.get("deterministic")
     if exact:
@@ -217,7 +220,7 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     text = (f"KL to base {fmt(facts['kl_mean'])} (p99 {fmt(facts['kl_p99'])}, max {fmt(facts['kl_max'])}), "
             f"k3 {fmt(facts['k3_mean'])}, top-1 agree {facts['top1_agree']:.0%}, "
             f"greedy {'identical' if facts['greedy_identical'] else 'differs'}")
-    first = facts.get("first_divergent") or facts.get("greedy_first_diff")
+    first = facts.get("first_divergent") or facts.get("decode_first_divergent")
     if first:
         text += f", first diff prompt {first['prompt']} @{first['position']}"
     return text

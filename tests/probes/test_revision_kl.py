@@ -108,6 +108,7 @@ def test_a_greedy_only_difference_gets_a_decode_reproducer_cut_at_that_token():
     comp = compare(base, cand)
     assert comp.verdict == Verdict.DIFFERENT and comp.decided_by == "greedy_ids"
     assert comp.judged["candidate"]["greedy_first_diff"] == {"prompt": 2, "position": 1}
+    assert comp.judged["candidate"]["decode_first_divergent"] == {"prompt": 2, "position": 1}
     rep = comp.reproducer
     flush, decode = rep.requests
     assert flush.path == "/flush_cache" and decode.body["input_ids"] == PROMPTS[2]
@@ -119,7 +120,9 @@ def test_first_divergence_sees_a_top_k_change_with_equal_scored_logprobs():
     c["scored_top_logprobs"] = [t[:] for t in c["scored_top_logprobs"]]
     c["scored_top_logprobs"][1] = [c["scored_top_logprobs"][1][1], c["scored_top_logprobs"][1][0],
                                    c["scored_top_logprobs"][1][2]]
-    assert first_divergence([b], [c]) == [{"scored": 2, "greedy": None}]
+    assert first_divergence([b], [c]) == [{"scored": 2, "decode": None, "greedy": None}]
+    c["output_logprobs"] = [-0.1, -0.25, -0.3]
+    assert first_divergence([b], [c])[0]["decode"] == 1 and first_divergence([b], [c])[0]["greedy"] is None
 
 
 def test_noisy_mode_judges_kl_and_agreement_against_the_bases_own_noise():
