@@ -27,7 +27,7 @@ from harness.revisions import Revision, uncommitted_changes
 from harness.run import RunRequest
 from harness.schedule import cpu_slots, default_slot_count
 from harness.stats import Verdict
-from harness.targets import TARGET_NAMES
+from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
 # Exit codes, as `detcheck --help` and README list them.
 EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOTHING_MEASURED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -49,9 +49,35 @@ def add_revision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidate", default=None, help="candidate git ref (e.g. HEAD or a branch)")
 
 
+TARGET_HELP = ("server to launch: sglang, or refserver (the CPU reference server). Default: what "
+               "--repo holds (python/sglang: sglang; python/refserver, a fixture repo: refserver); "
+               "refserver without --repo. The target chosen is printed at the start")
+
+
+def add_target_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=TARGET_NAMES, default=None, help=TARGET_HELP)
+
+
+def chosen_target(target: str | None, repo: Path | None) -> str:
+    """--target, else the one --repo's tree holds, else refserver; printed (stderr), so that an
+    SGLang checkout never silently launches the reference server."""
+    if target is not None:
+        why = "--target"
+    elif repo is None:
+        target, why = "refserver", "no --repo"
+    else:
+        found = target_of_checkout(repo)
+        if found is None:
+            raise UsageError(f"--repo {repo} holds neither "
+                             f"{' nor '.join(f'{t.package_dir}/{t.package}' for t in TARGETS.values())}: "
+                             f"pass --target")
+        target, why = found.name, f"{found.package_dir}/{found.package} in --repo"
+    print(f"detcheck: target {target} ({why})", file=sys.stderr)
+    return target
+
+
 def add_execution_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=TARGET_NAMES, default="refserver",
-                   help="server to launch: real SGLang, or the CPU reference server (default)")
+    add_target_arg(p)
     p.add_argument("--out", type=Path, default=None,
                    help="output directory for results.json, report.md, logs (default results/runs/<suite>-<time>)")
     p.add_argument("--store", type=Path, default=None,
@@ -143,6 +169,7 @@ def claim_out_dir(out: Path, resume: bool, force: bool) -> None:
 
 
 def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
+    target = chosen_target(args.target, args.repo)
     if args.resume and (args.fresh or args.force):
         raise UsageError(f"--resume and --{'fresh' if args.fresh else 'force'} contradict each other")
     if args.resume and args.out is None:
@@ -154,22 +181,22 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     claim_out_dir(out, args.resume, args.force)
     return RunRequest(
-        suite_path=suite, target=args.target, base=base, candidate=candidate,
+        suite_path=suite, target=target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
         role_python={role: python for role, python in ((Role.BASE, args.base_python),
                                                        (Role.CANDIDATE, args.candidate_python)) if python},
         env_options=env_options_from(args),
         extra_args=tuple(args.server_arg),
-        slots=cpu_slots(slot_count(args)),
+        slots=cpu_slots(slot_count(args, target)),
         command_line=command_line(),
     )
 
 
-def slot_count(args: argparse.Namespace) -> int:
+def slot_count(args: argparse.Namespace, target: str) -> int:
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"--slots {args.slots}: at least one server must be allowed")
-    count = args.slots or default_slot_count(args.target)
+    count = args.slots or default_slot_count(target)
     return max(count, 2) if args.parallel else count
 
 
