@@ -9,8 +9,9 @@ import shlex
 import shutil
 import sys
 import time
+import tomllib
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from harness import baseline
 from harness.compare import overall
@@ -103,7 +104,12 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     add_env_args(p)
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
-                        "use --server-arg=--flag for dashes)")
+                        "use --server-arg=--flag for dashes, or put the flags after a lone `--`: "
+                        "`detcheck run … -- --page-size 16`)")
+    p.add_argument("--set", action="append", default=[], metavar="PROBE.PARAM=VALUE", dest="overrides",
+                   help="a probe parameter over the suite's [probe.<name>] table, checked like it "
+                        "(repeatable; the value is read as TOML, else as a string: --set kl.tau=1e-6 "
+                        "--set throughput.concurrency=[1,4]); recorded in results.json")
     p.add_argument("--slots", type=int, default=None, metavar="N",
                    help="servers up at once: every configuration's base and candidate jobs run "
                         "concurrently within N (an interleaved configuration takes 2 together); "
@@ -168,6 +174,23 @@ def claim_out_dir(out: Path, resume: bool, force: bool) -> None:
         shutil.rmtree(out / name, ignore_errors=True)
 
 
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`--set probe.param=value` options as {probe: {param: value}}; the value read as a TOML
+    value (1e-6, true, [1, 4], "text"), else taken as the string it is (DFLASH)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        probe, dot, param = name.strip().partition(".")
+        if not (eq and dot and probe and param):
+            raise UsageError(f"--set {item}: expected PROBE.PARAM=VALUE (e.g. kl.tau=1e-6)")
+        try:
+            value = tomllib.loads(f"value = {text.strip()}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        out.setdefault(probe, {})[param] = value
+    return out
+
+
 def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
     target = chosen_target(args.target, args.repo)
     if args.resume and (args.fresh or args.force):
@@ -190,6 +213,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         extra_args=tuple(args.server_arg),
         slots=cpu_slots(slot_count(args, target)),
         command_line=command_line(),
+        overrides=parse_overrides(args.overrides),
     )
 
 
@@ -215,9 +239,16 @@ def exit_code(verdict: Verdict) -> int:
 
 def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:
     """Gate `result` on the baselines at `path`, print the checks; 1 when any fails."""
+    code, lines = gate_result(path, result)
+    print("\n".join(lines), file=file)
+    return code
+
+
+def gate_result(path: Path, result: RunResult) -> tuple[int, list[str]]:
+    """The exit code of gating `result` on the baselines at `path` (1 when a check fails), and
+    the lines that say how each check went."""
     checks, unmatched = baseline.gate(result, baseline.load(path))
-    print("\n".join(baseline.gate_lines(path, checks, unmatched)), file=file)
-    return EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME
+    return (EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME), baseline.gate_lines(path, checks, unmatched)
 
 
 def check_baseline_file(path: Path | None) -> None:
@@ -228,9 +259,13 @@ def check_baseline_file(path: Path | None) -> None:
 
 
 def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
-    """Render `result`, gate it on a baselines file if one is given, and return the exit code."""
-    emit(result, fmt, out_dir)
-    code = exit_code(overall(result.comparisons))
+    """Render `result` (JSON with the verdict and this exit code in it), gate it on a baselines
+    file if one is given, and return the exit code."""
+    code, gate_lines = exit_code(overall(result.comparisons)), []
     if baseline_file is not None:
-        code = max(code, print_gate(baseline_file, result, sys.stderr if fmt == "json" else None))
+        gated, gate_lines = gate_result(baseline_file, result)
+        code = max(code, gated)
+    emit(result, fmt, out_dir, exit_code=code)
+    if gate_lines:
+        print("\n".join(gate_lines), file=sys.stderr if fmt == "json" else None)
     return code
