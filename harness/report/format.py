@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.paths import PROJECT_ROOT
 from harness.results import Metric
+from harness.revisions import WORKTREES
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -47,8 +48,13 @@ def portable_path(path: str, project: Path = PROJECT_ROOT) -> str:
     """An absolute path as a report pasted elsewhere should show it: from the first component
     on which it is a path of this project (…/fixtures/refmodels/hybrid of any checkout reads
     fixtures/refmodels/hybrid), else its last two components after "…" (where this machine keeps
-    a temp dir or its models says nothing to a reader)."""
+    a temp dir or its models says nothing to a reader). A file of a revision's worktree reads
+    as git names it: <sha>:<path in the tree>."""
     parts = Path(path).parts[1:]
+    if WORKTREES in parts:
+        at = len(parts) - 1 - parts[::-1].index(WORKTREES)
+        if len(parts) > at + 3:
+            return f"{parts[at + 2]}:{'/'.join(parts[at + 3:])}"
     for i in range(len(parts) - 1):  # two components at least: a bare name matches too easily
         if project.joinpath(*parts[i:]).exists():
             return "/".join(parts[i:])

@@ -76,12 +76,12 @@ class MarkdownReport:
             if cell is None:
                 continue
             if cell.status != Status.OK:
-                out += [f"**{side}: {cell.status.value}** — {_esc(failure_text(cell))}", ""]
+                out += [f"**{side}: {cell.status.value}** — {_esc(portable(failure_text(cell)))}", ""]
                 if cell.status == Status.FINDING and cell.samples:
                     out += [f"{side}'s evidence (first of {len(cell.samples)} in results.json):", "",
                             "```", *(json.dumps(s, default=str) for s in cell.samples[:3]), "```", ""]
                 if cell.log_tail:
-                    out += ["```", *cell.log_tail.splitlines()[-15:], "```", ""]
+                    out += ["```", *(portable(line) for line in cell.log_tail.splitlines()[-15:]), "```", ""]
         out += self._facts(comp, base, cand)
         return out
 
