@@ -62,6 +62,17 @@ def load_regressions(path: Path = REGRESSIONS_FILE) -> dict[str, Regression]:
             for name, t in raw.items()}
 
 
+def set_release(package_parent: Path, release: str) -> None:
+    """Rewrite the release line of the reference server under `package_parent`."""
+    file = package_parent / PACKAGE / RELEASE_FILE
+    lines = file.read_text().split("\n")
+    hits = [i for i, line in enumerate(lines) if line.rstrip().endswith(RELEASE_MARKER)]
+    if len(hits) != 1:
+        raise RuntimeError(f"{len(hits)} lines of {file} carry {RELEASE_MARKER!r}")
+    lines[hits[0]] = f'RELEASE = "{release}"  {RELEASE_MARKER}'
+    file.write_text("\n".join(lines))
+
+
 class FixtureRepo:
     """A repo whose python/refserver is the project's reference server."""
 
@@ -111,13 +122,7 @@ class FixtureRepo:
 
     def set_release(self, release: str) -> None:
         """Make the working tree model SGLang `release` (commit it to make a revision)."""
-        file = self.path / "python" / PACKAGE / RELEASE_FILE
-        lines = file.read_text().split("\n")
-        hits = [i for i, line in enumerate(lines) if line.rstrip().endswith(RELEASE_MARKER)]
-        if len(hits) != 1:
-            raise RuntimeError(f"{len(hits)} lines of {file} carry {RELEASE_MARKER!r}")
-        lines[hits[0]] = f'RELEASE = "{release}"  {RELEASE_MARKER}'
-        file.write_text("\n".join(lines))
+        set_release(self.path / "python", release)
 
     def note(self, subject: str) -> str:
         """A harmless commit (a changelog line), as most commits in a bisect range are."""
