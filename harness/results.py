@@ -249,6 +249,9 @@ class ProbeComparison:
     # The metric whose verdict is the comparison's (the first deciding metric that reads it);
     # None when no metric decided (n/a, error), or in a file written before it was recorded.
     decided_by: str | None = None
+    # Exact metrics outside an explicitly narrowed `verdict_metrics` whose values changed: the
+    # row names them, so a verdict they did not decide never stands bare beside them.
+    changed_exact: tuple[str, ...] = ()
 
     def facts(self, cell: CellResult) -> dict[str, Any]:
         """A cell's facts with what judging this comparison added."""
@@ -264,6 +267,8 @@ class ProbeComparison:
         }
         if self.decided_by is not None:
             d["decided_by"] = self.decided_by
+        if self.changed_exact:
+            d["changed_exact"] = list(self.changed_exact)
         return {**d, "judged": self.judged} if self.judged else d
 
     @classmethod
@@ -276,6 +281,7 @@ class ProbeComparison:
             metrics={k: Comparison.from_dict(c) for k, c in d.get("metrics", {}).items()},
             judged=d.get("judged", {}),
             decided_by=d.get("decided_by"),  # absent in schema-2 files written before it
+            changed_exact=tuple(d.get("changed_exact", ())),  # written only when some changed
         )
 
 
