@@ -17,7 +17,8 @@ from typing import Any, Iterable
 
 from harness import __version__, stats
 from harness.probes import PROBES
-from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
+from harness.probes.base import deciding_metrics
+from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
 
@@ -28,16 +29,6 @@ def floor_for(params: dict[str, Any], metric: str) -> Floor:
     if per_metric is not None:
         return Floor(absolute=per_metric.get("absolute", 0.0), relative=per_metric.get("relative", 0.0))
     return Floor(absolute=params["floor_abs"], relative=params["floor_rel"])
-
-
-def deciding_metrics(params: dict[str, Any], metrics: Iterable[Metric]) -> list[str]:
-    """The metrics whose verdicts decide: the suite's `verdict_metrics` when it names them
-    (an explicit narrowing), else the primary and every exact metric the probe reports: a
-    changed exact figure is a finding whichever metric is first."""
-    metrics = list(metrics)
-    if params["verdict_metrics"]:
-        return list(params["verdict_metrics"])
-    return [m.name for i, m in enumerate(metrics) if i == 0 or m.kind == Kind.EXACT]
 
 
 def compare_metrics(base: CellResult, cand: CellResult, params: dict[str, Any]) -> dict[str, stats.Comparison]:
@@ -77,7 +68,7 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     judged = {role: facts for role, facts in
               ((c.role.value, judge(c.facts, params)) for c in (base, cand)) if facts} if judge else {}
     comparisons = compare_metrics(base, cand, params)
-    deciding = [n for n in deciding_metrics(params, base.metrics) if n in comparisons]
+    deciding = [n for n in deciding_metrics(params, [(m.name, m.kind) for m in base.metrics]) if n in comparisons]
     verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding)
     decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)

@@ -116,9 +116,13 @@ _WORKLOAD_KEYS = {p.name for p in WORKLOAD_PARAMS}
 
 
 class ProbeSchema(Protocol):
-    """What load_suite needs of a probe: its [probe.<name>] table checked, defaults filled."""
+    """What load_suite needs of a probe: its [probe.<name>] table checked, defaults filled, and
+    the suite's design checked (can its noisy deciding metrics reach alpha at all?)."""
 
     def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]: ...
+
+    def check_design(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
+                     where: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -334,6 +338,10 @@ def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec,
               for kind in used}
     for kind, p in params.items():
         _check_workload(path, f"[workload] with [probe.{kind}]", workload.with_overrides(p))
+    for c in configs:
+        for kind in c.probes:
+            known_probes[kind].check_design(params[kind], workload.with_overrides(params[kind]),
+                                            c.features.deterministic, f"{path}: [probe.{kind}]")
     return params
 
 

@@ -48,7 +48,8 @@ from harness.client import SGLangClient
 from harness.errors import VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
-from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.common import swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, SIDES_AT_ONCE, WORKLOAD, non_empty
 from harness.report.format import fmt
@@ -266,6 +267,14 @@ def _facts(samples: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
     return facts
 
 
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """Every level's two metrics, the highest level first, each paired by round: `repeats` pairs."""
+    levels = sorted(set(params["concurrency"]))
+    ordered = [levels[-1], *levels[:-1]]
+    return tuple(PlannedMetric(name(c), Kind.NOISY, paired=True, key="repeats")
+                 for name in (metric_name, request_metric_name) for c in ordered)
+
+
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     levels = facts.get("concurrency") or []
     parts = [f"c{c} {fmt(facts.get(f'{metric_name(c)}_median'))}" for c in levels]
@@ -288,7 +297,10 @@ PARAMS = (
           low=1, high=4096, check=non_empty),
     Param("requests_per_client", int, 1, "requests each client sends per level", MEASURED,
           low=1, high=100_000),
-    Param("repeats", int, 3, "rounds over all levels", MEASURED, low=1, high=1000),
+    # 6: the fewest rounds whose paired Wilcoxon p can go below 0.05 (2/2^6); the suite's design
+    # check refuses fewer at that alpha.
+    Param("repeats", int, 6, "rounds over all levels (the unit of replication: metrics pair by round)",
+          MEASURED, low=1, high=1000),
     SIDES_AT_ONCE,
     Param("window_s", float, None, "measure each level for this many seconds, aborting the "
           "requests still running (None: until every request ends)", MEASURED,
@@ -297,4 +309,4 @@ PARAMS = (
     *JUDGING,
 )
 PROBE = register(ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
-                           params=PARAMS, describe=describe, merge=merge))
+                           params=PARAMS, describe=describe, merge=merge, planned=planned))
