@@ -5,11 +5,10 @@ each, back to back; tok/s = completion tokens / wall time of the level. Levels a
 within each of `repeats` rounds, so drift spreads over all of them. Each level is a noisy
 metric `tok_s_c<c>` (the highest level first: it decides the verdict unless the suite names
 `verdict_metrics`). The pipeline interleaves the rounds of the two sides (both servers up),
-and the metrics are paired by round. Each level also has a per-request metric `req_tok_s_c<c>`
-(a request's completion tokens over its own latency, every request of every round: unpaired),
-which decides a comparison with few rounds, e.g. one round of a 32k-token generation per side
-(requests of one round share their batch, so they are not fully independent: name it in
-`verdict_metrics` knowingly). With `sides_at_once` the pipeline runs each round on both sides
+and the metrics are paired by round. Each level also has a per-request metric `req_tok_s_c<c>`:
+per round, the median over its requests of a request's completion tokens over its own latency.
+The round is the unit of replication for both (a round's requests share their batches: they
+are not independent samples), so either needs `repeats` rounds that can reach alpha. With `sides_at_once` the pipeline runs each round on both sides
 at the same time: on a card that other jobs share (server slots), their load then falls on
 both sides alike, which alternating rounds guarantee only over many rounds. Retractions
 (`meta_info.num_retractions`), the pools when each retraction happened (its log line, as of
@@ -235,9 +234,11 @@ def _output(samples: list[dict[str, Any]]) -> ProbeOutput:
                unit="tok/s", better="higher", headline="median", paired=True)
         for c in ordered
     ) + tuple(
+        # The round is the unit of replication: a round's requests share its batches, so they
+        # are one observation (their median), never as many independent samples as requests.
         Metric(request_metric_name(c), Kind.NOISY,
-               tuple(v for s in samples if s["concurrency"] == c for v in s["request_tok_s"]),
-               unit="tok/s", better="higher", headline="median")
+               tuple(statistics.median(s["request_tok_s"]) for s in samples if s["concurrency"] == c),
+               unit="tok/s", better="higher", headline="median", paired=True)
         for c in ordered
         if all("request_tok_s" in s for s in samples)  # cells stored before it was measured lack it
     )
