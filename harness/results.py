@@ -9,6 +9,7 @@ these objects, so a fresh run and a stored one print through the same code.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -96,6 +97,15 @@ class ProbeOutput:
     metrics: tuple[Metric, ...]
     # Small derived facts a report shows as-is (hit fraction, peak, first divergent position).
     facts: dict[str, Any] = field(default_factory=dict)
+
+    def non_finite(self) -> str | None:
+        """Where the first NaN or inf among the measured figures is ("metric tok_s_c8 value 3
+        is nan"), or None: a figure no statistic can use is a finding, never a verdict."""
+        for m in self.metrics:
+            for i, v in enumerate(m.values):
+                if not math.isfinite(v):
+                    return f"measured {m.name} value {i} is {v!r} ({len(m.values)} values)"
+        return None
 
 
 @dataclass(frozen=True)

@@ -554,7 +554,11 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
         return Outcome(Status.ERROR, f"probe failed: {type(exc).__name__}: {exc} "
                                      f"(at {Path(frame.filename).name}:{frame.lineno}){died(server)}",
                        server.log_tail())
-    return Outcome(Status.OK, "", server.log_tail(12), output, wall_s=round(time.time() - t0, 3))
+    wall_s = round(time.time() - t0, 3)
+    broken = output.non_finite()
+    if broken:  # the server answered, but a figure it gave is NaN or inf: no statistic may use it
+        return Outcome(Status.FINDING, broken, server.log_tail(), ProbeOutput(output.samples, ()), wall_s=wall_s)
+    return Outcome(Status.OK, "", server.log_tail(12), output, wall_s=wall_s)
 
 
 def finish_job(run: Run, job: Job, outcome: Outcome) -> bool:
