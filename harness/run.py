@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -397,13 +398,15 @@ def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient
     params = run.suite.probe_spec(probe).params
     done: dict[Role, list[Outcome]] = {job.role: [] for job in jobs}
     failed: dict[Role, Outcome] = {}
+    at_once = bool(params.get("sides_at_once"))
+    firsts = first_sides(params["repeats"], at_once, params.get("placement_seed", 0))
     for rep in range(params["repeats"]):
-        sides = [job for job in (jobs if rep % 2 == 0 else jobs[::-1]) if job.role not in failed]
+        sides = [job for job in (jobs if firsts[rep] == 0 else jobs[::-1]) if job.role not in failed]
 
         def measure(job: Job, rep: int = rep) -> Outcome:
             return probe_outcome(run, job, clients[job.role], probe, (rep,))
 
-        if params.get("sides_at_once"):
+        if at_once:
             with ThreadPoolExecutor(len(sides) or 1, thread_name_prefix="round") as pool:
                 outcomes = list(pool.map(measure, sides))
         else:
@@ -413,14 +416,32 @@ def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient
                 done[job.role].append(outcome)
             else:
                 failed[job.role] = outcome
-    return {role: failed.get(role) or merged(probe, outcomes) for role, outcomes in done.items()}
+    placement = {"placement": "at once" if at_once else "alternating",
+                 "first_side": [(jobs if f == 0 else jobs[::-1])[0].role.value for f in firsts],
+                 **({"placement_seed": params.get("placement_seed", 0)} if at_once else {})}
+    return {role: failed.get(role) or merged(probe, outcomes, placement) for role, outcomes in done.items()}
 
 
-def merged(probe: str, outcomes: list[Outcome]) -> Outcome:
+def first_sides(repeats: int, at_once: bool, seed: int) -> list[int]:
+    """Per round, which of the two jobs starts first (0: the configuration's first role). One
+    after the other: A B B A …, so drift falls on both alike. At once: each side starts first in
+    half the rounds, in an order shuffled by `seed` (recorded in the cells), so a head start
+    that favours whichever side's requests reach the card first cannot line up with anything
+    periodic in the rounds."""
+    if not at_once:
+        return [rep % 2 for rep in range(repeats)]
+    order = [rep % 2 for rep in range(repeats)]
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def merged(probe: str, outcomes: list[Outcome], placement: dict) -> Outcome:
+    """One side's rounds as one output, with how the rounds were placed among its facts."""
     try:
         output = PROBES[probe].merge([o.output for o in outcomes])
     except VacuousResult as exc:
         return Outcome(Status.ERROR, f"vacuous: {exc}")
+    output = dataclasses.replace(output, facts={**output.facts, **placement})
     return Outcome(Status.OK, "", outcomes[-1].log_tail, output,
                    wall_s=round(sum(o.wall_s or 0.0 for o in outcomes), 3))
 

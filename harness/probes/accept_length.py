@@ -20,7 +20,8 @@ from harness.params import Param
 from harness.plan import WorkloadSpec
 from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.common import batches
-from harness.probes.shared_params import BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, SIDES_AT_ONCE, WORKLOAD
+from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
+                                          SIDES_AT_ONCE, WORKLOAD)
 from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -134,7 +135,7 @@ PARAMS = (
     Param("suffix_len", int, 8, "tokens of the next prompt appended as turn 2's follow-up", MEASURED,
           low=0, high=1_000_000),
     Param("repeats", int, 1, "rounds of both turns, each on a flushed cache", MEASURED, low=1, high=1000),
-    SIDES_AT_ONCE,
+    SIDES_AT_ONCE, PLACEMENT_SEED,
     *JUDGING,
 )
 PROBE = register(ProbeKind("accept_length", run,

@@ -146,6 +146,8 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
         "prompts": len(per_prompt),
         "prompts_diverged": len(diverged),
         "first_divergent": min(diverged) if diverged else None,
+        # the prompt that earliest position is in: a row names (prompt, position)
+        "first_divergent_prompt": firsts.index(min(diverged)) if diverged else None,
     }
     metric = Metric(name=name, kind=Kind.EXACT if deterministic else Kind.NOISY,
                     values=tuple(per_prompt), better="lower", headline="mean", paired=paired)
@@ -168,7 +170,9 @@ def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
         text += (f" · top-{facts['top_k']} KL {fmt(facts['topk_kl_mean'])} "
                  f"(max {fmt(facts.get('topk_kl_max'))}, top-1 agree {facts['top1_agree']:.0%})")
     if facts.get("first_divergent") is not None:
-        text += f", first diff @{facts['first_divergent']}"
+        prompt = facts.get("first_divergent_prompt")  # absent from cells stored before it was
+        text += (f", first diff at prompt {prompt} token {facts['first_divergent']}" if prompt is not None
+                 else f", first diff @{facts['first_divergent']}")
     if "hit_fraction" in facts:
         text += f", hit {facts['hit_fraction']:.0%}"
     if facts.get("degenerate_prompts"):

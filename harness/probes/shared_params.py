@@ -67,3 +67,7 @@ SIDES_AT_ONCE = Param(
     "run each round on both sides at the same time instead of one after the other (A B B A): "
     "on a card other jobs share, whatever else loads it falls on both sides alike, at the cost "
     "of the two sides sharing it too", MEASURED)
+# MEASURED: it decides which side's requests reach the card first in each round.
+PLACEMENT_SEED = Param(
+    "placement_seed", int, 0, "with sides_at_once: seed of the order in which the sides start each "
+    "round (each side first in half the rounds, shuffled)", MEASURED, low=0)

@@ -53,7 +53,7 @@ from harness.params import Param
 from harness.plan import WorkloadSpec
 from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.common import swa_curve
-from harness.probes.shared_params import JUDGING, MEASURED, SIDES_AT_ONCE, WORKLOAD, non_empty
+from harness.probes.shared_params import JUDGING, MEASURED, PLACEMENT_SEED, SIDES_AT_ONCE, WORKLOAD, non_empty
 from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -321,7 +321,7 @@ PARAMS = (
     # check refuses fewer at that alpha.
     Param("repeats", int, 6, "rounds over all levels (the unit of replication: metrics pair by round)",
           MEASURED, low=1, high=1000),
-    SIDES_AT_ONCE,
+    SIDES_AT_ONCE, PLACEMENT_SEED,
     Param("window_s", float, None, "measure each level for this many seconds, aborting the "
           "requests still running (None: until every request ends)", MEASURED,
           low=0.1, high=86_400.0),
