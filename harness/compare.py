@@ -31,9 +31,13 @@ def floor_for(params: dict[str, Any], metric: str) -> Floor:
     return Floor(absolute=params["floor_abs"], relative=params["floor_rel"])
 
 
-def compare_metrics(base: CellResult, cand: CellResult, params: dict[str, Any]) -> dict[str, stats.Comparison]:
+def compare_metrics(base: CellResult, cand: CellResult, params: dict[str, Any],
+                    deciding: list[str]) -> dict[str, stats.Comparison]:
     """One comparison per metric both sides measured: exact ones by equality, noisy ones
-    against their floor (paired when both sides are paired and equally long)."""
+    against their floor (paired when both sides are paired and equally long). The deciding
+    noisy metrics share the suite's alpha (Bonferroni: alpha / their number), so a verdict any
+    one of them can turn *different* is still wrong at most alpha of the time."""
+    noisy = [m.name for m in base.metrics if m.name in deciding and m.kind == Kind.NOISY]
     comparisons: dict[str, stats.Comparison] = {}
     for m in base.metrics:
         other = cand.metric(m.name)
@@ -46,7 +50,8 @@ def compare_metrics(base: CellResult, cand: CellResult, params: dict[str, Any]) 
             compare = stats.compare_paired if paired else stats.compare_noisy
             comparisons[m.name] = compare(
                 m.values, other.values, floor_for(params, m.name),
-                alpha=params["alpha"], boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
+                alpha=params["alpha"] / (len(noisy) if m.name in noisy else 1),
+                boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
     return comparisons
 
 
@@ -67,8 +72,9 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     judge = PROBES[probe].judge
     judged = {role: facts for role, facts in
               ((c.role.value, judge(c.facts, params)) for c in (base, cand)) if facts} if judge else {}
-    comparisons = compare_metrics(base, cand, params)
-    deciding = [n for n in deciding_metrics(params, [(m.name, m.kind) for m in base.metrics]) if n in comparisons]
+    deciding = deciding_metrics(params, [(m.name, m.kind) for m in base.metrics])
+    comparisons = compare_metrics(base, cand, params, deciding)
+    deciding = [n for n in deciding if n in comparisons]
     verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding)
     decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)

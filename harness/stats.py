@@ -565,7 +565,7 @@ def _decide(ev: _Evidence, threshold: float, alpha: float) -> tuple[Verdict, str
         return Verdict.DIFFERENT, (f"{ev.test} p={ev.p:.2g}, effect {ev.effect:+.3g}, {ci_text} "
                                    f"beyond floor ±{_g(threshold)}")
     if ev.p >= alpha:
-        why = f"not significant ({ev.test} p={ev.p:.2g})"
+        why = f"not significant ({ev.test} p={ev.p:.2g}, alpha {alpha:.3g})"
     elif threshold:
         why = f"{ev.test} p={ev.p:.2g} but {ci_text} straddles the floor ±{_g(threshold)}"
     else:

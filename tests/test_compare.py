@@ -172,3 +172,19 @@ def test_the_suite_floor_applies_to_every_deciding_noisy_metric():
     comp = compare_cells("t", "throughput", cell(Role.BASE, flat, flat), cell(Role.CANDIDATE, flat, slower), params)
     assert comp.metrics["tok_s_c1"].floor == pytest.approx(10.0, rel=0.02)
     assert comp.verdict == "same", comp.note
+
+
+def test_deciding_noisy_metrics_share_alpha_so_a_family_is_wrong_at_most_alpha_of_the_time():
+    def cell(role: Role, scale: float) -> CellResult:
+        values = tuple(v * scale for v in (100.0, 101.0, 99.0, 100.5, 100.2, 99.7))
+        return CellResult(config="t", probe="throughput", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                          status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                          metrics=(Metric("tok_s_c8", Kind.NOISY, values, paired=True),
+                                   Metric("tok_s_c1", Kind.NOISY, values, paired=True)))
+
+    base, slower = cell(Role.BASE, 1.0), cell(Role.CANDIDATE, 0.5)
+    one = PROBES["throughput"].validate({}, "[probe.throughput]")
+    assert compare_cells("t", "throughput", base, slower, one).verdict == "different"  # p = 2/2^6 < 0.05
+    both = PROBES["throughput"].validate({"verdict_metrics": ["tok_s_c8", "tok_s_c1"]}, "[probe.throughput]")
+    comp = compare_cells("t", "throughput", base, slower, both)
+    assert comp.verdict == "unknown" and "p<0.025 unreachable" in comp.note, comp.note

@@ -160,7 +160,7 @@ def test_graph_modes_expand_configs_and_fingerprints(tmp_path):
 
 
 def test_cuda_graph_unset_keeps_old_fingerprint(tmp_path):
-    from harness.plan import Features, _features_dict
+    from harness.configs import Features, _features_dict
 
     assert "cuda_graph" not in _features_dict(Features())
     assert _features_dict(Features(cuda_graph=True))["cuda_graph"] is True

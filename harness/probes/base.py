@@ -117,17 +117,18 @@ class ProbeKind:
 
     def check_design(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
                      where: str) -> None:
-        """UsageError when a noisy metric that decides cannot reach `alpha` with the samples the
+        """UsageError when a noisy metric that decides cannot reach its share of `alpha` (alpha /
+        the number of deciding noisy metrics, as compare.py judges them) with the samples the
         suite plans (an exact rank test's smallest p: 2/2^n for n pairs, 2/C(2n, n) for n
         against n), naming the key and the smallest value that works."""
         if self.planned is None:
             return
         planned = self.planned(params, workload, deterministic)
         deciding = set(deciding_metrics(params, [(m.name, m.kind) for m in planned]))
-        alpha = params["alpha"]
-        for m in planned:
-            if m.kind != Kind.NOISY or m.name not in deciding:
-                continue
+        noisy = [m for m in planned if m.kind == Kind.NOISY and m.name in deciding]
+        # compare.py splits alpha among the deciding noisy metrics (Bonferroni)
+        alpha = params["alpha"] / max(1, len(noisy))
+        for m in noisy:
             n = m.samples(params, workload)
             least = stats.least_samples(alpha, m.paired)
             if n >= least:
@@ -136,7 +137,8 @@ class ProbeKind:
             value = _param_or_workload(params, workload, m.key)
             raise UsageError(
                 f"{where}.{m.key}: {value} gives {m.name} {n} {'pairs' if m.paired else 'samples per side'}, "
-                f"whose smallest two-sided p is {lowest_p:.3g}: it can never reach alpha {alpha:g}, so "
+                f"whose smallest two-sided p is {lowest_p:.3g}: it can never reach alpha {alpha:.3g}"
+                f"{f' (the suite alpha over {len(noisy)} deciding noisy metrics)' if len(noisy) > 1 else ''}, so "
                 f"this suite could not tell a change from none; set {m.key} >= "
                 f"{-(-least // m.per_unit)} (or raise alpha)")
 
