@@ -5,10 +5,10 @@ sides at once.
 
 Base and candidate are two commits of the reference server that differ in a changelog only,
 so every *different* is a false one. One run per mode measures CONFIGS identical throughput
-configurations (each its own pair of servers, one configuration at a time), each with six
+configurations (each its own pair of servers, one configuration at a time), each with seven
 paired rounds at two concurrency levels and no floor, so every metric is judged by its test
-alone: the false-*different* rate per configuration (any deciding metric) and per metric
-should stay at or below alpha. The signed median effect over all comparisons shows a side
+alone (the two deciding levels share alpha, as compare.py splits it): the false-*different*
+rate per configuration (either level) should stay at or below alpha. The signed median effect over all comparisons shows a side
 bias (the base faster or slower by placement) that a rate alone can hide. Each run's
 results.json (with the recorded placement seed) is kept under DETCHECK_AA_OUT when set.
 """
@@ -44,7 +44,7 @@ prompt_len = [16, 16]
 output_len = 24
 [probe.throughput]
 concurrency = {list(LEVELS)}
-repeats = 6
+repeats = 7
 warmup = 1
 alpha = {alpha}
 sides_at_once = {str(at_once).lower()}
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--alpha", type=float, default=0.05)
     args = parser.parse_args(argv)
     print(f"A/A on the reference server: {args.configs} identical configurations per mode, "
-          f"6 paired rounds, levels {list(LEVELS)}, no floor, alpha {args.alpha}")
+          f"7 paired rounds, levels {list(LEVELS)}, no floor, alpha {args.alpha}")
     for mode, f in measure(args.configs, args.alpha).items():
         rate = f["different"] / f["configs"] if f["configs"] else float("nan")
         metric_rate = f["metrics_different"] / f["metrics"] if f["metrics"] else float("nan")
