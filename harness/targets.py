@@ -20,10 +20,12 @@ from harness.paths import PROJECT_ROOT
 HOST = "127.0.0.1"
 
 # Launch failures that mean "this revision refuses this combination" (a result: n/a), as
-# opposed to a crash (an error). Phrases SGLang uses in its argument checks.
+# opposed to a crash (an error). Phrases SGLang uses in its argument checks (0.5.16 and 0.5.17
+# server_args.py: "extra_buffer_lazy unsupported with spec." / "... unsupported with DFLASH; ...",
+# "--swa-full-tokens-ratio should be in range (0, 1.0].").
 REJECTION = re.compile(
-    r"unsupported with spec|not yet compatible|is not supported|does not support|"
-    r"unrecognized arguments|invalid choice|must be in \(0, 1\]",
+    r"unsupported (?:with|under) |not yet compatible|is not supported|does not support|"
+    r"unrecognized arguments|invalid choice|should be in range \(0, 1\.0\]",
     re.I,
 )
 
