@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.envs import EnvOptions
 from harness.plan import ConfigSpec, ServerConfig
@@ -36,6 +37,8 @@ class RunRequest:
     # Extra server environment for every configuration (part of its fingerprint, unlike a slot's).
     extra_env: dict[str, str] = field(default_factory=dict)
     command_line: str = ""
+    # `--set probe.param=value`: probe parameters over the suite's tables (recorded in results).
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     # How many servers may be up at once, and what pins each (a GPU, a role's GPUs): with more
     # than one, jobs run in threads and the observer must be thread-safe. One slot: sequential.
     slots: tuple[Slot, ...] = (Slot(),)

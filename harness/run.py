@@ -113,7 +113,7 @@ def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
 
 def open_run(req: RunRequest, observer: RunObserver) -> Run:
     """Everything that can fail on bad input, done before any launch (exit 2)."""
-    suite = load_suite(req.suite_path, known_probes())
+    suite = load_suite(req.suite_path, known_probes(), req.overrides)
     plans = plan(suite, req)
     recorder = RunRecorder(suite, req, cell_order(plans))
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.

@@ -38,6 +38,11 @@ class Target:
     package_dir: str = "python"
     python: str = sys.executable
 
+    @property
+    def package(self) -> str:
+        """The package a checkout of this target holds under package_dir (sglang, refserver)."""
+        return self.module.split(".")[0]
+
     def pythonpath(self, worktree: Path | None) -> str | None:
         if worktree is not None:
             return str(worktree / self.package_dir)
@@ -79,6 +84,12 @@ TARGETS: dict[str, Target] = {
     "refserver": Target("refserver", "refserver"),
 }
 TARGET_NAMES = tuple(TARGETS)
+
+
+def target_of_checkout(repo: Path) -> Target | None:
+    """The target whose package the checkout's tree holds (python/sglang: SGLang, python/refserver:
+    a reference-server fixture repo); None when it holds neither."""
+    return next((t for t in TARGETS.values() if (repo / t.package_dir / t.package).is_dir()), None)
 
 
 def get_target(name: str, python: str | None = None) -> Target:
