@@ -161,7 +161,8 @@ def _read_capabilities(target: Target, sha: str | None, worktree: Path | None, t
     code, text = target.read_help(worktree, {}, timeout_s)
     caps = Capabilities.parse(text)
     if code != 0 or not caps.knows("--model-path"):
-        what = f"exit code {code}" if code != 0 else "no --model-path in its output"
+        what = (f"timed out after {timeout_s:.0f} s" if code is None else
+                f"exit code {code}" if code != 0 else "no --model-path in its output")
         raise LaunchError(f"`{target.module} --help` failed ({what})",
                           "\n".join(text.splitlines()[-30:]), exit_code=code)
     if cache is not None:

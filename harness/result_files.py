@@ -60,11 +60,14 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None:
+            # A failed write or fsync (a full disk) names no file: the message must say which.
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
 
 
