@@ -48,6 +48,7 @@ from harness.revisions import Revision
 from harness.plan import load_suite
 from harness.probes import known_probes
 from harness.run import RunRequest, execute, plan
+from harness.schedule import check_slot_count
 from harness.stats import Verdict, combine_verdicts
 
 SAME, DIFFERENT, SKIP, ABORT = 0, 1, 125, 128
@@ -248,8 +249,7 @@ def session_dir_for(repo: Path, good: str, bad: str) -> Path:
 
 
 def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print, slots: int = 1) -> Outcome:
-    if slots < 1:
-        raise UsageError(f"--slots {slots}: at least 1")
+    check_slot_count(slots)
     good = Revision.resolve(spec.repo, spec.good)
     bad = Revision.resolve(spec.repo, bad_ref)
     if good.sha == bad.sha:

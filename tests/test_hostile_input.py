@@ -53,3 +53,72 @@ def test_a_nested_table_as_a_suite_env_value_is_bad_input(tmp_path):
         load_suite(suite)
     suite.write_text(suite.read_text().replace("NESTED = { a = 1 }", 'PLAIN = "1"'))
     assert load_suite(suite).server_env == {"PLAIN": "1"}
+
+
+# -- 4. slots ----------------------------------------------------------------------------
+
+HUGE = "99999999999999999999"
+
+
+def test_a_slot_count_beyond_any_host_is_bad_input(tmp_path):
+    """Before: --slots 10**20 laid out 10**20 slots (the process grew by ~25 MB/s, forever)."""
+    from harness.bisect import BisectSpec, bisect
+    from harness.cli import build_parser
+    from harness.commands.common_args import slot_count
+
+    args = build_parser().parse_args(["run", "--suite", "s.toml", "--slots", HUGE])
+    with pytest.raises(UsageError, match=f"--slots {HUGE}: must be between 1 and 256"):
+        slot_count(args)
+    assert slot_count(build_parser().parse_args(["run", "--suite", "s.toml", "--slots", "256"])) == 256
+    with pytest.raises(UsageError, match="--slots 0: must be between 1 and 256"):
+        slot_count(build_parser().parse_args(["run", "--suite", "s.toml", "--slots", "0"]))
+    spec = BisectSpec(repo=tmp_path, good="0" * 40, suite=tmp_path / "s.toml", probes=("kl",))
+    with pytest.raises(UsageError, match=f"--slots {HUGE}: must be between 1 and 256"):
+        bisect(spec, "HEAD", slots=int(HUGE))
+
+
+@pytest.mark.parametrize("field", [f"servers_per_gpu = {HUGE}", f"gpus = {HUGE}"])
+def test_a_matrix_entry_with_more_gpus_or_servers_than_a_host_is_bad_input(tmp_path, field):
+    from harness.matrix import load_matrix
+
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"])
+    gpus = "" if field.startswith("gpus") else "gpus = 1\n"
+    (tmp_path / "m.toml").write_text(f'[[entry]]\nname = "x"\ngpu = "H200"\n{gpus}{field}\nsuites = ["{suite}"]\n')
+    with pytest.raises(UsageError, match=r"'x'\.(gpus|servers_per_gpu): must be an integer from [01] to 64"):
+        load_matrix(tmp_path / "m.toml")
+
+
+# -- 5. multi-GPU entries ----------------------------------------------------------------
+
+
+def test_an_entry_never_hands_out_fewer_gpus_than_it_needs():
+    """Before: a 2-GPU entry with CUDA_VISIBLE_DEVICES=0 gave both roles CUDA_VISIBLE_DEVICES=''."""
+    from harness.matrix import MatrixEntry
+    from harness.schedule import entry_slots
+
+    two = MatrixEntry(name="two", gpu="H200", gpus=2, suites=())
+    for visible in ("0", ""):
+        with pytest.raises(UsageError, match="'two' needs 2 GPUs; CUDA_VISIBLE_DEVICES="):
+            entry_slots(two, visible)
+    assert [s.env for s in entry_slots(two, "3,5")] == [{"CUDA_VISIBLE_DEVICES": "3"}, {"CUDA_VISIBLE_DEVICES": "5"}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpus_here, visible, why", [
+    (["NVIDIA H200", "NVIDIA H200"], "0", "needs 2× H200; this machine has 1 (GPUs: NVIDIA H200)"),
+    ([], None, "needs 2× H200; this machine has 0 (GPUs: none)"),
+])
+def test_matrix_run_skips_an_entry_whose_gpus_are_not_there(tmp_path, gpus_here, visible, why):
+    from conftest import detcheck, fake_gpus
+    from harness.fixture_repo import FixtureRepo
+
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"])
+    (tmp_path / "m.toml").write_text(
+        f'[[entry]]\nname = "h200x2"\ngpu = "H200"\ngpus = 2\ntarget = "refserver"\nsuites = ["{suite}"]\n')
+    repo = FixtureRepo.create(tmp_path / "repo")
+    proc = detcheck("matrix", "run", "h200x2", "--matrix", str(tmp_path / "m.toml"), "--repo", str(repo.path),
+                    "--base", repo.head(), "--candidate", repo.head(), "--out", str(tmp_path / "out"),
+                    "--no-progress", env=fake_gpus(tmp_path / "bin", gpus_here, visible))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert f"matrix h200x2: skipped: {why}" in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing launched, nothing written

@@ -25,7 +25,7 @@ from harness.result_files import RESULTS_FILE
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
 from harness.run import RunRequest
-from harness.schedule import cpu_slots, default_slot_count
+from harness.schedule import check_slot_count, cpu_slots, default_slot_count
 from harness.stats import Verdict
 from harness.targets import TARGET_NAMES
 
@@ -167,9 +167,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
 
 
 def slot_count(args: argparse.Namespace) -> int:
-    if args.slots is not None and args.slots < 1:
-        raise UsageError(f"--slots {args.slots}: at least one server must be allowed")
-    count = args.slots or default_slot_count(args.target)
+    count = check_slot_count(args.slots) if args.slots is not None else default_slot_count(args.target)
     return max(count, 2) if args.parallel else count
 
 
