@@ -473,9 +473,21 @@ def resolve_flags(run: Run, job: Job) -> bool:
     return True
 
 
+LOG_DIR = "logs"
+
+
+def server_log(out_dir: Path, config: str, role: Role, revision: str) -> Path:
+    """Where a job's server writes its log."""
+    return out_dir / LOG_DIR / f"{safe_name(config)}-{role.value}-{revision}.log"
+
+
+def server_logs(out_dir: Path) -> list[Path]:
+    """The server logs a run directory holds: files named as `server_log` names them, none else."""
+    return [path for role in Role for path in (out_dir / LOG_DIR).glob(f"*-{role.value}-*.log") if path.is_file()]
+
+
 def launch_server(run: Run, job: Job) -> bool:
-    log_path = (run.req.out_dir / "logs" /
-                f"{safe_name(job.cp.spec.name)}-{job.role.value}-{job.revision.short()}.log")
+    log_path = server_log(run.req.out_dir, job.cp.spec.name, job.role, job.revision.short())
     started_at = time.time()
     # The interpreter's metadata (a subprocess, once per interpreter and sha) is read while the
     # server starts, not after it.

@@ -5,6 +5,8 @@ defect class reproduced; the slow ones start real processes."""
 from __future__ import annotations
 
 import errno
+import gzip
+import json
 import os
 from pathlib import Path
 
@@ -122,3 +124,99 @@ def test_matrix_run_skips_an_entry_whose_gpus_are_not_there(tmp_path, gpus_here,
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert f"matrix h200x2: skipped: {why}" in proc.stderr
     assert not (tmp_path / "out").exists()  # nothing launched, nothing written
+
+
+# -- 2. result files ---------------------------------------------------------------------
+
+DEMO_RUN = Path(__file__).parent / "data" / "demo-cache.json"
+
+
+def gzipped_run(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json.gz").write_bytes(gzip.compress(text.encode()))
+    return folder
+
+
+def test_an_out_holding_a_gzipped_run_is_an_earlier_run(tmp_path):
+    from harness.commands.common_args import claim_out_dir
+
+    out = gzipped_run(tmp_path / "out", DEMO_RUN.read_text())
+    (out / "report.md").write_text("the earlier report")
+    with pytest.raises(UsageError, match="holds an earlier run; pass --resume"):
+        claim_out_dir(out, resume=False, force=False)
+    assert (out / "report.md").read_text() == "the earlier report"
+    claim_out_dir(out, resume=False, force=True)
+    assert not (out / "results.json.gz").exists() and not (out / "report.md").exists()
+
+
+def test_a_folder_holding_both_result_files_that_disagree_is_not_read(tmp_path, capsys):
+    from harness import cli
+
+    text = DEMO_RUN.read_text()
+    out = gzipped_run(tmp_path / "run", text)
+    (out / "results.json").write_text(text)
+    assert cli.main(["report", str(out), "--check", "--format", "json"]) == 1  # the same run twice: read
+    capsys.readouterr()
+    data = json.loads(text)
+    for comp in data["comparisons"]:
+        comp["verdict"] = "same"
+    (out / "results.json").write_text(json.dumps(data))
+    assert cli.main(["report", str(out), "--check", "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "holds both results.json and results.json.gz, and they differ" in err and str(out) in err
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_inflated_whole(tmp_path, monkeypatch):
+    from harness import result_files
+    from harness.errors import CorruptResult
+
+    monkeypatch.setattr(result_files, "MAX_INFLATED_BYTES", 2**20, raising=False)
+    bomb = tmp_path / "run" / "results.json.gz"
+    bomb.parent.mkdir()
+    with gzip.open(bomb, "wb") as f:
+        for _ in range(4):
+            f.write(b" " * 2**20)  # 4 MiB of whitespace: valid JSON padding around nothing
+    with pytest.raises(CorruptResult, match=r"inflates to more than 1 MiB"):
+        result_files.read_run(bomb.parent)
+
+
+def test_resume_with_another_suite_is_refused(tmp_path):
+    from harness.cli import build_parser
+    from harness.commands.common_args import request_from
+    from harness.revisions import Revision
+
+    ran = refserver_suite(tmp_path / "ran.toml", ["kl"])
+    other = refserver_suite(tmp_path / "other.toml", ["kl"])
+    out = tmp_path / "out"
+    out.mkdir()
+    data = json.loads(DEMO_RUN.read_text())
+    data["suite"], data["metadata"]["suite_path"] = "ran", str(ran)
+    (out / "results.json").write_text(json.dumps(data))
+    installed = Revision.installed("installed")
+
+    def resume(suite: Path):
+        args = build_parser().parse_args(["run", "--suite", str(suite), "--resume", "--out", str(out)])
+        return request_from(args, installed, installed, suite)
+
+    with pytest.raises(UsageError, match=r"--resume: .* holds a run of suite 'ran' .*, not of .*other\.toml"):
+        resume(other)
+    assert resume(ran).out_dir == out
+
+
+def test_force_removes_only_what_detcheck_wrote(tmp_path):
+    from harness.commands.common_args import claim_out_dir
+
+    out = tmp_path / "out"
+    (out / "logs").mkdir(parents=True)
+    (out / "plots").mkdir()
+    (out / "results.json").write_text(DEMO_RUN.read_text())
+    (out / "report.md").write_text("# run\n\n![swa swa_peak](plots/swa-swa_peak.png)\n")
+    written = [out / "logs" / "swa-base-0123456789ab.log", out / "logs" / "swa-candidate-ba9876543210.log",
+               out / "plots" / "swa-swa_peak.png", out / "plots" / "swa-swa_peak.svg"]
+    mine = [out / "logs" / "my-notes.txt", out / "plots" / "my-figure.png", out / "notes.md"]
+    for path in written + mine:
+        path.write_text("x")
+    claim_out_dir(out, resume=False, force=True)
+    assert [p for p in written if p.exists()] == []
+    assert [p for p in mine if not p.exists()] == []
+    assert not (out / "results.json").exists() and not (out / "report.md").exists()
