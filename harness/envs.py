@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from harness.errors import UsageError
 from harness.paths import cache_dir, file_lock
-from harness.redaction import scrub, secret_values, url_credentials
+from harness.redaction import environment_secrets, scrub
 
 DEFAULT_ENV_FILE = "detcheck-requirements.txt"
 # Written into an environment as the last step of its build: what was built from what.
@@ -236,7 +236,7 @@ def build(building: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
     t0 = time.monotonic()
     uv = shutil.which("uv")
     # An index URL's credentials (in the pip options or PIP_INDEX_URL) stay out of what is kept.
-    secrets = (*secret_values(dict(os.environ), pip_args), *url_credentials([*pip_args, *os.environ.values()]))
+    secrets = environment_secrets(dict(os.environ), pip_args)
     log: list[str] = []
     for i, (step, argv) in enumerate(build_commands(building, env_file, base, pip_args, uv)):
         proc = subprocess.run(argv, cwd=worktree, capture_output=True, text=True)

@@ -47,7 +47,7 @@ from harness.paths import safe_name
 from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
-from harness.redaction import redact_argv, redact_env, scrub_file, secret_values
+from harness.redaction import environment_secrets, redact_argv, redact_env, scrub_file
 from harness.result_files import write_run
 from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
 from harness.revisions import Revision
@@ -432,7 +432,7 @@ def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
                {p: run.key(cp, p, role) for p in cp.probes}, env=env,
                meta={**run.recorder.host, "target": target.name, "python": target.python,
                      **({"environment": run.envs[role].to_dict()} if role in run.envs else {})},
-               secrets=secret_values({**os.environ, **env}, cp.server.args))
+               secrets=environment_secrets({**os.environ, **env}, cp.server.args))
 
 
 def reuse_stored(run: Run, job: Job) -> bool:

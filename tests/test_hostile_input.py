@@ -220,3 +220,62 @@ def test_force_removes_only_what_detcheck_wrote(tmp_path):
     assert [p for p in written if p.exists()] == []
     assert [p for p in mine if not p.exists()] == []
     assert not (out / "results.json").exists() and not (out / "report.md").exists()
+
+
+# -- 3. secrets --------------------------------------------------------------------------
+
+ECHO_SHIM = """import os, runpy, sys
+argv = sys.argv[1:]
+print('launch argv:', ' '.join(argv), flush=True)
+print('launch env:', ' '.join(f'{k}={v}' for k, v in sorted(os.environ.items())), flush=True)
+if '--help' in argv:
+    print('  --api-key KEY  --db-passwd PW  --credential C')
+kept = []
+words = iter(argv)
+for word in words:
+    if word in ('--db-passwd',):
+        next(words)
+    elif not word.startswith(('--api-key', '--credential')):
+        kept.append(word)
+sys.argv = ['sglang.launch_server', *kept]
+runpy.run_module('faults', run_name='__main__')
+"""
+
+
+@pytest.mark.slow
+def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, bare_python, isolated_cache):
+    """A server that echoes its argv and its whole environment into its log (and --help)."""
+    import subprocess
+
+    from conftest import make_sglang_repo
+    from faultlib import Bench
+
+    secret = {name: f"{name}-{os.urandom(6).hex()}" for name in
+              ("abbrev", "passwd", "credential", "suite_cred", "suite_pass", "url")}
+    repo = make_sglang_repo(tmp_path, module="faults")
+    (repo / "python" / "sglang" / "launch_server.py").write_text(ECHO_SHIM)
+    for message in ("echo argv and env", "candidate"):
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                        "-q", "--allow-empty", "-am", message], check=True)
+    bench = Bench(tmp_path, bare_python, repo=repo)
+    bench.write_suite({"one": ["--fault", "http-500"]},  # a failing cell keeps a log tail too
+                      env={"SERVICE_CREDENTIAL": secret["suite_cred"], "PGPASS": secret["suite_pass"]})
+    proc = detcheck_with(bench, {"MIRROR_URL": f"https://mirror-user:{secret['url']}@mirror.invalid/simple"},
+                         f"--server-a=--api-key={secret['abbrev']}",  # argparse's abbreviation of --server-arg
+                         "--server-arg=--db-passwd", f"--server-arg={secret['passwd']}",
+                         f"--server-arg=--credential={secret['credential']}")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    logs = "".join(p.read_text() for p in (bench.out / "logs").iterdir())
+    assert "launch argv:" in logs and "launch env:" in logs and "mirror.invalid" in logs
+    for root in (bench.out, isolated_cache):
+        for path in root.rglob("*"):
+            if path.is_file():
+                text = path.read_bytes().decode("utf-8", "replace")
+                assert not [name for name, value in secret.items() if value in text], path
+    assert not [name for name, value in secret.items() if value in proc.stdout + proc.stderr]
+
+
+def detcheck_with(bench, env: dict[str, str], *extra: str):
+    from conftest import detcheck
+
+    return detcheck(*bench.args(*extra), env={**bench.env(), **env}, timeout=120)
