@@ -279,3 +279,57 @@ def detcheck_with(bench, env: dict[str, str], *extra: str):
     from conftest import detcheck
 
     return detcheck(*bench.args(*extra), env={**bench.env(), **env}, timeout=120)
+
+
+# -- 7. the leftover-server registry -----------------------------------------------------
+
+
+def orphan_record(cache: Path, pid: int, **fields) -> Path:
+    """A registry record naming `pid`, whose harness is gone (a pid no process has, start 1.0)."""
+    import psutil
+
+    record = cache / "servers" / f"999999999-{pid}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"harness_pid": 999999999, "harness_started": 1.0, "server_pid": pid,
+                                  "server_started": psutil.Process(pid).create_time(), **fields}))
+    return record
+
+
+@pytest.mark.parametrize("marker, token", [
+    (None, None),  # a process detcheck never started, named by a record without a token
+    (None, "a-token"),  # … or by a record with one
+    ("another-token", "a-token"),  # a server of another record
+])
+def test_the_registry_kills_only_a_process_carrying_its_records_marker(isolated_cache, marker, token):
+    """Before: any process whose pid and start time matched a record was killed (a `sleep`)."""
+    import subprocess
+
+    from harness.lifeline import SERVER_MARKER, reap_orphans
+
+    env = {k: v for k, v in os.environ.items() if k != SERVER_MARKER}
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                                env={**env, **({SERVER_MARKER: marker} if marker else {})})
+    try:
+        record = orphan_record(isolated_cache, stranger.pid, **({"token": token} if token else {}))
+        assert reap_orphans() == []
+        assert stranger.poll() is None and not record.exists()
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+def test_the_registry_never_kills_another_users_process(isolated_cache):
+    import subprocess
+
+    from harness.lifeline import SERVER_MARKER, reap_orphans
+
+    other_user = subprocess.Popen(["sleep", "60"], start_new_session=True, user=65534,
+                                  env={**os.environ, SERVER_MARKER: "a-token"})
+    try:
+        orphan_record(isolated_cache, other_user.pid, token="a-token")
+        assert reap_orphans() == []
+        assert other_user.poll() is None
+    finally:
+        other_user.kill()
+        other_user.wait()
