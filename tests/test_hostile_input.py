@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import refserver_suite
+from conftest import git, refserver_suite
 from harness.capabilities import revision_capabilities
 from harness.errors import LaunchError, UsageError
 from harness.plan import load_suite
@@ -333,3 +333,56 @@ def test_the_registry_never_kills_another_users_process(isolated_cache):
     finally:
         other_user.kill()
         other_user.wait()
+
+
+# -- 6. bisect sessions ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("file, text", [
+    ("session.json", "{not json"),
+    ("session.json", '{"repo": "/r"}'),  # fields missing
+    ("evaluations.jsonl", '{"phase": "step"}\n'),
+])
+def test_a_corrupt_bisect_session_is_reported_with_its_path(tmp_path, capsys, file, text):
+    from harness import cli
+    from harness.bisect import BisectSpec
+
+    session = tmp_path / "session"
+    if file != "session.json":  # a good session, in a repository whose HEAD the step judges
+        git(tmp_path, "init", "-q")
+        git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+        BisectSpec(repo=tmp_path, good="0" * 40, suite=tmp_path / "s.toml", probes=("kl",),
+                   session_dir=session).save()
+    session.mkdir(exist_ok=True)
+    (session / file).write_text(text)
+    assert cli.main(["bisect-step", "--session", str(session), "--commit", "HEAD"]) == 128
+    err = capsys.readouterr().err
+    assert f"{session / file}" in err and "corrupt bisect" in err, err
+
+
+@pytest.mark.slow
+def test_a_second_bisect_of_a_repository_is_refused_while_the_first_runs(tmp_path, bare_python, no_leftovers):
+    """Before: both used one session folder and worktree and died in raw git errors."""
+    import subprocess
+
+    from conftest import detcheck, detcheck_argv
+    from faultlib import Bench
+
+    bench = Bench(tmp_path, bare_python)
+    # The first bisect sits in its endpoint's launch (a server that never gets healthy) while
+    # the second starts: whatever the machine's speed, the two overlap.
+    bench.write_suite({"one": ["--fault", "never-healthy"]}, startup_timeout_s=300)
+    args = ["bisect", "--repo", str(bench.repo), "--good", "main~1", "--bad", "main", "--suite", str(bench.suite),
+            "--probe", "kl", "--target", "sglang", "--python", bench.python]
+    first = subprocess.Popen(detcheck_argv(*args), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, **bench.env()})
+    try:
+        bench.wait_launches("one", 1, timeout_s=120)
+        second = detcheck(*args, env=bench.env(), timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert f"another bisect of {bench.repo} is running" in second.stderr
+        assert "fatal:" not in second.stderr and "Traceback" not in second.stderr
+        assert first.poll() is None  # the first goes on, undisturbed
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
