@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.envs import DEFAULT_ENV_FILE, EnvOptions
+from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.results import Role, RunResult, Status
 from harness.gitcmd import fixed_identity_env, git, git_argv, git_run
@@ -95,7 +95,8 @@ class BisectSpec:
                           "store_root": Path(d["store_root"]), "session_dir": Path(d["session_dir"]),
                           "probes": tuple(d["probes"]), "configs": tuple(d["configs"]),
                           "env_options": EnvOptions(env.get("file", DEFAULT_ENV_FILE),
-                                                    tuple(env.get("pip_args", ())))})
+                                                    tuple(env.get("pip_args", ())),
+                                                    env.get("build_timeout_s", DEFAULT_BUILD_TIMEOUT_S))})
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
             raise UsageError(f"{path}: corrupt bisect session file ({type(exc).__name__}: {exc}); "
                              f"run `detcheck bisect` again to start a new session") from None

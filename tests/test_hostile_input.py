@@ -386,3 +386,113 @@ def test_a_second_bisect_of_a_repository_is_refused_while_the_first_runs(tmp_pat
     finally:
         first.terminate()
         first.communicate(timeout=60)
+
+
+# -- 1. per-revision environments --------------------------------------------------------
+
+SHA = "a" * 40
+
+
+def revision_tree(path: Path, requirements: str) -> Path:
+    from harness.envs import DEFAULT_ENV_FILE
+
+    path.mkdir(parents=True)
+    (path / DEFAULT_ENV_FILE).write_text(requirements)
+    return path
+
+
+def wheel_folder(path: Path, *versions: str) -> Path:
+    from envprobe import write_envprobe_wheel
+
+    for version in versions:
+        write_envprobe_wheel(path, version)
+    return path
+
+
+def built_names() -> list[str]:
+    from harness.envs import envs_root
+
+    return sorted(p.name for p in envs_root().iterdir() if p.is_dir() or p.is_symlink()) if envs_root().is_dir() else []
+
+
+@pytest.mark.parametrize("pip_args", [("--target=/tmp/elsewhere",), ("--target", "/tmp/elsewhere"), ("-t", "/x"),
+                                      ("-t/x",), ("--prefix=/x",), ("--root", "/x"), ("--user",)])
+def test_pip_options_that_move_the_install_are_refused(pip_args):
+    from harness.envs import EnvOptions
+
+    with pytest.raises(UsageError, match="installs outside the environment being built"):
+        EnvOptions(pip_args=pip_args)
+
+
+@pytest.mark.slow
+def test_a_build_that_installed_nothing_into_the_environment_is_never_published(tmp_path):
+    """Before: `--targ=DIR` (pip's abbreviation of --target) installed into DIR, the empty
+    environment was published, and every later run reused it (packages null), exit 0."""
+    import sys
+
+    from harness.envs import EnvOptions, revision_env
+
+    tree = revision_tree(tmp_path / "t", "detcheck_envprobe==2.0\n")
+    wheels = wheel_folder(tmp_path / "wheels", "2.0")
+    options = EnvOptions(pip_args=("--no-index", f"--find-links={wheels}", f"--targ={tmp_path / 'elsewhere'}"))
+    env = revision_env(SHA, tree, options, sys.executable)
+    assert (tmp_path / "elsewhere" / "detcheck_envprobe").is_dir()  # where pip put it
+    assert "without what detcheck-requirements.txt names: detcheck_envprobe absent (pinned 2.0)" in env.error
+    assert built_names() == []  # nothing published, nothing left half-built
+
+
+@pytest.mark.slow
+def test_the_pip_options_are_part_of_the_environments_key(tmp_path):
+    """Before: switching --find-links from a folder of 1.0 to one of 2.0 reused the 1.0 build."""
+    import sys
+
+    from harness.envs import EnvOptions, revision_env
+
+    tree = revision_tree(tmp_path / "t", "detcheck_envprobe\n")
+    envs = [revision_env(SHA, tree, EnvOptions(pip_args=("--no-index", f"--find-links={folder}")), sys.executable)
+            for folder in (wheel_folder(tmp_path / "one", "1.0"), wheel_folder(tmp_path / "two", "2.0"))]
+    assert [env.packages for env in envs] == [{"detcheck_envprobe": "1.0"}, {"detcheck_envprobe": "2.0"}]
+    assert envs[0].path != envs[1].path and len([name for name in built_names() if "." not in name]) == 2
+
+
+def test_an_env_file_that_resolves_outside_the_tree_is_refused(tmp_path):
+    """Before: a link to /etc/hostname made pip install a package named after that file's content."""
+    import sys
+
+    from harness.envs import DEFAULT_ENV_FILE, EnvOptions, revision_env
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("some-host-name\n")
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / DEFAULT_ENV_FILE).symlink_to(outside)
+    with pytest.raises(UsageError, match=f"resolves to {outside}, outside the revision's tree"):
+        revision_env(SHA, tree, EnvOptions(pip_args=("--no-index",)), sys.executable)
+    assert built_names() == []
+
+
+HANGING_BACKEND = """import time
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    time.sleep(600)  # a setup.py waiting on something that never comes
+"""
+
+
+@pytest.mark.slow
+def test_a_build_that_hangs_is_killed_at_its_time_limit(tmp_path, no_leftovers):
+    """Before: a package whose build hangs blocked the run forever (no limit)."""
+    import sys
+
+    from harness.envs import EnvOptions, revision_env
+
+    tree = revision_tree(tmp_path / "t", "./hangs\n")
+    (tree / "hangs").mkdir()
+    (tree / "hangs" / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "hanging_backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "hangs"\nversion = "1"\n')
+    (tree / "hangs" / "hanging_backend.py").write_text(HANGING_BACKEND)
+    options = EnvOptions(pip_args=("--no-index", "--no-build-isolation"), build_timeout_s=3)
+    env = revision_env(SHA, tree, options, sys.executable)
+    assert env.error.startswith("pip install timed out after 3 s (the build's limit, --env-build-timeout)"), env.error
+    assert built_names() == []

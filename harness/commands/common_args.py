@@ -15,7 +15,7 @@ from typing import TextIO
 
 from harness import baseline
 from harness.compare import overall
-from harness.envs import DEFAULT_ENV_FILE, EnvOptions
+from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import cache_dir
@@ -101,11 +101,15 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
                         "own requirements file)")
     p.add_argument("--env-pip-arg", action="append", default=[], metavar="ARG",
                    help="argument passed to `pip install` when an environment is built (repeatable; "
-                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR)")
+                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR; part of the "
+                        "environment's key; --target, --prefix, --root and --user are refused)")
+    p.add_argument("--env-build-timeout", type=float, default=DEFAULT_BUILD_TIMEOUT_S, metavar="SECONDS",
+                   help="time limit of one environment's build; past it the build is killed and the "
+                        f"revision's cells are errors naming it (default {DEFAULT_BUILD_TIMEOUT_S:g})")
 
 
 def env_options_from(args: argparse.Namespace) -> EnvOptions:
-    return EnvOptions(args.env_file, tuple(args.env_pip_arg))
+    return EnvOptions(args.env_file, tuple(args.env_pip_arg), args.env_build_timeout)
 
 
 def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
