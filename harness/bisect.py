@@ -274,7 +274,7 @@ def repo_lock_path(repo: Path) -> Path:
     """The lock a bisect of `repo` holds, named by the repository's real path."""
     real = repo.resolve()
     digest = hashlib.sha256(str(real).encode()).hexdigest()[:12]
-    return cache_dir() / "bisect" / "locks" / f"{safe_name(real.name)}-{digest}.lock"
+    return cache_dir() / "locks" / f"bisect-{safe_name(real.name)}-{digest}.lock"
 
 
 def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: int) -> Outcome:
