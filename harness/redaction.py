@@ -96,12 +96,14 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 def redact_command(argv: Sequence[str]) -> list[str]:
     """detcheck's own command line as recorded: secrets passed through `--server-arg` masked
-    (`--server-arg=--api-key --server-arg=sk-…`, or the two-word form)."""
+    (`--server-arg=--api-key --server-arg=sk-…`, the two-word form, or after `--`)."""
     server_args: list[str] = []
     words = iter(argv)
     for word in words:
         option, eq, value = word.partition("=")
-        if len(option) > 2 and _SERVER_ARG.startswith(option):
+        if word == "--":
+            server_args += words
+        elif len(option) > 2 and _SERVER_ARG.startswith(option):
             server_args.append(value if eq else next(words, ""))
     secrets = (*secret_values({}, server_args), *url_credentials(argv))
     return [scrub(word, secrets) for word in redact_argv(list(argv))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 
 import pytest
 from rich.console import Console
@@ -65,3 +66,16 @@ def test_report_check_exits_with_the_stored_verdict(tmp_path):
     run_dir.mkdir()
     (run_dir / "results.json").write_text((DATA / "demo-cache.json").read_text())
     assert detcheck("report", str(run_dir), "--format", "md", "--check").returncode == 1  # different
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~/…-])/(?:[\w.-]+/)+[\w.-]*")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_report_holds_no_absolute_path_of_the_machine(name):
+    """Pasted into a PR, report.md says nothing of where the run was made (the results hold
+    /work/… and /tmp/… paths: the model's, the worktrees', the command's)."""
+    assert ABSOLUTE_PATH.findall(json.dumps(load(name).to_dict()))  # the stored run holds some
+    markdown = (DATA / f"{name}.md").read_text()
+    assert not ABSOLUTE_PATH.findall(markdown), ABSOLUTE_PATH.findall(markdown)
+    assert markdown == MarkdownReport(load(name)).render()

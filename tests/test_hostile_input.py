@@ -68,12 +68,14 @@ def test_a_slot_count_beyond_any_host_is_bad_input(tmp_path):
     from harness.cli import build_parser
     from harness.commands.common_args import slot_count
 
-    args = build_parser().parse_args(["run", "--suite", "s.toml", "--slots", HUGE])
+    def count(slots: str) -> int:
+        return slot_count(build_parser().parse_args(["run", "--suite", "s.toml", "--slots", slots]), "refserver")
+
     with pytest.raises(UsageError, match=f"--slots {HUGE}: must be between 1 and 256"):
-        slot_count(args)
-    assert slot_count(build_parser().parse_args(["run", "--suite", "s.toml", "--slots", "256"])) == 256
+        count(HUGE)
+    assert count("256") == 256
     with pytest.raises(UsageError, match="--slots 0: must be between 1 and 256"):
-        slot_count(build_parser().parse_args(["run", "--suite", "s.toml", "--slots", "0"]))
+        count("0")
     spec = BisectSpec(repo=tmp_path, good="0" * 40, suite=tmp_path / "s.toml", probes=("kl",))
     with pytest.raises(UsageError, match=f"--slots {HUGE}: must be between 1 and 256"):
         bisect(spec, "HEAD", slots=int(HUGE))
