@@ -467,5 +467,12 @@ class _Where:
         return float(value)
 
     def env(self, raw: dict[str, Any], where: str) -> dict[str, str]:
+        """Environment variables: each value a string or a number (a table or a list has no
+        spelling as one)."""
         value = self.table(raw, "env")
+        for name, item in value.items():
+            if not isinstance(item, (str, int, float, bool)):
+                kind = {dict: "table", list: "list"}.get(type(item), type(item).__name__)
+                raise UsageError(f"{self.path}: {where}.env.{name} must be a string or a number, "
+                                 f"not a {kind}")
         return {str(k): str(v) for k, v in value.items()}

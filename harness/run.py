@@ -49,7 +49,7 @@ from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
 from harness.plan import Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
-from harness.redaction import redact_argv, redact_env, scrub_file, secret_values
+from harness.redaction import environment_secrets, redact_argv, redact_env, scrub_file
 from harness.result_files import write_run
 from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
 from harness.schedule import Countdown, Slot, SlotPool, Unit
@@ -372,7 +372,7 @@ def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
                {p: run.key(cp, p, role) for p in cp.probes}, env=env,
                meta={**run.recorder.host, "target": target.name, "python": target.python,
                      **({"environment": run.envs[role].to_dict()} if role in run.envs else {})},
-               secrets=secret_values({**os.environ, **env}, cp.server.args))
+               secrets=environment_secrets({**os.environ, **env}, cp.server.args))
 
 
 def reuse_stored(run: Run, job: Job) -> bool:
@@ -413,9 +413,21 @@ def resolve_flags(run: Run, job: Job) -> bool:
     return True
 
 
+LOG_DIR = "logs"
+
+
+def server_log(out_dir: Path, config: str, role: Role, revision: str) -> Path:
+    """Where a job's server writes its log."""
+    return out_dir / LOG_DIR / f"{safe_name(config)}-{role.value}-{revision}.log"
+
+
+def server_logs(out_dir: Path) -> list[Path]:
+    """The server logs a run directory holds: files named as `server_log` names them, none else."""
+    return [path for role in Role for path in (out_dir / LOG_DIR).glob(f"*-{role.value}-*.log") if path.is_file()]
+
+
 def launch_server(run: Run, job: Job) -> bool:
-    log_path = (run.req.out_dir / "logs" /
-                f"{safe_name(job.cp.spec.name)}-{job.role.value}-{job.revision.short()}.log")
+    log_path = server_log(run.req.out_dir, job.cp.spec.name, job.role, job.revision.short())
     started_at = time.time()
     # The interpreter's metadata (a subprocess, once per interpreter and sha) is read while the
     # server starts, not after it.
