@@ -67,6 +67,10 @@ class ProbeKind:
     # two sides of a configuration (A B B A …, both servers up): `run` measures the rounds in
     # `ctx.rounds`, and `merge` makes one side's output of its rounds' outputs, in order.
     merge: Callable[[list[ProbeOutput]], ProbeOutput] | None = None
+    # The pair's figure as a few lines of Markdown (a Unicode sparkline, a small table), from the
+    # measured cells of both sides: what a report pasted into a PR still shows once its image
+    # links break. Pure text, no matplotlib; the report puts it under the pair's name.
+    text_figure: Callable[[dict[Role, CellResult]], list[str]] | None = None
 
     @property
     def interleaved(self) -> bool:

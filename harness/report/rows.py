@@ -193,6 +193,13 @@ def index_item(comp: ProbeComparison, cell: CellResult | None, metric: Metric | 
     return "prompt" if comp.facts(cell).get("prompts") == len(metric.values) else "value"
 
 
+def figure_cells(result: RunResult, comp: ProbeComparison) -> dict[Role, CellResult]:
+    """The sides a figure of the pair draws: measured cells with samples (none: no figure)."""
+    return {role: cell for role in (Role.BASE, Role.CANDIDATE)
+            for cell in [result.cell(comp.config, comp.probe, role)]
+            if cell is not None and cell.status == Status.OK and cell.samples}
+
+
 def headline(result: RunResult) -> str:
     verdict = overall(result.comparisons)
     counts: dict[str, int] = {}
