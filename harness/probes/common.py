@@ -135,7 +135,7 @@ def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
         text += (f" · top-{facts['top_k']} KL {fmt(facts['topk_kl_mean'])} "
                  f"(max {fmt(facts.get('topk_kl_max'))}, top-1 agree {facts['top1_agree']:.0%})")
     if facts.get("first_divergent") is not None:
-        text += f", first diff @{facts['first_divergent']}"
+        text += f", first differs from the replay at output position {facts['first_divergent']}"
     if "hit_fraction" in facts:
         text += f", hit {facts['hit_fraction']:.0%}"
     if facts.get("degenerate_prompts"):

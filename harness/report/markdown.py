@@ -7,7 +7,7 @@ import json
 from harness.report.format import fmt, md_escape, md_table, plural, portable
 from harness.probes import PROBES
 from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, figure_cells, headline,
-                                 index_item, launches_text, revision_label, rows)
+                                 index_item, launches_text, revision_label, rows, value_place)
 from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
 
 
@@ -70,7 +70,9 @@ class MarkdownReport:
                 metrics = [x.metric(name) if x else None for x in (base, cand)]
                 item = index_item(comp, base, metrics[0])
                 body.append((name, c.kind.value, *(_summary(s, m, item) for s, m in zip((c.base, c.candidate), metrics)),
-                             comparison_text(c, *metrics, item=item), c.verdict.value))
+                             comparison_text(c, *metrics, item=item,
+                                             where=value_place(item, (base, cand), (metrics[0], metrics[1]))),
+                             c.verdict.value))
             out += md_table(("metric", "kind", "base", "candidate", "comparison", "verdict"), body)
             out.append("")
         for side, cell in (("base", base), ("candidate", cand)):
