@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, detcheck, make_sglang_repo
+from conftest import ROOT, detcheck, make_sglang_repo, refserver_suite
 from harness.commands.common_args import chosen_target
 from harness.errors import UsageError
 from harness.fixture_repo import FixtureRepo
@@ -62,23 +62,6 @@ target = "refserver"
 suites = ["suite.toml"]
 """
 
-SUITE = """
-name = "suite"
-[models]
-sglang = "{model}"
-refserver = "{model}"
-[server]
-args = ["--random-seed", "7"]
-[workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 4
-[[config]]
-name = "det"
-deterministic = true
-probes = ["kl"]
-"""
-
 
 @pytest.mark.slow
 def test_matrix_run_takes_the_target_from_the_checkout_unless_the_entry_names_one(tmp_path):
@@ -86,7 +69,7 @@ def test_matrix_run_takes_the_target_from_the_checkout_unless_the_entry_names_on
     the one without `target` runs it as sglang, the one with `target = "refserver"` as that."""
     repo = make_sglang_repo(tmp_path)
     (tmp_path / "matrix.toml").write_text(MATRIX)
-    (tmp_path / "suite.toml").write_text(SUITE.format(model=ROOT / "fixtures/refmodels/hybrid"))
+    refserver_suite(tmp_path / "suite.toml", ["kl"], args=("--random-seed", "7"), targets=("sglang", "refserver"))
     env = {"PYTHONPATH": str(ROOT / "fixtures")}  # where the shim (and the pinned target) find the server
     for entry, target, why in (("from-checkout", "sglang", "python/sglang in --repo"),
                                ("pinned", "refserver", "`target` in matrix.toml's [[entry]] 'pinned'")):
