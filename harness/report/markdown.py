@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from harness.report.format import fmt, md_escape, md_table, plural, portable
 from harness.probes import PROBES
+from harness.report.format import fmt, md_escape, md_table, plural, portable
 from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, figure_cells, headline,
                                  index_item, launches_text, revision_label, rows, value_place)
-from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
+from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
 
 
 def _rev(label: str, info) -> str:
@@ -86,6 +86,8 @@ class MarkdownReport:
                 if cell.log_tail:
                     out += ["```", *(portable(line) for line in cell.log_tail.splitlines()[-15:]), "```", ""]
         out += self._facts(comp, base, cand)
+        if comp.reproducer is not None:
+            out += _reproducer(comp.reproducer)
         return out
 
     def _facts(self, comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> list[str]:
@@ -121,6 +123,21 @@ class MarkdownReport:
                    f"{meta.get('started_at', '?')} → {meta.get('finished_at', '?')}")
         out += ["", "</details>"]
         return out
+
+
+def _reproducer(rep: Reproducer) -> list[str]:
+    """A *different* row's smallest request: each step's curl line, what to compare, how it
+    was shrunk."""
+    first = rep.first_divergent
+    where = ", ".join(f"{k} {v}" for k, v in first.items()) if first else "–"
+    out = [f"**Reproducer** (prompts {list(rep.prompts) or '–'}; first divergent: {where}; "
+           f"re-measurements: {rep.re_measurements}). {md_escape(rep.shrink)}.", ""]
+    if rep.position_range is not None:
+        out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
+    if rep.requests:
+        out += ["Post to each side's server (its argv above, `--port 30000`), in order:", "", "```sh"]
+        out += [f"# {r.what}\n{r.curl()}" for r in rep.requests] + ["```", ""]
+    return out + [f"Expect: {md_escape(rep.expect)}", ""]
 
 
 def _summary(s, metric: Metric | None, item: str) -> str:
