@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import gzip
 import json
+import math
 import os
 import tempfile
 import threading
@@ -37,7 +38,25 @@ def atomic_write_json(path: Path, data: Any) -> None:
     Compact: json's C encoder serves only unindented output, 4× faster on a GPU run's
     results.json (which is rewritten after every configuration) and half the size; `detcheck
     report` is its reader, `python -m json.tool` its pretty-printer."""
-    atomic_write_text(path, json.dumps(data, allow_nan=True, separators=(",", ":")))
+    atomic_write_text(path, strict_json(data))
+
+
+def strict_json(data: Any) -> str:
+    """`data` as strict JSON (RFC 8259 has no NaN or Infinity, and jq, browsers and most parsers
+    reject Python's bare `NaN` tokens): a non-finite float is written as null. Such a figure is
+    always explained beside it: a NaN or inf a server returned makes its cell a finding whose
+    reason names where (harness.probes.common, ProbeOutput.non_finite)."""
+    return json.dumps(_finite_or_null(data), allow_nan=False, separators=(",", ":"))
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 _umask_lock = threading.Lock()
@@ -167,7 +186,7 @@ def read_run(path: Path) -> RunResult:
 # -- store cells ---------------------------------------------------------------------
 
 def write_cell(path: Path, cell: CellResult) -> None:
-    data = json.loads(json.dumps(cell.to_dict(), allow_nan=True))  # as a reader will see it
+    data = json.loads(strict_json(cell.to_dict()))  # as a reader will see it
     atomic_write_json(path, {**data, "digest": content_digest(data)})
 
 

@@ -13,12 +13,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
+from harness.configs import ServerConfig
 from harness.paths import PROJECT_ROOT
-
-if TYPE_CHECKING:
-    from harness.plan import ServerConfig
 
 # Every server listens on loopback only, on a port the harness picks.
 HOST = "127.0.0.1"

@@ -60,8 +60,10 @@ def comparison_text(c: Comparison, base: Metric | None = None, cand: Metric | No
     ratio = ratio_text(c, base)
     if ratio:
         text = f"{ratio}: {text}"
-    if c.needed is not None:
-        text += f"; needs n≈{c.needed} per side ({max(c.needed - c.base.n, 1)} more)"
+    if c.needed is not None and c.needed > c.base.n:
+        text += f"; needs n≈{c.needed} per side ({c.needed - c.base.n} more)"
+    elif c.needed is not None:
+        text += f"; n≈{c.needed} per side would usually resolve it: borderline, measure again"
     return text
 
 
@@ -167,8 +169,17 @@ def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
 
 
 def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
-    notes = [_verdict_note(comp, base, cand), dummy_weights_text(base, cand), provenance_text(base, cand)]
+    notes = [_verdict_note(comp, base, cand), changed_exact_text(comp), dummy_weights_text(base, cand),
+             provenance_text(base, cand)]
     return "; ".join(n for n in notes if n)
+
+
+def changed_exact_text(comp: ProbeComparison) -> str:
+    """Exact metrics the suite's verdict_metrics left out, that changed: never silent."""
+    if not comp.changed_exact:
+        return ""
+    return "⚠ changed, not deciding: " + "; ".join(
+        f"{name} {comp.metrics[name].note}" for name in comp.changed_exact if name in comp.metrics)
 
 
 def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
