@@ -32,7 +32,7 @@ USAGE = 'nox -s "validate(<entry>)" -- --repo PATH --base REF --candidate REF [-
 
 @nox.session(default=False)
 @nox.parametrize("entry", [
-    nox.param(e.name, id=e.name, tags=["matrix", "gpu" if e.gpus else "cpu", e.target])
+    nox.param(e.name, id=e.name, tags=["matrix", "gpu" if e.gpus else "cpu", *([e.target] if e.target else [])])
     for e in MATRIX.entries
 ])
 def validate(session: nox.Session, entry: str) -> None:

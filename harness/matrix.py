@@ -37,7 +37,7 @@ class MatrixEntry:
     gpu: str  # GPU kind as nvidia-smi names it, matched as a substring ("H200"); "" for CPU
     gpus: int
     suites: tuple[Path, ...]
-    target: str = "sglang"
+    target: str | None = None  # None: the target `--repo`'s checkout holds, as run and bisect choose
     server_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
@@ -132,8 +132,8 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     gpu = raw.get("gpu", "")
     if not isinstance(gpu, str) or (gpus > 0 and not gpu):
         raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
-    target = raw.get("target", "sglang")
-    if target not in TARGET_NAMES:
+    target = raw.get("target")
+    if target is not None and target not in TARGET_NAMES:
         raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGET_NAMES)}")
     suites = _strings(where, raw, "suites")
     if not suites:

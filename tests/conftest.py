@@ -39,13 +39,14 @@ def detcheck(*args: str, env: dict | None = None, timeout: float = 600,
 
 def refserver_suite(path: Path, probes: list[str], tables: str = "", *, config: str = "det",
                     deterministic: bool = True, prompts: int = 2, prompt_len: tuple[int, int] = (12, 16),
-                    output_len: int = 4, args: tuple[str, ...] = ()) -> Path:
-    """A one-configuration suite on the reference server's hybrid model, written to `path`;
-    `tables` holds its [probe.<name>] tables."""
+                    output_len: int = 4, args: tuple[str, ...] = (),
+                    targets: tuple[str, ...] = ("refserver",)) -> Path:
+    """A one-configuration suite on the reference server's hybrid model (the model of each of
+    `targets`), written to `path`; `tables` holds its [probe.<name>] tables."""
+    models = "".join(f'{target} = "{ROOT / "fixtures/refmodels/hybrid"}"\n' for target in targets)
     path.write_text(f"""name = "{path.stem}"
 [models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
+{models}[server]
 args = {json.dumps(list(args))}
 [workload]
 prompts = {prompts}

@@ -43,7 +43,7 @@ def test_the_project_matrix_loads():
 
 def test_entry_fields(tmp_path):
     entry = load_matrix(write(tmp_path, GOOD)).entry("h200x2")
-    assert (entry.gpu, entry.gpus, entry.target, entry.parallel) == ("H200", 2, "sglang", True)
+    assert (entry.gpu, entry.gpus, entry.target, entry.parallel) == ("H200", 2, None, True)  # None: the checkout's
     assert entry.server_args == ("--mem-fraction-static", "0.3")
     assert entry.env == {"NCCL_NVLS_ENABLE": "0"}
     assert entry.suites == ((tmp_path / "default.toml").resolve(),)

@@ -60,11 +60,11 @@ def add_target_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=TARGET_NAMES, default=None, help=TARGET_HELP)
 
 
-def chosen_target(target: str | None, repo: Path | None) -> str:
-    """--target, else the one --repo's tree holds, else refserver; printed (stderr), so that an
-    SGLang checkout never silently launches the reference server."""
+def chosen_target(target: str | None, repo: Path | None, named_by: str = "--target") -> str:
+    """`target` (given by `named_by`), else the one --repo's tree holds, else refserver; printed
+    (stderr), so that an SGLang checkout never silently launches the reference server."""
     if target is not None:
-        why = "--target"
+        why = named_by
     elif repo is None:
         target, why = "refserver", "no --repo"
     else:
@@ -72,7 +72,7 @@ def chosen_target(target: str | None, repo: Path | None) -> str:
         if found is None:
             raise UsageError(f"--repo {repo} holds neither "
                              f"{' nor '.join(f'{t.package_dir}/{t.package}' for t in TARGETS.values())}: "
-                             f"pass --target")
+                             f"name the target with {named_by}")
         target, why = found.name, f"{found.package_dir}/{found.package} in --repo"
     print(f"detcheck: target {target} ({why})", file=sys.stderr)
     return target

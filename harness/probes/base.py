@@ -114,6 +114,10 @@ class ProbeKind:
     # The metrics the probe will report under these parameters, primary first, on a
     # configuration that is (or is not) deterministic: what the suite's design check reads.
     planned: Callable[[dict[str, Any], WorkloadSpec, bool], tuple[PlannedMetric, ...]] | None = None
+    # The pair's figure as a few lines of Markdown (a Unicode sparkline, a small table), from the
+    # measured cells of both sides: what a report pasted into a PR still shows once its image
+    # links break. Pure text, no matplotlib; the report puts it under the pair's name.
+    text_figure: Callable[[dict[Role, CellResult]], list[str]] | None = None
 
     @property
     def interleaved(self) -> bool:

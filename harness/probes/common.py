@@ -171,8 +171,8 @@ def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
                  f"(max {fmt(facts.get('topk_kl_max'))}, top-1 agree {facts['top1_agree']:.0%})")
     if facts.get("first_divergent") is not None:
         prompt = facts.get("first_divergent_prompt")  # absent from cells stored before it was
-        text += (f", first diff at prompt {prompt} token {facts['first_divergent']}" if prompt is not None
-                 else f", first diff @{facts['first_divergent']}")
+        at = f"prompt {prompt}, " if prompt is not None else ""
+        text += f", first differs from the replay at {at}output position {facts['first_divergent']}"
     if "hit_fraction" in facts:
         text += f", hit {facts['hit_fraction']:.0%}"
     if facts.get("degenerate_prompts"):
