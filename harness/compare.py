@@ -75,19 +75,27 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     pairs, across_facts = metric_pairs(probe, base, cand, params)
     if across_facts:
         judged["candidate"] = {**judged.get("candidate", {}), **across_facts}
-    deciding = deciding_metrics(params, [(m.name, m.kind) for m, _ in pairs])
-    comparisons = compare_metrics(pairs, params, deciding)
-    deciding = [n for n in deciding if n in comparisons]
-    verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
-    note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding)
-    decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
+    named = deciding_metrics(params, [(m.name, m.kind) for m, _ in pairs])
+    comparisons = compare_metrics(pairs, params, named)
+    deciding = [n for n in named if n in comparisons]
     # An exact figure the suite chose not to decide on, that changed: named beside the verdict,
     # so a narrowed verdict is never a bare *same* next to a changed exact metric.
     also_changed = tuple(n for n, c in comparisons.items()
                          if n not in deciding and c.kind == Kind.EXACT and c.verdict == Verdict.DIFFERENT)
-    if also_changed:
-        note += "; changed, not deciding (verdict_metrics): " + "; ".join(
-            f"{n}: {comparisons[n].note}" for n in also_changed)
+    changed_note = ("; changed, not deciding (verdict_metrics): " + "; ".join(
+        f"{n}: {comparisons[n].note}" for n in also_changed)) if also_changed else ""
+    if not deciding:
+        # Nothing that decides was compared (a cross-revision probe's sides that cannot be, a
+        # verdict_metrics naming none of the metrics both cells hold): no verdict, and never
+        # one that exits 0 (combine_verdicts of nothing reads *unknown*).
+        why = across_facts.get("not_comparable") or (
+            f"no deciding metric was measured on both sides (deciding: {', '.join(named) or 'none'}; "
+            f"compared: {', '.join(comparisons) or 'none'})")
+        return ProbeComparison(config, probe, Verdict.ERROR, comparisons, why + changed_note, judged,
+                               changed_exact=also_changed)
+    verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
+    note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding) + changed_note
+    decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
     vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.

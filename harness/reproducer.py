@@ -25,7 +25,9 @@ from typing import Any, Callable, Sequence
 
 from harness.client import Logprobs, generate_body
 from harness.plan import WorkloadSpec
+from harness.probes import PROBES
 from harness.probes.determinism import batch as determinism_batch
+from harness.report.format import fmt_pair
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request
 from harness.stats import Kind, Verdict
 from harness.workloads import build
@@ -45,7 +47,7 @@ def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs:
         built = builder(comp, base, cand)
         if built is not None:
             return built
-    return _located(comp, decided)
+    return _located(comp, decided, base, pairs)
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -88,14 +90,32 @@ def _divergent_side(base: CellResult, cand: CellResult) -> tuple[str, int, dict[
     return None
 
 
-def _located(comp: ProbeComparison, decided) -> Reproducer:
-    """No request form for this probe (or its samples): where the deciding metric differs."""
+def _located(comp: ProbeComparison, decided, base: CellResult, pairs: Pairs) -> Reproducer:
+    """No request form for this probe (or its samples): where the deciding metric differs, and
+    each differing exact metric's first differing value in words."""
     where = None if decided is None else decided.first_difference
     return Reproducer(
         prompts=(), first_divergent=None if where is None else {"index": where, "metric": comp.decided_by},
-        requests=(), expect=comp.note,
+        requests=(), expect="; ".join(_exact_differences(comp, base, pairs)) or comp.note,
         shrink="Not shrunk: this probe's difference is a property of the whole run "
                "(rerun the configuration with the cells' server argv)")
+
+
+def _exact_differences(comp: ProbeComparison, base: CellResult, pairs: Pairs) -> list[str]:
+    """"swa_peak at request 0: base 117, candidate 659" for each exact metric that differs at
+    a value both sides have (placed as its probe declares, `ProbeKind.values`)."""
+    kind = PROBES.get(comp.probe)
+    out = []
+    for b, c in pairs:
+        found = comp.metrics.get(b.name)
+        i = None if found is None or found.kind != Kind.EXACT else found.first_difference
+        if c is None or i is None or i >= min(len(b.values), len(c.values)):
+            continue
+        declared = kind.values(b.name) if kind is not None and kind.values is not None else None
+        place = declared.place(base.samples, i) if declared is not None else f"value {i}"
+        shown = fmt_pair(b.values[i], c.values[i])
+        out.append(f"{b.name} at {place}: base {shown[0]}, candidate {shown[1]}")
+    return out
 
 
 def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs) -> Reproducer:
@@ -104,7 +124,7 @@ def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, p
     effect = comp.metrics[comp.decided_by].effect
     sign = 1.0 if effect >= 0 else -1.0
     if not (b.paired and c is not None and len(b.values) == len(c.values)):
-        return _located(comp, comp.metrics[comp.decided_by])
+        return _located(comp, comp.metrics[comp.decided_by], base, pairs)
     i = max(range(len(b.values)), key=lambda k: sign * (c.values[k] - b.values[k]))
     prompts, top_k = _prompts(cand), _top_k(cand)
     requests: tuple[Request, ...] = ()

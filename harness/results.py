@@ -45,7 +45,8 @@ class Metric:
     unit: str = ""
     # "lower" / "higher" is better; None when only equality matters (bit-exact metrics).
     better: str | None = None
-    # The number a reviewer reads in the table: "median", "mean", "max", "sum" or "first".
+    # The number a reviewer reads in the table: "median", "mean", "max", "sum" or "first"; ""
+    # where no statistic says anything (token ids, flattened top-k lists: equal or not).
     headline: str = "median"
     # values[i] of base and candidate come from the same prompt (or seed): a noisy comparison
     # is then judged on the per-index differences (Wilcoxon signed-rank, paired bootstrap).
@@ -76,7 +77,7 @@ class Metric:
         )
 
     def headline_value(self) -> float | None:
-        if not self.values:
+        if not self.values or not self.headline:
             return None
         vals = sorted(self.values)
         if self.headline == "mean":

@@ -426,7 +426,7 @@ def compare_exact(base: Sequence[float], candidate: Sequence[float]) -> Comparis
     bs, cs = _exact_summary(b), _exact_summary(c)
 
     if first is None and len(b) == len(c):
-        verdict, note = Verdict.SAME, f"identical ({len(b)} values)"
+        verdict, note = Verdict.SAME, f"identical ({len(b)} value{'' if len(b) == 1 else 's'})"
     elif len(b) != len(c):
         verdict = Verdict.DIFFERENT
         if first is None:

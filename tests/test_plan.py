@@ -227,3 +227,41 @@ def test_the_design_check_knows_which_metrics_are_noisy_on_which_configuration(t
     with pytest.raises(UsageError, match=r"repeats: 1 gives accept_length 4 pairs.*set repeats >= 2"):
         load_suite(refserver_suite(tmp_path / "acc.toml", ["accept_length"], prompts=2, deterministic=False),
                    known_probes())
+
+
+def test_revision_kl_off_deterministic_mode_needs_the_prompts_its_two_noisy_metrics_can_decide_on(tmp_path):
+    from conftest import refserver_suite
+
+    # exact under deterministic inference: any count decides
+    load_suite(refserver_suite(tmp_path / "det.toml", ["revision_kl"], prompts=3), known_probes())
+    # otherwise KL and top-1 agreement, paired by prompt, share alpha 0.05: 7 pairs (2/2^7 < 0.025)
+    with pytest.raises(UsageError, match=r"\[probe.revision_kl\].prompts: 3 gives kl 3 pairs.*"
+                                         r"over 2 deciding noisy metrics.*set prompts >= 7"):
+        load_suite(refserver_suite(tmp_path / "noisy.toml", ["revision_kl"], prompts=3, deterministic=False),
+                   known_probes())
+    load_suite(refserver_suite(tmp_path / "seven.toml", ["revision_kl"], prompts=7, deterministic=False),
+               known_probes())
+
+
+@pytest.mark.parametrize("probe, table, deterministic, message", [
+    ("kl", 'verdict_metrics = ["k3x"]', True, r"verdict_metrics: 'k3x' is not a metric of kl \(its metrics: k3, topk_kl\)"),
+    ("swa_peak", 'verdict_metrics = ["peak", "swa_plateau"]', True, r"'peak' is not a metric of swa_peak"),
+    ("revision_kl", 'verdict_metrics = ["kl"]', True,
+     r"verdict_metrics: kl is not reported on a deterministic configuration, whose metrics are scored_logprobs"),
+    ("revision_kl", 'verdict_metrics = ["greedy_ids", "scored_topk"]', False,
+     r"are not reported on a non-deterministic configuration, whose metrics are kl, top1_agree"),
+])
+def test_verdict_metrics_that_could_never_decide_are_refused(tmp_path, probe, table, deterministic, message):
+    """A verdict_metrics naming no metric the configuration reports decides nothing: a run would
+    read error (or, before, *unknown* and exit 0) on every change; refused when the suite loads."""
+    from conftest import refserver_suite
+
+    suite = refserver_suite(tmp_path / "s.toml", [probe], f"[probe.{probe}]\n{table}\n", prompts=8,
+                            deterministic=deterministic)
+    with pytest.raises(UsageError, match=message):
+        load_suite(suite, known_probes())
+    # the metrics of the other mode are known names: narrowing to one reported here loads
+    fine = "scored_logprobs" if deterministic else "kl"
+    if probe == "revision_kl":
+        load_suite(refserver_suite(tmp_path / "ok.toml", [probe], f'[probe.{probe}]\nverdict_metrics = ["{fine}", "top1_agree"]\n',
+                                   prompts=8, deterministic=deterministic), known_probes())

@@ -59,6 +59,16 @@ class Across:
 
 
 @dataclass(frozen=True)
+class ValueIndex:
+    """What a metric's values are, one for one, in a report's words: `noun` counts them
+    ("scored token"), `place(samples, i)` names value i from a cell's samples ("prompt 0, scored
+    token 1")."""
+
+    noun: str
+    place: Callable[[Sequence[dict[str, Any]], int], str]
+
+
+@dataclass(frozen=True)
 class PlannedMetric:
     """A metric as a suite plans it, before anything runs: its kind and, for a noisy one, the
     samples per side (`per_unit` × the value of the parameter `key`) its rank test will get."""
@@ -109,7 +119,8 @@ class ProbeKind:
     merge: Callable[[list[ProbeOutput]], ProbeOutput] | None = None
     # A cross-revision probe: each side's cell holds what its server served, and the metrics
     # compared are derived from both sides' samples (base cell, candidate cell, judged
-    # parameters) instead of being each cell's own.
+    # parameters) instead of being each cell's own. The metrics depend on the samples alone (the
+    # parameters shape only its facts): a report derives them again under the probe's defaults.
     across: Callable[[CellResult, CellResult, dict[str, Any]], Across] | None = None
     # The metrics the probe will report under these parameters, primary first, on a
     # configuration that is (or is not) deterministic: what the suite's design check reads.
@@ -118,6 +129,10 @@ class ProbeKind:
     # measured cells of both sides: what a report pasted into a PR still shows once its image
     # links break. Pure text, no matplotlib; the report puts it under the pair's name.
     text_figure: Callable[[dict[Role, CellResult]], list[str]] | None = None
+    # What metric `name`'s values are, for a report's words ("prompt 3, scored token 12" rather
+    # than "value 40"); None (or no hook): prompt i where a cell has one value per prompt, else
+    # value i.
+    values: Callable[[str], ValueIndex | None] | None = None
 
     @property
     def interleaved(self) -> bool:
@@ -142,6 +157,7 @@ class ProbeKind:
         if self.planned is None:
             return
         planned = self.planned(params, workload, deterministic)
+        self._check_verdict_metrics(params, workload, deterministic, planned, where)
         deciding = set(deciding_metrics(params, [(m.name, m.kind) for m in planned]))
         noisy = [m for m in planned if m.kind == Kind.NOISY and m.name in deciding]
         # compare.py splits alpha among the deciding noisy metrics (Bonferroni)
@@ -159,6 +175,27 @@ class ProbeKind:
                 f"{f' (the suite alpha over {len(noisy)} deciding noisy metrics)' if len(noisy) > 1 else ''}, so "
                 f"this suite could not tell a change from none; set {m.key} >= "
                 f"{-(-least // m.per_unit)} (or raise alpha)")
+
+    def _check_verdict_metrics(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
+                               planned: tuple[PlannedMetric, ...], where: str) -> None:
+        """UsageError when `verdict_metrics` names a metric the probe never reports (a typo), or
+        none of those it reports on this configuration: nothing would decide, and the verdict
+        could never say *different*."""
+        named = params["verdict_metrics"]
+        if not named:
+            return
+        here = [m.name for m in planned]
+        known = dict.fromkeys([*here, *(m.name for m in self.planned(params, workload, not deterministic))])
+        unknown = [n for n in named if n not in known]
+        if unknown:
+            raise UsageError(f"{where}.verdict_metrics: {', '.join(map(repr, unknown))} "
+                             f"{'is not a metric' if len(unknown) == 1 else 'are not metrics'} of {self.name} "
+                             f"(its metrics: {', '.join(known)})")
+        if not set(named) & set(here):
+            raise UsageError(f"{where}.verdict_metrics: {', '.join(named)} "
+                             f"{'is' if len(named) == 1 else 'are'} not reported on a "
+                             f"{'' if deterministic else 'non-'}deterministic configuration, whose metrics are "
+                             f"{', '.join(here)}: nothing would decide the verdict")
 
     def defaults(self) -> dict[str, Any]:
         return self.validate({}, f"[probe.{self.name}]")

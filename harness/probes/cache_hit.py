@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from harness.client import OUTPUT_LOGPROBS
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
@@ -54,6 +54,8 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
     metric, kl_facts, per = kl_metric(replay, [lps[i] for i in hits],
                                       deterministic=ctx.deterministic, tau=ctx.param("tau"),
                                       paired=False)  # the hit subsets of two sides may differ
+    if kl_facts["first_divergent_prompt"] is not None:  # the workload's prompt, not the hit's index
+        kl_facts["first_divergent_prompt"] = hits[kl_facts["first_divergent_prompt"]]
     hit_metric = Metric("hit_fraction", Kind.EXACT, (fraction,), better="higher", headline="first")
     samples = tuple(
         # `prompt` and `input_ids` (turn 2's) let a reproducer rebuild the requests of one hit.
@@ -108,12 +110,21 @@ def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool)
             PlannedMetric("hit_fraction", Kind.EXACT))
 
 
+def _hit_place(samples: Sequence[dict[str, Any]], i: int) -> str:
+    # k3's value i is the i-th prompt that hit: the sample names its workload prompt (a cell
+    # stored before it did: the hit's index).
+    prompt = samples[i].get("prompt") if i < len(samples) else None
+    return f"hit {i}" if prompt is None else f"prompt {prompt}"
+
+
+VALUES = {"k3": ValueIndex("hit", _hit_place)}
+
 PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)
 PREFILL_PROBE = register(ProbeKind("prefill_cache_hit", run_prefill,
                                    "prefix-cache hit on a seeded prompt vs cold prefill",
                                    params=PARAMS, describe=describe_kl, judge=judge_gate,
-                                   planned=planned))
+                                   planned=planned, values=VALUES.get))
 DECODE_PROBE = register(ProbeKind("decode_cache_hit", run_decode,
                                   "turn-2 hit on decode-written tokens vs cold prefill",
                                   params=PARAMS, describe=describe_kl, judge=judge_gate,
-                                   planned=planned))
+                                  planned=planned, values=VALUES.get))

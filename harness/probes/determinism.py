@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Sequence
+from typing import Any, Sequence
 
 from harness.client import OUTPUT_LOGPROBS
 from harness.params import Param
-from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -96,5 +97,10 @@ PARAMS = (
     Param("logprobs", bool, True, "compare logprobs as well as output ids", MEASURED),
     *JUDGING,
 )
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """One exact metric, on any configuration."""
+    return (PlannedMetric("unique_outputs", Kind.EXACT),)
+
+
 PROBE = register(ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs",
-                           params=PARAMS, describe=describe))
+                           params=PARAMS, describe=describe, planned=planned))

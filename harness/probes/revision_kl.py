@@ -28,7 +28,8 @@ from typing import Any, Sequence
 from harness import stats
 from harness.client import Logprobs
 from harness.params import Param
-from harness.probes.base import Across, ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import Across, PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs,
                                    require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
@@ -185,13 +186,14 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
     }
     exact = base.facts.get("deterministic") and cand.facts.get("deterministic")
     if exact:
-        def pair(name: str, values) -> tuple[Metric, Metric]:
-            return tuple(Metric(name, Kind.EXACT, values(cell.samples)) for cell in (base, cand))
+        def pair(name: str, values, headline: str) -> tuple[Metric, Metric]:
+            return tuple(Metric(name, Kind.EXACT, values(cell.samples), headline=headline) for cell in (base, cand))
 
-        metrics = (pair("scored_logprobs", lambda s: _flat([x["scored_logprobs"] for x in s])),
-                   pair("scored_topk", lambda s: _flat_top([x["scored_top_logprobs"] for x in s])),
-                   pair("greedy_ids", lambda s: _flat([x["output_ids"] for x in s])),
-                   pair("greedy_logprobs", lambda s: _flat([x["output_logprobs"] for x in s])))
+        # Logprobs read as their mean; ids and flattened top-k lists have no telling statistic.
+        metrics = (pair("scored_logprobs", lambda s: _flat([x["scored_logprobs"] for x in s]), "mean"),
+                   pair("scored_topk", lambda s: _flat_top([x["scored_top_logprobs"] for x in s]), ""),
+                   pair("greedy_ids", lambda s: _flat([x["output_ids"] for x in s]), ""),
+                   pair("greedy_logprobs", lambda s: _flat([x["output_logprobs"] for x in s]), "mean"))
         return Across(metrics, facts)
     if not all("rescored_top_logprobs" in x for x in b):
         return Across((), {**facts, "not_comparable": "the base scored once: no run-to-run reference"})
@@ -228,7 +230,47 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     return text
 
 
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """Deterministic: the four exact metrics; otherwise KL and top-1 agreement, one value per
+    prompt, paired with the base's own second pass: what the design check needs."""
+    if deterministic:
+        return tuple(PlannedMetric(name, Kind.EXACT) for name in EXACT_METRICS)
+    return tuple(PlannedMetric(name, Kind.NOISY, paired=True, key="prompts") for name in NOISY_METRICS)
+
+
+def _flat_place(key: str, what: str, offset: int = 0):
+    """Value i of a metric that lays each prompt's `key` list end to end, in words: "prompt 2,
+    <what> 7" (`offset`: a scored logprob i is the input id i + 1's)."""
+    def place(samples: Sequence[dict[str, Any]], i: int) -> str:
+        for p, sample in enumerate(samples):
+            if i < len(sample[key]):
+                return f"prompt {p}, {what} {i + offset}"
+            i -= len(sample[key])
+        return f"{what} {i + offset} past the base's last prompt"
+    return place
+
+
+def _topk_place(samples: Sequence[dict[str, Any]], i: int) -> str:
+    """Value i of scored_topk (each scored token's top-k (logprob, id) pairs end to end)."""
+    for p, sample in enumerate(samples):
+        for j, top in enumerate(sample["scored_top_logprobs"]):
+            if i < 2 * len(top):
+                rank, field = divmod(i, 2)
+                return f"prompt {p}, scored token {j + 1}, top-{rank + 1} {('logprob', 'token id')[field]}"
+            i -= 2 * len(top)
+    return f"top-k value {i} past the base's last prompt"
+
+
+VALUES = {
+    "scored_logprobs": ValueIndex("scored token", _flat_place("scored_logprobs", "scored token", offset=1)),
+    "scored_topk": ValueIndex("top-k value", _topk_place),
+    "greedy_ids": ValueIndex("output token", _flat_place("output_ids", "output position")),
+    "greedy_logprobs": ValueIndex("output token", _flat_place("output_logprobs", "output position")),
+    **{name: ValueIndex("prompt", lambda samples, i: f"prompt {i}") for name in NOISY_METRICS},
+}
+
+
 PROBE = register(ProbeKind(
     "revision_kl", run,
     "base vs candidate on the same tokens: greedy decode + teacher-forced score, KL(base ‖ candidate)",
-    params=PARAMS, describe=describe, across=across))
+    params=PARAMS, describe=describe, across=across, planned=planned, values=VALUES.get))

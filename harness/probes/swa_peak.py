@@ -22,7 +22,8 @@ from typing import Any, Iterator
 from harness.client import SGLangClient
 from harness.errors import ProbeNotApplicable, ServerError
 from harness.params import Param
-from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
 from harness.report.format import fmt, md_table
@@ -110,6 +111,10 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     return ProbeOutput(samples=tuple(samples), metrics=_metrics(samples), facts=_facts(samples))
 
 
+# Every metric holds one value per request (each prompt generated alone on a flushed server).
+REQUEST = ValueIndex("request", lambda samples, i: f"request {i}")
+
+
 def _metrics(samples: list[dict[str, Any]]) -> tuple[Metric, ...]:
     return (
         Metric("swa_peak", Kind.EXACT, tuple(float(s["peak"]) for s in samples), unit="tokens",
@@ -119,6 +124,11 @@ def _metrics(samples: list[dict[str, Any]]) -> tuple[Metric, ...]:
         Metric("retractions", Kind.EXACT, tuple(float(s["retractions"]) for s in samples),
                better="lower", headline="sum"),
     )
+
+
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """Three exact metrics, on any configuration (pool peaks of a fixed workload)."""
+    return tuple(PlannedMetric(name, Kind.EXACT) for name in ("swa_peak", "swa_plateau", "retractions"))
 
 
 def _facts(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -212,4 +222,5 @@ PARAMS = (
 )
 PROBE = register(ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",
                            params=PARAMS, server_args=("--decode-log-interval", "1", "--enable-metrics"),
-                           describe=describe, plot=plot, text_figure=text_figure))
+                           describe=describe, plot=plot, text_figure=text_figure,
+                           values=lambda metric: REQUEST, planned=planned))

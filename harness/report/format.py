@@ -28,6 +28,17 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def fmt_pair(a: float, b: float, digits: int = 3) -> tuple[str, str]:
+    """Two values of an exact comparison, each at the fewest significant digits (`digits` at
+    least) that still tell them apart: there is no tolerance, so "0.5 → 0.5" would hide a change
+    in the 7th digit, and 17 digits say nothing the first three do not."""
+    for d in range(digits, 18):
+        shown = fmt(a, d), fmt(b, d)
+        if shown[0] != shown[1] or a == b:
+            return shown
+    return repr(a), repr(b)
+
+
 def describe_default(facts: dict[str, Any], primary: Metric | None) -> str:
     """A probe without a describe hook: its primary metric's headline value."""
     if primary is None:

@@ -6,8 +6,8 @@ import json
 
 from harness.probes import PROBES
 from harness.report.format import fmt, md_escape, md_table, plural, portable
-from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, figure_cells, headline,
-                                 index_item, launches_text, revision_label, rows, value_place)
+from harness.report.rows import (VERDICT_MARK, failure_text, figure_cells, headline, index_item, launches_text,
+                                 metric_sides, metric_text, revision_label, rows)
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
 
 
@@ -66,13 +66,12 @@ class MarkdownReport:
         out = [f"#### {config} / `{probe}`", ""]
         if comp.metrics:
             body = []
+            sides = metric_sides(comp, base, cand)
             for name, c in comp.metrics.items():
-                metrics = [x.metric(name) if x else None for x in (base, cand)]
+                metrics = sides.get(name, (None, None))
                 item = index_item(comp, base, metrics[0])
                 body.append((name, c.kind.value, *(_summary(s, m, item) for s, m in zip((c.base, c.candidate), metrics)),
-                             comparison_text(c, *metrics, item=item,
-                                             where=value_place(item, (base, cand), (metrics[0], metrics[1]))),
-                             c.verdict.value))
+                             metric_text(comp, name, base, cand, sides), c.verdict.value))
             out += md_table(("metric", "kind", "base", "candidate", "comparison", "verdict"), body)
             out.append("")
         for side, cell in (("base", base), ("candidate", cand)):
@@ -145,5 +144,7 @@ def _summary(s, metric: Metric | None, item: str) -> str:
     if metric is None or s.n != len(metric.values):
         return f"median {fmt(s.median)} ({plural(s.n, 'value')})"
     if s.n == 1:
-        return f"{fmt(metric.values[0])} (1 {item})"
+        return fmt(metric.values[0]) if item == "value" else f"{fmt(metric.values[0])} (1 {item})"
+    if metric.headline_value() is None:  # ids, flattened top-k lists: equal or not, no statistic
+        return plural(s.n, item)
     return f"{metric.headline} {fmt(metric.headline_value())} over {plural(s.n, item)}"

@@ -8,7 +8,8 @@ from typing import Callable
 from harness.compare import overall
 from harness.logparse import last_exception
 from harness.probes import PROBES
-from harness.report.format import describe_default, fmt, plural
+from harness.probes.base import ValueIndex
+from harness.report.format import describe_default, fmt, fmt_pair, plural
 from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
 from harness.stats import Comparison, Kind, Verdict
 
@@ -71,22 +72,29 @@ def _exact_text(c: Comparison, base: Metric | None, cand: Metric | None, item: s
                 where: Callable[[int], str]) -> str:
     if base is None or cand is None:
         return c.note
-    if c.verdict == Verdict.SAME and len(base.values) == len(cand.values):
-        return f"identical ({plural(len(base.values), item)})"
+    n = len(base.values)
+    if c.verdict == Verdict.SAME and n == len(cand.values):
+        return "identical" if n == 1 and item == "value" else f"identical ({plural(n, item)})"
     if c.verdict != Verdict.DIFFERENT or c.first_difference is None:
         return c.note
     i = c.first_difference
-    if i >= min(len(base.values), len(cand.values)):
-        return f"{plural(len(base.values), item)} vs {len(cand.values):,}, equal as far as both go"
-    text = f"first at {where(i)}: {fmt(base.values[i])} → {fmt(cand.values[i])}"
-    if len(base.values) == len(cand.values):
+    if i >= min(n, len(cand.values)):
+        return f"{plural(n, item)} vs {len(cand.values):,}, equal as far as both go"
+    unit = f" {base.unit}" if base.unit else ""
+    shown = fmt_pair(base.values[i], cand.values[i])
+    shown = shown[0], shown[1] + unit
+    if n == 1 and len(cand.values) == 1:
+        return f"{shown[0]} → {shown[1]}" if item == "value" else f"{where(i)}: {shown[0]} → {shown[1]}"
+    text = f"first at {where(i)}: {shown[0]} → {shown[1]}"
+    if n == len(cand.values):
         differing = sum(1 for x, y in zip(base.values, cand.values) if x != y)
-        text += f" ({differing} of {plural(len(base.values), item)} differ)"
+        text += f" ({differing:,} of {plural(n, item)} {'differs' if differing == 1 else 'differ'})"
     else:
-        text += f" ({plural(len(base.values), item)} vs {len(cand.values):,})"
-    if len(base.values) < 2:
+        text += f" ({plural(n, item)} vs {len(cand.values):,})"
+    stat = base.headline_value(), cand.headline_value()
+    if n < 2 or stat[0] is None or stat[1] is None:
         return text
-    return f"{base.headline} {fmt(base.headline_value())} → {fmt(cand.headline_value())}; {text}"
+    return f"{base.headline} {fmt(stat[0])} → {fmt(stat[1])}; {text}"
 
 
 def ratio_text(c: Comparison, base: Metric | None) -> str:
@@ -169,28 +177,49 @@ def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
 
 
 def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
-    notes = [_verdict_note(comp, base, cand), changed_exact_text(comp), dummy_weights_text(base, cand),
-             provenance_text(base, cand)]
+    sides = metric_sides(comp, base, cand)
+    notes = [_verdict_note(comp, base, cand, sides), changed_exact_text(comp, base, cand, sides),
+             dummy_weights_text(base, cand), provenance_text(base, cand)]
     return "; ".join(n for n in notes if n)
 
 
-def changed_exact_text(comp: ProbeComparison) -> str:
+Sides = dict[str, tuple[Metric | None, Metric | None]]
+
+
+def metric_sides(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> Sides:
+    """Each compared metric's (base, candidate) values: each cell's own, or for a cross-revision
+    probe those its `across` hook derives from both cells' samples (stored on neither cell)."""
+    kind = PROBES.get(comp.probe)
+    if (kind is not None and kind.across is not None and base is not None and cand is not None
+            and base.status == cand.status == Status.OK):
+        return {b.name: (b, c) for b, c in kind.across(base, cand, kind.defaults()).metrics}
+    return {name: (base.metric(name) if base else None, cand.metric(name) if cand else None)
+            for name in comp.metrics}
+
+
+def metric_text(comp: ProbeComparison, name: str, base: CellResult | None, cand: CellResult | None,
+                sides: Sides) -> str:
+    """Metric `name`'s comparison in words, its values placed by the cells' samples."""
+    metrics = sides.get(name, (None, None))
+    item = index_item(comp, base, metrics[0])
+    return comparison_text(comp.metrics[name], *metrics, item=item, where=value_place(item, (base, cand), metrics))
+
+
+def changed_exact_text(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None,
+                       sides: Sides) -> str:
     """Exact metrics the suite's verdict_metrics left out, that changed: never silent."""
     if not comp.changed_exact:
         return ""
     return "⚠ changed, not deciding: " + "; ".join(
-        f"{name} {comp.metrics[name].note}" for name in comp.changed_exact if name in comp.metrics)
+        f"{name}: {metric_text(comp, name, base, cand, sides)}" for name in comp.changed_exact if name in comp.metrics)
 
 
-def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
+def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None, sides: Sides) -> str:
     if comp.metrics and comp.verdict in (Verdict.SAME, Verdict.DIFFERENT, Verdict.UNKNOWN):
         name = comp.decided_by or next(iter(comp.metrics))
         if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
             return comp.note
-        metrics = [c.metric(name) if c is not None else None for c in (base, cand)]
-        item = index_item(comp, base, metrics[0])
-        text = comparison_text(comp.metrics[name], *metrics, item=item,
-                               where=value_place(item, (base, cand), (metrics[0], metrics[1])))
+        text = metric_text(comp, name, base, cand, sides)
         return f"{name}: {text}" if len(comp.metrics) > 1 else text
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
@@ -203,10 +232,21 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
 
 
 def index_item(comp: ProbeComparison, cell: CellResult | None, metric: Metric | None) -> str:
-    """What value i of a metric is: a prompt where the cell measured one value per prompt."""
-    if cell is None or metric is None:
+    """What value i of a metric is: what its probe declares (`ProbeKind.values`: a scored token,
+    a cache hit), else a prompt where the cell measured one value per prompt."""
+    if metric is None:
+        return "value"
+    declared = _declared(comp.probe, metric.name)
+    if declared is not None:
+        return declared.noun
+    if cell is None:
         return "value"
     return "prompt" if comp.facts(cell).get("prompts") == len(metric.values) else "value"
+
+
+def _declared(probe: str, metric: str) -> ValueIndex | None:
+    kind = PROBES.get(probe)
+    return kind.values(metric) if kind is not None and kind.values is not None else None
 
 
 # The sample key in which a per-prompt sample locates the first output position where that
@@ -216,19 +256,32 @@ FIRST_POSITION = "first_divergent"
 
 def value_place(item: str, cells: tuple[CellResult | None, CellResult | None],
                 metrics: tuple[Metric | None, Metric | None]) -> Callable[[int], str]:
-    """Value i's place in words: "prompt 0", and where each side's samples are its metric's
-    values one for one and locate where the answer departed, that output position too ("prompt
-    0, output position 3"; "output position 3 → 5" where the sides departed at different ones)."""
-    def first(cell: CellResult | None, metric: Metric | None, i: int) -> int | None:
-        if cell is None or metric is None or len(cell.samples) != len(metric.values) or i >= len(cell.samples):
-            return None
-        return cell.samples[i].get(FIRST_POSITION)
+    """Value i's place in words: where the probe declares it (`ProbeKind.values`, from each
+    side's samples: "prompt 3, scored token 12"; a cache hit's workload prompt), else "prompt 0";
+    and where each side's samples are its metric's values one for one (values of prompts or hits)
+    and locate where the
+    answer departed, that output position too ("prompt 0, output position 3"; "output position
+    3 → 5" where the sides departed at different ones)."""
+    probe = next((c.probe for c in cells if c is not None), "")
+    name = next((m.name for m in metrics if m is not None), "")
+    declared = _declared(probe, name)
+
+    def one_for_one(cell: CellResult | None, metric: Metric | None, i: int) -> bool:
+        return cell is not None and metric is not None and len(cell.samples) == len(metric.values) > i
+
+    def named(cell: CellResult | None, i: int) -> str:
+        if declared is not None and cell is not None:
+            return declared.place(cell.samples, i)
+        return f"{item} {i}"
 
     def place(i: int) -> str:
-        found = [p for p in (first(cell, metric, i) for cell, metric in zip(cells, metrics)) if p is not None]
-        if item != "prompt" or not found:
-            return f"{item} {i}"
-        return f"{item} {i}, output position {' → '.join(str(p) for p in dict.fromkeys(found))}"
+        names = dict.fromkeys(named(cell, i) for cell in cells if cell is not None)
+        found = [p for p in (cell.samples[i].get(FIRST_POSITION) for cell, metric in zip(cells, metrics)
+                             if one_for_one(cell, metric, i)) if p is not None]
+        text = " → ".join(names) or f"{item} {i}"
+        if not found or item == "value":  # a value of no known prompt: its position says nothing
+            return text
+        return f"{text}, output position {' → '.join(str(p) for p in dict.fromkeys(found))}"
     return place
 
 

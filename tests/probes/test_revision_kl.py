@@ -9,9 +9,11 @@ import json
 import math
 import shlex
 
-from harness.compare import compare_pair
+from harness.commands.common_args import exit_code
+from harness.compare import compare_pair, overall
 from harness.probes import PROBES
 from harness.probes.revision_kl import continuations, first_divergence
+from harness.report.rows import rows
 from harness.result_files import read_run, write_run
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Kind, Verdict
@@ -139,18 +141,62 @@ def test_noisy_mode_judges_kl_and_agreement_against_the_bases_own_noise():
     assert comp.judged["candidate"]["base_self_kl_mean"] < comp.judged["candidate"]["kl_mean"]
 
 
-def test_a_noisy_base_scored_once_is_not_judged_same():
+def test_a_noisy_base_scored_once_is_an_error_never_a_pass():
+    # *unknown* exits 0: a pair that cannot be compared is an error (exit 1) with its reason
     base = [sample(i) for i in range(3)]
     comp = compare(base, base, deterministic=False)
-    assert comp.verdict == Verdict.UNKNOWN and "not_comparable" in comp.judged["candidate"]
+    assert comp.verdict == Verdict.ERROR and "not_comparable" in comp.judged["candidate"]
+    assert comp.note == "the base scored once: no run-to-run reference"
+    assert exit_code(overall([comp])) == 1
 
 
 def test_sides_that_scored_different_sequences_are_not_compared():
     base = [sample(i) for i in range(3)]
     cand = [dict(s, input_ids=s["input_ids"][:-1]) for s in base]
     comp = compare(base, cand)
-    assert comp.verdict == Verdict.UNKNOWN
+    assert comp.verdict == Verdict.ERROR and comp.note == "the two sides scored different sequences"
     assert comp.judged["candidate"] == {"not_comparable": "the two sides scored different sequences"}
+
+
+def test_a_verdict_metric_the_cells_do_not_hold_is_an_error_that_names_what_was_compared():
+    base = [sample(i) for i in range(3)]
+    cand = [sample(0), sample(1, shift_at=(1, 3)), sample(2)]
+    # kl is judged only off deterministic mode: on a deterministic pair nothing named decides
+    comp = compare(base, cand, verdict_metrics=["kl"])
+    assert comp.verdict == Verdict.ERROR and exit_code(overall([comp])) == 1
+    assert comp.note.startswith("no deciding metric was measured on both sides (deciding: kl; compared: "
+                                "scored_logprobs, scored_topk, greedy_ids, greedy_logprobs)")
+    assert comp.changed_exact == ("scored_logprobs", "scored_topk")
+
+
+def test_each_derived_value_is_placed_at_its_prompt_and_position():
+    """The flat metrics across derives, value i in words (ProbeKind.values): what a row shows
+    instead of "differs at index 7"."""
+    samples = [sample(i) for i in range(3)]
+    place = lambda metric, i: PROBES["revision_kl"].values(metric).place(samples, i)  # noqa: E731
+    # prompt 0 scores 5 positions (input ids 1..5), so flat value 7 is prompt 1's third: input id 3
+    assert place("scored_logprobs", 7) == "prompt 1, scored token 3"
+    assert place("scored_logprobs", 0) == "prompt 0, scored token 1"
+    # top-3 per position, (logprob, id) each: 6 values a position
+    assert place("scored_topk", 0) == "prompt 0, scored token 1, top-1 logprob"
+    assert place("scored_topk", 6 + 3) == "prompt 0, scored token 2, top-2 token id"
+    assert place("greedy_ids", 4) == "prompt 1, output position 1"
+    assert place("kl", 2) == "prompt 2"
+    assert PROBES["revision_kl"].values("scored_logprobs").noun == "scored token"
+
+
+def test_the_row_reads_the_first_difference_in_words_with_rounded_numbers():
+    base = [sample(i) for i in range(3)]
+    cand = [sample(0), sample(1, shift_at=(1, 3)), sample(2)]
+    comp = compare(base, cand)
+    b, c = cell(Role.BASE, base), cell(Role.CANDIDATE, cand)
+    result = RunResult(suite="s", target="refserver", base=b.revision, candidate=c.revision, cells=(b, c),
+                       comparisons=(comp,), launches=())
+    (row,) = rows(result)
+    # 15 scored tokens (5 + 4 + 6), prompt 1's last two shifted by +0.05 from log(0.5)
+    assert row.note.startswith("scored_logprobs: mean -0.693 → -0.686; first at prompt 1, scored token 3: "
+                               "-0.693 → -0.643 (2 of 15 scored tokens differ)"), row.note
+    assert "index" not in row.note
 
 
 def test_a_reproducer_survives_results_json(tmp_path):

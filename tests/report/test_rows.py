@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from harness.report.format import portable, portable_path
-from harness.report.rows import (comparison_text, dummy_weights_text, ratio_text, value_place,
+from harness.report.format import fmt_pair, portable, portable_path
+from harness.report.rows import (comparison_text, dummy_weights_text, index_item, ratio_text, value_place,
                                  without_shared_side_notes)
 from harness.result_files import read_run
-from harness.results import CellResult, Metric, RevisionInfo, Role, Status
-from harness.stats import Floor, Kind, compare_exact, compare_noisy
+from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, Status
+from harness.stats import Floor, Kind, Verdict, compare_exact, compare_noisy
 
 RUN = read_run(Path(__file__).resolve().parents[1] / "data" / "h200-pools.json")
 
@@ -53,11 +53,49 @@ def test_a_rate_reads_as_a_ratio_with_its_interval():
 
 def test_exact_differences_read_in_words_and_singulars_hold():
     one = Metric("hit_fraction", Kind.EXACT, (1.0,), headline="first")
-    assert comparison_text(compare_exact((1.0,), (1.0,)), one, one) == "identical (1 value)"
+    assert comparison_text(compare_exact((1.0,), (1.0,)), one, one) == "identical"  # one value of the run
+    assert comparison_text(compare_exact((1.0,), (0.5,)), one, dataclasses.replace(one, values=(0.5,))) == "1 → 0.5"
+    assert compare_exact((1.0,), (1.0,)).note == "identical (1 value)"
     base = Metric("k3", Kind.EXACT, (0.0, 0.0, 0.0), headline="mean")
     cand = dataclasses.replace(base, values=(0.0, 0.006593097613568202, 0.0))
     assert (comparison_text(compare_exact(base.values, cand.values), base, cand, item="prompt")
-            == "mean 0 → 0.0022; first at prompt 1: 0 → 0.00659 (1 of 3 prompts differ)")
+            == "mean 0 → 0.0022; first at prompt 1: 0 → 0.00659 (1 of 3 prompts differs)")
+    both = dataclasses.replace(base, values=(0.5, 0.5, 0.0))
+    assert comparison_text(compare_exact(base.values, both.values), base, both, item="prompt").endswith(
+        "(2 of 3 prompts differ)")
+
+
+def test_exact_values_show_the_digits_that_tell_them_apart_and_no_more():
+    assert fmt_pair(-16.147974237419657, -16.809261167687428) == ("-16.1", "-16.8")
+    assert fmt_pair(0.5, 0.5000001) == ("0.5", "0.5000001")  # no tolerance: never "0.5 → 0.5"
+    assert fmt_pair(2.0, 2.0) == ("2", "2")
+    base = Metric("swa_peak", Kind.EXACT, (117.0,), unit="tokens", headline="max")
+    cand = dataclasses.replace(base, values=(659.0,))
+    text = comparison_text(compare_exact(base.values, cand.values), base, cand, item="request",
+                           where=lambda i: f"request {i}")
+    assert text == "request 0: 117 → 659 tokens"
+
+
+def cells_of(probe: str, samples: list[dict], cand_samples: list[dict] | None = None) -> tuple[CellResult, ...]:
+    return tuple(CellResult(config="c", probe=probe, role=role, revision=RevisionInfo("main", "a" * 40),
+                            status=Status.OK, config_fingerprint="f", workload_fingerprint="w", samples=tuple(s))
+                 for role, s in ((Role.BASE, samples), (Role.CANDIDATE, cand_samples or samples)))
+
+
+def test_a_cache_hit_is_named_by_its_workload_prompt_else_by_its_hit_index():
+    base = Metric("k3", Kind.EXACT, (0.0, 0.0), headline="mean")
+    cand = dataclasses.replace(base, values=(0.0, 0.25))
+    comp = ProbeComparison("c", "prefill_cache_hit", Verdict.DIFFERENT, {"k3": compare_exact(base.values, cand.values)})
+    hits = [{"prompt": 2, "first_divergent": None}, {"prompt": 5, "first_divergent": 4}]
+    cells = cells_of("prefill_cache_hit", hits)
+    assert index_item(comp, cells[0], base) == "hit"
+    assert (comparison_text(comp.metrics["k3"], base, cand, item="hit", where=value_place("hit", cells, (base, cand)))
+            == "mean 0 → 0.125; first at prompt 5, output position 4: 0 → 0.25 (1 of 2 hits differs)")
+    older = cells_of("prefill_cache_hit", [{"first_divergent": None}, {"first_divergent": 4}])  # no `prompt`
+    assert value_place("hit", older, (base, cand))(1) == "hit 1, output position 4"
+    # the two sides' hits were other prompts: both named
+    other = cells_of("prefill_cache_hit", hits, [{"prompt": 2, "first_divergent": None}, {"prompt": 6, "first_divergent": 4}])
+    assert value_place("hit", other, (base, cand))(1) == "prompt 5 → prompt 6, output position 4"
 
 
 def k3_cell(role: Role, firsts: tuple[int | None, ...]) -> CellResult:
@@ -73,7 +111,7 @@ def test_a_differing_prompt_names_the_output_position_where_it_departed():
     cells = (k3_cell(Role.BASE, (None, None, None)), k3_cell(Role.CANDIDATE, (None, 3, None)))
     where = value_place("prompt", cells, (base, cand))
     assert (comparison_text(compare_exact(base.values, cand.values), base, cand, item="prompt", where=where)
-            == "mean 0 → 0.0022; first at prompt 1, output position 3: 0 → 0.00659 (1 of 3 prompts differ)")
+            == "mean 0 → 0.0022; first at prompt 1, output position 3: 0 → 0.00659 (1 of 3 prompts differs)")
     both = (k3_cell(Role.BASE, (5, 2, 4)), k3_cell(Role.CANDIDATE, (5, 7, None)))
     assert [value_place("prompt", both, (base, cand))(i) for i in range(3)] == [
         "prompt 0, output position 5", "prompt 1, output position 2 → 7", "prompt 2, output position 4"]
