@@ -173,7 +173,7 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
     order = list(dict.fromkeys((c.config, c.probe) for c in (*base, *cand)))
     by_key = {(c.config, c.probe, c.role): c for c in (*base, *cand)}
     comparisons = tuple(_comparable(comp, by_key.get((comp.config, comp.probe, Role.BASE)),
-                                    by_key.get((comp.config, comp.probe, Role.CANDIDATE)))
+                                    by_key.get((comp.config, comp.probe, Role.CANDIDATE)), probe_params)
                         for comp in compare_run((*base, *cand), probe_params, order))
 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -189,10 +189,12 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
     )
 
 
-def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> ProbeComparison:
+def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None,
+                probe_params: dict[str, dict[str, Any]]) -> ProbeComparison:
     """asv's `x`: a pair measured on different configurations or workloads is not a comparison.
     A noisy metric measured in two runs (other times, other load) is shown but decides nothing:
-    a verdict it decided reads *unknown*."""
+    where a deciding one is noisy, the verdict is what the deciding exact metrics say if one of
+    them differs (a changed exact figure is never hidden behind a noisy one), else *unknown*."""
     if base is None or cand is None:
         return comp
     for what, a, b in (("server configuration", base.config_fingerprint, cand.config_fingerprint),
@@ -200,10 +202,21 @@ def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult
         if a != b:
             return ProbeComparison(comp.config, comp.probe, Verdict.ERROR,
                                    note=f"not comparable: {what} differs ({a} vs {b})")
-    decided = comp.metrics.get(comp.decided_by or "")
-    if decided is not None and decided.kind == Kind.NOISY and comp.verdict != Verdict.UNKNOWN:
-        when = " and ".join(str(c.metadata.get("finished_at") or "?") for c in (base, cand))
-        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, note=(
-            f"{comp.decided_by} is noisy and was measured in two runs ({when}): shown, not judged "
-            f"(would read {comp.verdict}); measure both in one run; {comp.note}"))
-    return comp
+    if comp.verdict not in (Verdict.SAME, Verdict.DIFFERENT) or comp.probe not in PROBES:
+        return comp
+    params = probe_params.get(comp.probe) or PROBES[comp.probe].defaults()
+    deciding = [n for n in deciding_metrics(params, [(n, c.kind) for n, c in comp.metrics.items()])
+                if n in comp.metrics]
+    noisy = [n for n in deciding if comp.metrics[n].kind == Kind.NOISY]
+    if not noisy:
+        return comp
+    exact_change = next((n for n in deciding if n not in noisy and comp.metrics[n].verdict == Verdict.DIFFERENT),
+                        None)
+    when = " and ".join(str(c.metadata.get("finished_at") or "?") for c in (base, cand))
+    unjudged = (f"{', '.join(noisy)} {'is' if len(noisy) == 1 else 'are'} noisy and "
+                f"{'was' if len(noisy) == 1 else 'were'} measured in two runs ({when}): shown, not judged")
+    if exact_change is not None:
+        return dataclasses.replace(comp, verdict=Verdict.DIFFERENT, decided_by=exact_change,
+                                   note=f"{exact_change} (exact) differs; {unjudged}; {comp.note}")
+    return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, decided_by=noisy[0], note=(
+        f"{unjudged} (would read {comp.verdict}); measure both in one run; {comp.note}"))

@@ -188,3 +188,32 @@ def test_deciding_noisy_metrics_share_alpha_so_a_family_is_wrong_at_most_alpha_o
     both = PROBES["throughput"].validate({"verdict_metrics": ["tok_s_c8", "tok_s_c1"]}, "[probe.throughput]")
     comp = compare_cells("t", "throughput", base, slower, both)
     assert comp.verdict == "unknown" and "p<0.025 unreachable" in comp.note, comp.note
+
+
+def test_compare_of_two_runs_keeps_a_changed_exact_metric_beside_an_unjudged_noisy_one():
+    """A cache-hit probe off deterministic mode: k3 is noisy (not judged across two runs), the
+    hit fraction exact. A changed hit fraction still decides *different*; before, the noisy k3
+    (first to read different) made the pair *unknown*, exit 0."""
+    from harness.compare import compare_runs
+    from harness.results import RunResult
+
+    def run_of(k3: tuple[float, ...], hits: float, when: str) -> RunResult:
+        rev = RevisionInfo("HEAD", "b" * 40)
+        cell = CellResult(config="c", probe="prefill_cache_hit", role=Role.CANDIDATE, revision=rev, status=Status.OK,
+                          config_fingerprint="f", workload_fingerprint="w",
+                          metrics=(Metric("k3", Kind.NOISY, k3), Metric("hit_fraction", Kind.EXACT, (hits,))),
+                          metadata={"finished_at": when})
+        return RunResult("s", "refserver", rev, rev, (cell,), (), (), {"started_at": when})
+
+    params = {"prefill_cache_hit": PROBES["prefill_cache_hit"].defaults()}
+    low, high = tuple(0.001 * (1 + i % 3) for i in range(8)), tuple(0.5 + 0.01 * i for i in range(8))
+    changed = compare_runs(run_of(low, 1.0, "t1"), run_of(high, 0.5, "t2"), Role.CANDIDATE, params).comparisons[0]
+    assert changed.metrics["k3"].verdict == Verdict.DIFFERENT  # noisy, so not judged across runs
+    assert changed.verdict == Verdict.DIFFERENT and changed.decided_by == "hit_fraction", changed.note
+    assert "k3 is noisy and was measured in two runs (t1 and t2): shown, not judged" in changed.note
+    # the same hit fraction: the noisy k3 alone would decide, so the pair is unknown
+    held = compare_runs(run_of(low, 1.0, "t1"), run_of(high, 1.0, "t2"), Role.CANDIDATE, params).comparisons[0]
+    assert held.verdict == Verdict.UNKNOWN and "would read different" in held.note
+    # and a *same* an exact metric decided is not vouched for by a noisy one measured apart
+    quiet = compare_runs(run_of(low, 1.0, "t1"), run_of(low, 1.0, "t2"), Role.CANDIDATE, params).comparisons[0]
+    assert quiet.verdict == Verdict.UNKNOWN and "would read same" in quiet.note

@@ -8,6 +8,9 @@ import dataclasses
 import json
 import math
 import shlex
+from pathlib import Path
+
+import pytest
 
 from harness.commands.common_args import exit_code
 from harness.compare import compare_pair, overall
@@ -228,3 +231,57 @@ def test_the_cell_names_where_the_first_divergence_is_in_words():
     decode = {**facts, "first_divergent": None, "decode_first_divergent": {"prompt": 2, "position": 1}}
     assert describe(decode, None).endswith(", first differs at prompt 2, output position 1")
     assert describe({**decode, "decode_first_divergent": None}, None).endswith("greedy identical")
+
+
+class ServedClient:
+    """A server that answers every /generate of revision_kl with one fixed distribution, and one
+    NaN where `nan` says: ("scored", prompt, position), ("scored_top", …) or ("greedy_top", …)."""
+
+    def __init__(self, nan: tuple[str, int, int]):
+        self.nan = nan
+
+    def flush_cache(self) -> None:
+        pass
+
+    def generate(self, prompts, *, max_new_tokens, logprobs=None, **_):
+        from harness.client import Generation
+
+        out = []
+        for i, ids in enumerate(prompts):
+            def value(what: str, j: int) -> float:
+                return math.nan if self.nan == (what, i, j) else math.log(0.5)
+
+            def tops(what: str, n: int) -> list:
+                return [[[value(what, j), 7, None], [math.log(0.25), 8, None]] for j in range(n)]
+
+            if max_new_tokens == 0:  # the teacher-forced score: every input position
+                meta = {"input_token_logprobs": [[None, ids[0], None]] + [[value("scored", j), t, None]
+                                                                          for j, t in enumerate(ids[1:], 1)],
+                        "input_top_logprobs": [None, *tops("scored_top", len(ids))[1:]]}
+                out.append(Generation((), meta))
+            else:
+                meta = {"output_token_logprobs": [[math.log(0.5), 7, None]] * max_new_tokens,
+                        "output_top_logprobs": tops("greedy_top", max_new_tokens)}
+                out.append(Generation((7,) * max_new_tokens, meta))
+        return out
+
+
+@pytest.mark.parametrize("nan", [("scored", 1, 3), ("scored_top", 0, 2), ("greedy_top", 2, 1)])
+def test_a_nan_anywhere_revision_kl_reads_is_a_finding_not_a_value(nan):
+    from harness.configs import Features, ServerConfig
+    from harness.errors import ServerFinding
+    from harness.plan import WorkloadSpec
+    from harness.probes.base import ProbeContext
+    from harness.workloads import Workload
+
+    spec = WorkloadSpec(prompts=3, prompt_len=(4, 6), output_len=3)
+    workload = Workload("w", tuple(tuple(p) for p in PROMPTS), 3, spec)
+    config = ServerConfig(name="det", target="refserver", model=Path("m"), features=Features(deterministic=True))
+    ctx = ProbeContext(client=ServedClient(nan), server=None, config=config, workload=workload,
+                       params=PROBES["revision_kl"].validate({"top_k": 2}, "[probe.revision_kl]"), server_info={})
+    with pytest.raises(ServerFinding) as found:
+        PROBES["revision_kl"].run(ctx)
+    assert f"prompt {nan[1]}" in str(found.value), str(found.value)
+    clean = dataclasses.replace(ctx, client=ServedClient(("none", 0, 0)))
+    # every position after the first of each prompt + its 32-token continuation: scored, finite
+    assert PROBES["revision_kl"].run(clean).facts["scored_tokens"] == sum(len(p) + 32 - 1 for p in PROMPTS)
