@@ -128,9 +128,10 @@ def _reproducer(rep: Reproducer) -> list[str]:
     """A *different* row's smallest request: each step's curl line, what to compare, how it
     was shrunk."""
     first = rep.first_divergent
-    where = ", ".join(f"{k} {v}" for k, v in first.items()) if first else "–"
-    out = [f"**Reproducer** (prompts {list(rep.prompts) or '–'}; first divergent: {where}; "
-           f"re-measurements: {rep.re_measurements}). {md_escape(rep.shrink)}.", ""]
+    facts = [*([f"prompts {list(rep.prompts)}"] if rep.prompts else []),
+             *([f"first divergent: {', '.join(f'{k} {v}' for k, v in first.items())}"] if first else []),
+             f"re-measurements: {rep.re_measurements}"]
+    out = [f"**Reproducer** ({'; '.join(facts)}). {md_escape(rep.shrink)}.", ""]
     if rep.position_range is not None:
         out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
     if rep.requests:

@@ -103,6 +103,8 @@ def ratio_text(c: Comparison, base: Metric | None) -> str:
     if base is None or c.base.median <= 0 or c.candidate.median <= 0:
         return ""
     ratio = c.candidate.median / c.base.median
+    if f"{max(ratio, 1 / ratio):.2f}" == "1.00":  # "1.00× higher" says nothing the Δ does not
+        return ""
     ci = [1 + bound / c.base.median for bound in c.ci] if c.ci else None
     rate = base.unit.endswith("/s")
     if ratio >= 1:
@@ -220,7 +222,7 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
         if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
             return comp.note
         text = metric_text(comp, name, base, cand, sides)
-        return f"{name}: {text}" if len(comp.metrics) > 1 else text
+        return f"{name}: {text}{_alike_text(comp, name)}" if len(comp.metrics) > 1 else text
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
     if not failed:
@@ -229,6 +231,20 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
     if len(texts) == 1 and len(failed) == 2:
         return f"both: {texts.pop()}"
     return "; ".join(f"{side}: {failure_text(c)}" for side, c in failed)
+
+
+def _alike_text(comp: ProbeComparison, shown: str) -> str:
+    """The other deciding exact metrics that read as the shown one did ("; topk_kl identical
+    too"): a row names one metric, and a reviewer should not wonder about the rest."""
+    verdict = comp.metrics[shown].verdict
+    if verdict not in (Verdict.SAME, Verdict.DIFFERENT):
+        return ""
+    alike = [n for n, c in comp.metrics.items() if n != shown and n not in comp.changed_exact
+             and c.kind == Kind.EXACT and c.verdict == verdict]
+    if not alike:
+        return ""
+    word = "identical" if verdict == Verdict.SAME else ("differs" if len(alike) == 1 else "differ")
+    return f"; {', '.join(alike)} {word} too"
 
 
 def index_item(comp: ProbeComparison, cell: CellResult | None, metric: Metric | None) -> str:

@@ -24,6 +24,24 @@ def test_every_probe_module_registers_its_probes():
         known_probes()["x"] = PROBES["kl"]  # read-only view
 
 
+SHIPPED = ("kl", "prefill_cache_hit", "decode_cache_hit", "determinism", "swa_peak", "accept_length", "throughput",
+           "revision_kl")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_probe_plans_its_metrics_and_its_default_deciding_ones_exist(name):
+    """The design check reads `planned`: a probe without it has its noisy metrics and its
+    verdict_metrics unchecked (revision_kl's KL off deterministic mode could not decide on the
+    swa suites' 2 prompts). A default verdict_metrics names only metrics the probe reports."""
+    from harness.plan import WorkloadSpec
+
+    kind = PROBES[name]
+    assert kind.planned is not None
+    params, spec = kind.defaults(), WorkloadSpec(prompts=8)
+    reported = {m.name for det in (True, False) for m in kind.planned(params, spec, det)}
+    assert reported and set(params["verdict_metrics"] or ()) <= reported
+
+
 def test_a_second_probe_of_the_same_name_is_refused():
     clash = ProbeKind("kl", lambda ctx: None, "another kl")
     with pytest.raises(UsageError, match="two probes are named 'kl'"):
