@@ -66,6 +66,9 @@ class ValueIndex:
 
     noun: str
     place: Callable[[Sequence[dict[str, Any]], int], str]
+    # What the two sides' values are where they are not each side's own measurement (a
+    # cross-revision metric's base side is the base against its own rerun), shown by its name.
+    sides: str = ""
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,10 @@ VALUES = {
     "scored_topk": ValueIndex("top-k value", _topk_place),
     "greedy_ids": ValueIndex("output token", _flat_place("output_ids", "output position")),
     "greedy_logprobs": ValueIndex("output token", _flat_place("output_logprobs", "output position")),
-    **{name: ValueIndex("prompt", lambda samples, i: f"prompt {i}") for name in NOISY_METRICS},
+    "kl": ValueIndex("prompt", lambda samples, i: f"prompt {i}",
+                     sides="the base's rerun vs the base → the candidate vs the base"),
+    "top1_agree": ValueIndex("prompt", lambda samples, i: f"prompt {i}",
+                             sides="the base's rerun with the base → the candidate with the base"),
 }
 
 

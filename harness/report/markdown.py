@@ -7,7 +7,7 @@ import json
 from harness.probes import PROBES
 from harness.report.format import fmt, md_escape, md_table, plural, portable
 from harness.report.rows import (VERDICT_MARK, failure_text, figure_cells, headline, index_item, launches_text,
-                                 metric_sides, metric_text, revision_label, rows)
+                                 metric_label, metric_sides, metric_text, revision_label, rows)
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
 
 
@@ -70,7 +70,7 @@ class MarkdownReport:
             for name, c in comp.metrics.items():
                 metrics = sides.get(name, (None, None))
                 item = index_item(comp, base, metrics[0])
-                body.append((name, c.kind.value, *(_summary(s, m, item) for s, m in zip((c.base, c.candidate), metrics)),
+                body.append((metric_label(comp.probe, name), c.kind.value, *(_summary(s, m, item) for s, m in zip((c.base, c.candidate), metrics)),
                              metric_text(comp, name, base, cand, sides), c.verdict.value))
             out += md_table(("metric", "kind", "base", "candidate", "comparison", "verdict"), body)
             out.append("")

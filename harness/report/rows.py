@@ -97,13 +97,18 @@ def _exact_text(c: Comparison, base: Metric | None, cand: Metric | None, item: s
     return f"{base.headline} {fmt(stat[0])} → {fmt(stat[1])}; {text}"
 
 
+MAX_RATIO = 100.0
+
+
 def ratio_text(c: Comparison, base: Metric | None) -> str:
     """"1.27× faster (95% CI 1.1–1.4×)" for a rate, from the medians and the CI of their
     difference over the base median; "" where a ratio would mislead (a median at or below 0)."""
     if base is None or c.base.median <= 0 or c.candidate.median <= 0:
         return ""
     ratio = c.candidate.median / c.base.median
-    if f"{max(ratio, 1 / ratio):.2f}" == "1.00":  # "1.00× higher" says nothing the Δ does not
+    # "1.00× higher" says nothing the Δ does not; a ratio to a median near 0 (a KL of 1e-17)
+    # is a number of no meaning: beyond 100× the Δ alone is shown.
+    if f"{max(ratio, 1 / ratio):.2f}" == "1.00" or max(ratio, 1 / ratio) > MAX_RATIO:
         return ""
     ci = [1 + bound / c.base.median for bound in c.ci] if c.ci else None
     rate = base.unit.endswith("/s")
@@ -222,7 +227,8 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
         if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
             return comp.note
         text = metric_text(comp, name, base, cand, sides)
-        return f"{name}: {text}{_alike_text(comp, name)}" if len(comp.metrics) > 1 else text
+        label = metric_label(comp.probe, name)
+        return f"{label}: {text}{_alike_text(comp, name)}" if len(comp.metrics) > 1 or label != name else text
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
     if not failed:
@@ -231,6 +237,13 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
     if len(texts) == 1 and len(failed) == 2:
         return f"both: {texts.pop()}"
     return "; ".join(f"{side}: {failure_text(c)}" for side, c in failed)
+
+
+def metric_label(probe: str, name: str) -> str:
+    """A metric's name, with what its two sides are where they are not simply each side's own
+    measurement ("kl (the base's rerun vs the base → the candidate vs the base)")."""
+    declared = _declared(probe, name)
+    return f"{name} ({declared.sides})" if declared is not None and declared.sides else name
 
 
 def _alike_text(comp: ProbeComparison, shown: str) -> str:

@@ -285,3 +285,17 @@ def test_a_nan_anywhere_revision_kl_reads_is_a_finding_not_a_value(nan):
     clean = dataclasses.replace(ctx, client=ServedClient(("none", 0, 0)))
     # every position after the first of each prompt + its 32-token continuation: scored, finite
     assert PROBES["revision_kl"].run(clean).facts["scored_tokens"] == sum(len(p) + 32 - 1 for p in PROMPTS)
+
+
+def test_a_noisy_row_says_what_its_two_sides_are():
+    """Off deterministic mode the base side of kl is the base's rerun against the base: the
+    row says so, beside the paired test."""
+    base = [sample(i % 3, rescored_noise=1e-9) for i in range(9)]
+    far = [sample(i % 3, noise=-0.1) for i in range(9)]
+    comp = compare(base, far, deterministic=False)
+    b, c = cell(Role.BASE, base, deterministic=False), cell(Role.CANDIDATE, far, deterministic=False)
+    (row,) = rows(RunResult(suite="s", target="refserver", base=b.revision, candidate=c.revision, cells=(b, c),
+                            comparisons=(comp,), launches=()))
+    assert row.note.startswith("kl (the base's rerun vs the base → the candidate vs the base): paired Δ median "), \
+        row.note
+    assert "Wilcoxon p=" in row.note

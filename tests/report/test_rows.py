@@ -49,6 +49,10 @@ def test_a_rate_reads_as_a_ratio_with_its_interval():
     assert ratio_text(c, plain).startswith("1.27× higher")
     zero = compare_noisy((0.0,) * 8, faster, Floor(relative=0.05))
     assert ratio_text(zero, base) == ""  # no ratio to a median of 0
+    tiny = compare_noisy((1e-17,) * 8, (0.05,) * 8, Floor())
+    assert ratio_text(tiny, plain) == ""  # nor to one near 0: "5e15× higher" means nothing
+    same = compare_noisy(base.values, base.values, Floor(relative=0.05))
+    assert ratio_text(same, base) == ""  # "1.00× faster" says nothing
 
 
 def test_exact_differences_read_in_words_and_singulars_hold():
