@@ -75,7 +75,11 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     pairs, across_facts = metric_pairs(probe, base, cand, params)
     if across_facts:
         judged["candidate"] = {**judged.get("candidate", {}), **across_facts}
-    named = deciding_metrics(params, [(m.name, m.kind) for m, _ in pairs])
+    own_metrics = PROBES[probe].across is None
+    reported = [(m.name, m.kind) for m, _ in pairs]
+    if own_metrics:  # a metric only the candidate reports can decide too (and is one-sided)
+        reported += [(m.name, m.kind) for m in cand.metrics if m.name not in dict(reported)]
+    named = deciding_metrics(params, reported)
     comparisons = compare_metrics(pairs, params, named)
     deciding = [n for n in named if n in comparisons]
     # An exact figure the suite chose not to decide on, that changed: named beside the verdict,
@@ -96,6 +100,11 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding) + changed_note
     decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
+    lopsided = one_sided(pairs, cand, named, own_metrics)
+    if lopsided and verdict != Verdict.DIFFERENT:
+        # A deciding metric one side reports and the other does not: not a match, whatever the rest say.
+        return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "; ".join(lopsided) + "; " + note,
+                               judged, decided_by, changed_exact=also_changed)
     vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.
@@ -115,6 +124,20 @@ def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[st
         return [(m, cand.metric(m.name)) for m in base.metrics], {}
     derived = across(base, cand, params)
     return list(derived.metrics), derived.facts
+
+
+def one_sided(pairs: list[tuple[Metric, Metric | None]], cand: CellResult, deciding: list[str],
+              cand_metrics_count: bool) -> list[str]:
+    """The deciding metrics one side measured (with values) and the other did not, in words;
+    `cand_metrics_count`: the candidate cell's own metrics are compared (not a cross-revision
+    probe's derived ones), so one only it has counts too."""
+    out = [f"{m.name} measured on the {'base' if m.values else 'candidate'} only" for m, other in pairs
+           if m.name in deciding and bool(m.values) != bool(other is not None and other.values)]
+    if cand_metrics_count:
+        known = {m.name for m, _ in pairs}
+        out += [f"{m.name} measured on the candidate only" for m in cand.metrics
+                if m.name in deciding and m.name not in known and m.values]
+    return out
 
 
 def finding_change(sides: dict[str, CellResult]) -> tuple[Verdict, str] | None:

@@ -217,3 +217,28 @@ def test_compare_of_two_runs_keeps_a_changed_exact_metric_beside_an_unjudged_noi
     # and a *same* an exact metric decided is not vouched for by a noisy one measured apart
     quiet = compare_runs(run_of(low, 1.0, "t1"), run_of(low, 1.0, "t2"), Role.CANDIDATE, params).comparisons[0]
     assert quiet.verdict == Verdict.UNKNOWN and "would read same" in quiet.note
+
+
+def test_a_deciding_metric_one_side_lacks_is_an_error_not_a_match():
+    """verdict_metrics names k3 and topk_kl; the candidate reports topk_kl with no values (or
+    not at all): k3 alone reads same, but the pair is not a match."""
+    params = PROBES["kl"].validate({"verdict_metrics": ["k3", "topk_kl"]}, "[probe.kl]")
+
+    def with_topk(cell: CellResult, values: tuple[float, ...] | None) -> CellResult:
+        extra = () if values is None else (Metric("topk_kl", Kind.EXACT, values),)
+        return dataclasses.replace(cell, metrics=(*cell.metrics, *extra))
+
+    base = with_topk(kl_cell(Role.BASE, 0.0), (0.0,))
+    for cand_values in ((), None):
+        comp = compare_cells("det", "kl", base, with_topk(kl_cell(Role.CANDIDATE, 0.0), cand_values), params)
+        assert comp.verdict == Verdict.ERROR and comp.note.startswith("topk_kl measured on the base only"), comp.note
+    comp = compare_cells("det", "kl", with_topk(kl_cell(Role.BASE, 0.0), None),
+                         with_topk(kl_cell(Role.CANDIDATE, 0.0), (0.0,)), params)
+    assert comp.verdict == Verdict.ERROR and comp.note.startswith("topk_kl measured on the candidate only")
+    # with the default deciding metrics (the primary and every exact one) too
+    comp = compare_cells("det", "kl", kl_cell(Role.BASE, 0.0), with_topk(kl_cell(Role.CANDIDATE, 0.0), (0.0,)),
+                         PROBES["kl"].defaults())
+    assert comp.verdict == Verdict.ERROR and comp.note.startswith("topk_kl measured on the candidate only")
+    # both sides report it: compared as usual
+    both = compare_cells("det", "kl", base, with_topk(kl_cell(Role.CANDIDATE, 0.0), (0.0,)), params)
+    assert both.verdict == Verdict.SAME
