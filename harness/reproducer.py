@@ -224,8 +224,9 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
                   _score("cold replay of the hit's input + output", turn2 + s["output_ids"][:j + 1])),
         expect=(f"on the {side}, the hit's output_token_logprobs[{j}] differs from the replay's last "
                 f"input_token_logprobs (check cached_tokens > 0 on the hit){where}"),
-        shrink=(f"From the stored samples: prompts → 1 (prompt {i}); max_new_tokens → {j + 1}; the prompt kept "
-                f"whole (shortening it moves the cache's aligned hit: it would need the servers)"),
+        shrink=(f"From the stored samples: {len(prompts)} prompts → 1 (prompt {i}); max_new_tokens "
+                f"{len(s['output_ids'])} → {j + 1}; the prompt kept whole (shortening it moves the cache's "
+                f"aligned hit: it would need the servers)"),
         position_range=span)
 
 

@@ -129,7 +129,7 @@ def _reproducer(rep: Reproducer) -> list[str]:
     was shrunk."""
     first = rep.first_divergent
     facts = [*([f"prompts {list(rep.prompts)}"] if rep.prompts else []),
-             *([f"first divergent: {', '.join(f'{k} {v}' for k, v in first.items())}"] if first else []),
+             *([f"first divergent: {divergence_text(first)}"] if first else []),
              f"re-measurements: {rep.re_measurements}"]
     out = [f"**Reproducer** ({'; '.join(facts)}). {md_escape(rep.shrink)}.", ""]
     if rep.position_range is not None:
@@ -138,6 +138,19 @@ def _reproducer(rep: Reproducer) -> list[str]:
         out += ["Post to each side's server (its argv above, `--port 30000`), in order:", "", "```sh"]
         out += [f"# {r.what}\n{r.curl()}" for r in rep.requests] + ["```", ""]
     return out + [f"Expect: {md_escape(rep.expect)}", ""]
+
+
+def divergence_text(first: dict) -> str:
+    """A reproducer's first divergence in words: "prompt 0, position 5 (cache hit vs cold replay,
+    on the candidate, 48 cached tokens)"; keys it does not know as "key value"."""
+    where = {"prompt": "prompt {}", "position": "position {}", "batch_size": "batch size {}", "index": "value {}"}
+    about = {"what": "{}", "side": "on the {}", "cached_tokens": "{} cached tokens"}
+    place = [where[k].format(v) for k, v in first.items() if k in where]
+    if "metric" in first:  # a located difference: the deciding metric's value i
+        place = [f"{first['metric']} {', '.join(place)}".strip()]
+    notes = [about[k].format(v) for k, v in first.items() if k in about]
+    notes += [f"{k} {v}" for k, v in first.items() if k not in where and k not in about and k != "metric"]
+    return ", ".join(place) + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _summary(s, metric: Metric | None, item: str) -> str:

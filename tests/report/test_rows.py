@@ -140,3 +140,14 @@ def test_paths_read_as_the_projects_or_the_revisions_and_never_the_machines(tmp_
     assert portable_path("/scratch", tmp_path) == "…/scratch"
     assert portable("--model-path /data/models/Qwen3-8B --out=/tmp/a/run x/y", tmp_path) == \
         "--model-path …/models/Qwen3-8B --out=…/a/run x/y"
+
+
+def test_a_reproducers_first_divergence_reads_in_words():
+    from harness.report.markdown import divergence_text
+
+    assert divergence_text({"prompt": 0, "position": 5, "what": "cache hit vs cold replay", "side": "candidate",
+                            "cached_tokens": 48}) == \
+        "prompt 0, position 5 (cache hit vs cold replay, on the candidate, 48 cached tokens)"
+    assert divergence_text({"index": 0, "metric": "swa_peak"}) == "swa_peak value 0"
+    assert divergence_text({"prompt": 2, "position": 1, "what": "teacher-forced logprob"}) == \
+        "prompt 2, position 1 (teacher-forced logprob)"
