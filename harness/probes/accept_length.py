@@ -18,7 +18,7 @@ from harness.client import Generation
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.common import batches
 from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
                                           SIDES_AT_ONCE, WORKLOAD)
@@ -76,6 +76,15 @@ def run(ctx: ProbeContext) -> ProbeOutput:
         ctx.advance(done, len(rounds))
     states = (ctx.client.server_info().get("internal_states") or [{}])[0]
     return _output(samples, ctx.param("min_hit_fraction"), states.get("avg_spec_accept_length"))
+
+
+def _request_place(samples: Sequence[dict[str, Any]], i: int) -> str:
+    s = samples[i] if i < len(samples) else {}
+    return f"request {i}" if "turn" not in s else f"request {i} (round {s['repeat']}, turn {s['turn']})"
+
+
+# accept_length's value i is one request: a (round, turn, prompt) of the workload.
+REQUEST = ValueIndex("request", _request_place)
 
 
 def merge(outputs: list[ProbeOutput]) -> ProbeOutput:
@@ -140,4 +149,5 @@ PARAMS = (
 )
 PROBE = register(ProbeKind("accept_length", run,
                            "speculative accept length, shared-prefix multi-turn (noisy)",
-                           params=PARAMS, describe=describe, merge=merge, planned=planned))
+                           params=PARAMS, describe=describe, merge=merge, planned=planned,
+                           values=lambda metric: REQUEST))

@@ -51,7 +51,7 @@ from harness.errors import ServerFinding, VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.common import swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, PLACEMENT_SEED, SIDES_AT_ONCE, WORKLOAD, non_empty
 from harness.report.format import fmt
@@ -328,5 +328,9 @@ PARAMS = (
     Param("warmup", int, 1, "requests sent before measuring", MEASURED, low=0, high=1000),
     *JUDGING,
 )
+# Every metric holds one value per round (per-request tok/s too: a round's median).
+ROUND = ValueIndex("round", lambda samples, i: f"round {i}")
+
 PROBE = register(ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
-                           params=PARAMS, describe=describe, merge=merge, planned=planned))
+                           params=PARAMS, describe=describe, merge=merge, planned=planned,
+                           values=lambda metric: ROUND))
