@@ -47,11 +47,15 @@ def compare_metrics(pairs: list[tuple[Metric, Metric | None]], params: dict[str,
             comparisons[m.name] = stats.compare_exact(m.values, other.values)
         else:
             paired = m.paired and other.paired and len(m.values) == len(other.values)
-            compare = stats.compare_paired if paired else stats.compare_noisy
-            comparisons[m.name] = compare(
-                m.values, other.values, floor_for(params, m.name),
-                alpha=params["alpha"] / (len(noisy) if m.name in noisy else 1),
-                boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
+            judging = dict(floor=floor_for(params, m.name), alpha=params["alpha"] / (len(noisy) if m.name in noisy else 1),
+                           boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
+            if paired:
+                # A metric read by its mean (KL, k3: a change can sit in a few prompts) is judged
+                # by the mean of its differences, the number its row shows.
+                center = "mean" if m.headline == other.headline == "mean" else "median"
+                comparisons[m.name] = stats.compare_paired(m.values, other.values, center=center, **judging)
+            else:
+                comparisons[m.name] = stats.compare_noisy(m.values, other.values, **judging)
     return comparisons
 
 

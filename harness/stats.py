@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any
 
@@ -369,6 +369,9 @@ class Comparison:
     # *unknown* verdict the samples per side that would resolve an effect of the floor's size.
     paired: bool = False
     needed: int | None = None
+    # Paired only: the statistic of the per-pair differences judged, "median" or "mean" (a
+    # metric whose headline is its mean, e.g. KL, whose change can sit in a few prompts).
+    center: str = "median"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -385,6 +388,7 @@ class Comparison:
             # written only when set, so a file from before pairing round-trips unchanged
             **({"paired": True} if self.paired else {}),
             **({"needed": self.needed} if self.needed is not None else {}),
+            **({"center": self.center} if self.center != "median" else {}),
         }
 
     @classmethod
@@ -406,6 +410,7 @@ class Comparison:
             # absent from files written before pairing (schema 2): unpaired, no estimate
             paired=bool(d.get("paired", False)),
             needed=None if d.get("needed") is None else int(d["needed"]),
+            center=str(d.get("center", "median")),  # absent: the median, as before it could be set
         )
 
 
@@ -651,7 +656,7 @@ def compare_noisy(
 
 
 def compare_paired(base: Sequence[float], candidate: Sequence[float], floor: Floor, alpha: float = 0.05,
-                   boot: Bootstrap = Bootstrap()) -> Comparison:
+                   boot: Bootstrap = Bootstrap(), center: str = "median") -> Comparison:
     """Three-way verdict for a noisy metric measured on the same prompts on both sides
     (``base[i]`` and ``candidate[i]`` are one prompt): a Wilcoxon signed-rank test on the
     per-prompt differences and a paired bootstrap CI of their median (the prompts are
@@ -662,18 +667,27 @@ def compare_paired(base: Sequence[float], candidate: Sequence[float], floor: Flo
       0, and the number of pairs can reach ``alpha`` at all (6 pairs at 0.05).
     * UNKNOWN: otherwise; ``needed`` says how many prompts per side would decide.
 
-    ``effect`` is the median of the differences (not the difference of the medians).
+    ``effect`` is the median of the differences (not the difference of the medians), or with
+    ``center="mean"`` their mean, with a paired bootstrap CI of the mean: for a metric whose
+    headline and floor are its mean (KL), a change confined to a few pairs moves the mean beyond
+    the floor while the median stays put, so the median would read *same* beside it.
     """
+    if center not in ("median", "mean"):
+        raise ValueError(f"center must be 'median' or 'mean', got {center!r}")
     if len(base) != len(candidate):
         raise ValueError(f"paired samples differ in length: {len(base)} vs {len(candidate)}")
     x, y, (bs, cs) = _sides(base, candidate, alpha, boot)
     d = y - x
-    boot_d = _boot_medians(d, boot.n_boot, np.random.default_rng(boot.seed))
+    rng = np.random.default_rng(boot.seed)
+    if center == "mean":
+        boot_d = np.mean(d[rng.integers(0, d.size, size=(boot.n_boot, d.size))], axis=1)
+    else:
+        boot_d = _boot_medians(d, boot.n_boot, rng)
     ci = _percentile_ci(boot_d, boot.confidence) if d.size > 1 else (float(d[0]), float(d[0]))
-    ev = _Evidence(float(np.median(d)), ci, _wilcoxon_p(d), min_wilcoxon_p(int(np.count_nonzero(d))),
-                   not np.any(d), "Wilcoxon")
+    effect = float(np.mean(d) if center == "mean" else np.median(d))
+    ev = _Evidence(effect, ci, _wilcoxon_p(d), min_wilcoxon_p(int(np.count_nonzero(d))), not np.any(d), "Wilcoxon")
     spread = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
-    return _judged(ev, (bs, cs), floor.threshold(bs.median), alpha, spread)
+    return replace(_judged(ev, (bs, cs), floor.threshold(bs.median), alpha, spread), center=center)
 
 
 def combine_verdicts(verdicts: Iterable[Verdict]) -> Verdict:

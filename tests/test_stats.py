@@ -494,3 +494,24 @@ def test_resolving_distance_is_measured_from_the_nearest_edge():
     assert resolving_distance(-0.25, 0.3) == pytest.approx(0.05)
     assert resolving_distance(0.4, 0.3) == pytest.approx(0.1)
     assert resolving_distance(-0.2, 0.0) == pytest.approx(0.2)
+
+
+def test_a_change_in_one_pair_of_eight_moves_the_mean_and_not_the_median():
+    """KL per prompt: seven prompts served alike, one far off. Judged on the median of the
+    differences it read *same* (the median stays at the noise); on their mean, the number a KL
+    row shows and its floor is declared on, the CI reaches past the floor: not *same*."""
+    noise = [1e-17 * (1 + i % 3) for i in range(8)]
+    cand = [v * 3 for v in noise]
+    cand[4] = 0.2
+    floor = Floor(absolute=1e-3)
+    assert compare_paired(noise, cand, floor).verdict == Verdict.SAME  # the median hides it
+    mean = compare_paired(noise, cand, floor, center="mean")
+    assert mean.verdict == Verdict.UNKNOWN and mean.center == "mean", mean.note
+    assert mean.effect == pytest.approx(0.2 / 8) and mean.ci[1] > 1e-3
+    assert Comparison.from_dict(mean.to_dict()) == mean and mean.to_dict()["center"] == "mean"
+    assert "center" not in compare_paired(noise, cand, floor).to_dict()  # files from before read the same
+    # a shift on every pair is different either way
+    shifted = [v + 0.01 for v in noise]
+    assert compare_paired(noise, shifted, floor, center="mean").verdict == Verdict.DIFFERENT
+    with pytest.raises(ValueError, match="center"):
+        compare_paired(noise, cand, floor, center="mode")

@@ -55,7 +55,7 @@ def comparison_text(c: Comparison, base: Metric | None = None, cand: Metric | No
     ci = f"[{fmt(c.ci[0])}, {fmt(c.ci[1])}]" if c.ci else "–"
     p = fmt(c.p) if c.p is not None else "–"
     if c.paired:
-        text = f"paired Δ median {fmt(c.effect)} (95% CI {ci}), Wilcoxon p={p}, floor ±{fmt(c.floor)}"
+        text = f"paired Δ {c.center} {fmt(c.effect)} (95% CI {ci}), Wilcoxon p={p}, floor ±{fmt(c.floor)}"
     else:
         text = f"Δ median {fmt(c.effect)} (95% CI {ci}), p={p}, floor ±{fmt(c.floor)}"
     ratio = ratio_text(c, base)

@@ -296,6 +296,20 @@ def test_a_noisy_row_says_what_its_two_sides_are():
     b, c = cell(Role.BASE, base, deterministic=False), cell(Role.CANDIDATE, far, deterministic=False)
     (row,) = rows(RunResult(suite="s", target="refserver", base=b.revision, candidate=c.revision, cells=(b, c),
                             comparisons=(comp,), launches=()))
-    assert row.note.startswith("kl (the base's rerun vs the base → the candidate vs the base): paired Δ median "), \
+    assert row.note.startswith("kl (the base's rerun vs the base → the candidate vs the base): paired Δ mean "), \
         row.note
     assert "Wilcoxon p=" in row.note
+
+
+def test_one_prompt_served_far_off_is_not_same_off_deterministic_mode():
+    """Eight prompts alike, one with every scored position shifted: mean KL 0.024, 24× the
+    declared 1e-3 floor on mean KL. The median of the paired differences stayed at the noise and
+    read *same*; kl is judged on the mean it is read by, so it is not."""
+    base = [sample(i % 3, rescored_noise=1e-9) for i in range(9)]
+    cand = [sample(i % 3, noise=2e-9) for i in range(9)]
+    cand[4] = sample(1, noise=-0.3)
+    comp = compare(base, cand, deterministic=False)
+    assert comp.judged["candidate"]["kl_mean"] > 0.02
+    kl = comp.metrics["kl"]
+    assert kl.center == "mean" and kl.verdict != Verdict.SAME and comp.verdict != Verdict.SAME, comp.note
+    assert kl.effect == pytest.approx(comp.judged["candidate"]["kl_mean"] - comp.judged["candidate"]["base_self_kl_mean"])
