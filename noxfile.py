@@ -71,5 +71,6 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Print the harness's figures: launches, overhead, cached re-run, server slots, KL maths, bisect steps."""
+    """Print the harness's figures: launches, overhead, cached re-run, server slots, KL maths, bisect steps,
+    the A/A false-different rate per placement mode."""
     session.run(PY, str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)

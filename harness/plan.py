@@ -8,14 +8,13 @@ before anything is launched.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
+from harness.configs import Features, ServerConfig, SpeculativeSpec
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, reject_unknown, validate_params
 from harness.targets import TARGET_NAMES
@@ -66,30 +65,6 @@ SPECULATIVE_SCALARS = {p.name: p for p in (
 )}
 
 
-@dataclass(frozen=True)
-class SpeculativeSpec:
-    algorithm: str
-    num_steps: int | None = None
-    eagle_topk: int | None = None
-    num_draft_tokens: int | None = None
-    block_size: int | None = None  # DFLASH / DSPARK block
-    multi_layer: bool = False
-
-
-@dataclass(frozen=True)
-class Features:
-    """What a configuration *means*; capabilities.py turns it into a revision's flags."""
-
-    deterministic: bool = False
-    mamba_pool: str | None = None
-    mamba_track_interval: int | None = None
-    speculative: SpeculativeSpec | None = None
-    swa_ratio: float | None = None
-    disable_radix_cache: bool = False
-    # None: the server's default (graphs on); False/True: graphs off/on, spelled per revision.
-    cuda_graph: bool | None = None
-
-
 def _min_max(value: list[int]) -> str | None:
     if len(value) != 2 or value[0] > value[1]:
         return "must be [min, max] with min <= max"
@@ -116,9 +91,13 @@ _WORKLOAD_KEYS = {p.name for p in WORKLOAD_PARAMS}
 
 
 class ProbeSchema(Protocol):
-    """What load_suite needs of a probe: its [probe.<name>] table checked, defaults filled."""
+    """What load_suite needs of a probe: its [probe.<name>] table checked, defaults filled, and
+    the suite's design checked (can its noisy deciding metrics reach alpha at all?)."""
 
     def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]: ...
+
+    def check_design(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
+                     where: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -161,37 +140,6 @@ class ConfigSpec:
     target_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     draft: dict[str, str] = field(default_factory=dict)
     model: dict[str, str] = field(default_factory=dict)  # per target, in place of [models]
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """A configuration resolved for one target: model path, features, extra args, env."""
-
-    name: str
-    target: str
-    model: Path
-    features: Features
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    draft_model: Path | None = None
-
-    @property
-    def fingerprint(self) -> str:
-        """Hash of what determines the server's behaviour: model config, features, args, env."""
-        h = hashlib.sha256()
-        for path in (self.model, self.draft_model):
-            cfg = path / "config.json" if path else None
-            h.update(cfg.read_bytes() if cfg and cfg.is_file() else b"-")
-        h.update(json.dumps(
-            {
-                "target": self.target,
-                "features": _features_dict(self.features),
-                "args": list(self.args),
-                "env": {k: v for k, v in sorted(self.env.items())},
-            },
-            sort_keys=True,
-        ).encode())
-        return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -239,14 +187,6 @@ class Suite:
         )
 
 
-def _features_dict(f: Features) -> dict[str, Any]:
-    d = dict(f.__dict__)
-    d["speculative"] = dict(f.speculative.__dict__) if f.speculative else None
-    if f.cuda_graph is None:
-        del d["cuda_graph"]  # fingerprints of configurations that leave graphs alone are unchanged
-    return d
-
-
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """A TOML file's table, or UsageError naming the file (suites, the matrix)."""
     if not path.is_file():
@@ -259,12 +199,14 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read: {exc}") from None
 
 
-def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None = None) -> Suite:
+def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None = None,
+               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Suite:
     """Read and validate a suite file; raise UsageError naming the file and field.
 
     With `known_probes` (harness.probes.known_probes()), every probe named is checked to
     exist and every [probe.<name>] table against its schema; probe_params then holds the
-    validated parameters, defaults filled, of each probe the suite mentions."""
+    validated parameters, defaults filled, of each probe the suite mentions. `overrides`
+    (`--set probe.param=value`) win over the tables, checked against the same schemas."""
     path = Path(path)
     raw = read_toml(path, "suite")
     _check_keys(path, "top level", raw, _SUITE_KEYS)
@@ -294,6 +236,7 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
                              f"(known: {', '.join(sorted(known_probes))})")
         if not isinstance(params, dict):
             raise UsageError(f"{path}: [probe.{kind}] must be a table")
+    tables = _with_overrides(tables, overrides or {}, known_probes)
 
     configs_raw = raw.get("config", [])
     if not isinstance(configs_raw, list) or not configs_raw:
@@ -326,6 +269,20 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     )
 
 
+def _with_overrides(tables: dict[str, Any], overrides: Mapping[str, Mapping[str, Any]],
+                    known_probes: Mapping[str, ProbeSchema] | None) -> dict[str, Any]:
+    """The [probe.<name>] tables with `--set` values over them; each override is checked on its
+    own first, so that an unknown name or a bad value is reported as the option's."""
+    merged = dict(tables)
+    for kind, values in overrides.items():
+        if known_probes is not None:
+            if kind not in known_probes:
+                raise UsageError(f"--set {kind}.…: unknown probe (known: {', '.join(sorted(known_probes))})")
+            known_probes[kind].validate(dict(values), f"--set {kind}.…")
+        merged[kind] = {**merged.get(kind, {}), **values}
+    return merged
+
+
 def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec, ...],
                   known_probes: Mapping[str, ProbeSchema], workload: WorkloadSpec) -> dict[str, dict[str, Any]]:
     """The validated parameters of every probe the suite has a table for or runs."""
@@ -334,6 +291,10 @@ def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec,
               for kind in used}
     for kind, p in params.items():
         _check_workload(path, f"[workload] with [probe.{kind}]", workload.with_overrides(p))
+    for c in configs:
+        for kind in c.probes:
+            known_probes[kind].check_design(params[kind], workload.with_overrides(params[kind]),
+                                            c.features.deterministic, f"{path}: [probe.{kind}]")
     return params
 
 
@@ -506,5 +467,12 @@ class _Where:
         return float(value)
 
     def env(self, raw: dict[str, Any], where: str) -> dict[str, str]:
+        """Environment variables: each value a string or a number (a table or a list has no
+        spelling as one)."""
         value = self.table(raw, "env")
+        for name, item in value.items():
+            if not isinstance(item, (str, int, float, bool)):
+                kind = {dict: "table", list: "list"}.get(type(item), type(item).__name__)
+                raise UsageError(f"{self.path}: {where}.env.{name} must be a string or a number, "
+                                 f"not a {kind}")
         return {str(k): str(v) for k, v in value.items()}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from harness import __version__
 from harness.compare import compare_pair
+from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub
@@ -22,7 +23,6 @@ from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
 
 if TYPE_CHECKING:
     from harness.plan import Suite
-    from harness.run import Job, Outcome, RunRequest
 
 
 def utc_now() -> str:
@@ -117,6 +117,7 @@ class RunRecorder:
             base=self.req.base.info, candidate=self.req.candidate.info,
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
+                      **({"overrides": self.req.overrides} if self.req.overrides else {}),
                       "started_at": self.started, "harness_version": __version__,
                       "finished_at": utc_now(), "slots": len(self.req.slots),
                       **({"environments": self.environments} if self.environments else {}),

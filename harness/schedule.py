@@ -15,8 +15,13 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from harness.errors import UsageError
 from harness.matrix import MatrixEntry
 from harness.results import Role
+
+# Servers a run may have up at once: far more than any host holds (a server is a process with
+# its own memory), and few enough that the slots are cheap to lay out.
+MAX_SLOTS = 256
 
 # How long the main thread waits on the pool between looks: short, so a signal handler (Ctrl-C,
 # SIGTERM) runs promptly while it waits.
@@ -40,6 +45,13 @@ class Unit:
 
     config_index: int  # into the run's plans
     roles: tuple[Role, ...]
+
+
+def check_slot_count(count: int, option: str = "--slots") -> int:
+    """`count` if it is a number of servers a run can have up at once, else UsageError."""
+    if not 1 <= count <= MAX_SLOTS:
+        raise UsageError(f"{option} {count}: must be between 1 and {MAX_SLOTS}")
+    return count
 
 
 def cpu_slots(count: int) -> tuple[Slot, ...]:

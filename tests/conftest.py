@@ -135,6 +135,19 @@ def no_leftovers(monkeypatch) -> str:
     assert not left, f"processes outlived the test: {left}"
 
 
+def fake_gpus(bin_dir: Path, names: list[str], visible: str | None = None) -> dict[str, str]:
+    """The environment of a machine whose `nvidia-smi` lists `names` (a script first on PATH),
+    with CUDA_VISIBLE_DEVICES set to `visible` (None: as all GPUs, unset)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    names_only = "".join(f"echo {json.dumps(name)}\n" for name in names)
+    described = "".join(f"echo {json.dumps(name + ', 550.00, 143771 MiB')}\n" for name in names)
+    (bin_dir / "nvidia-smi").write_text(  # as the two queries detcheck makes are answered
+        f'#!/bin/sh\nif [ "$1" = --query-gpu=name ]; then\n:\n{names_only}else\n:\n{described}fi\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {**env, "CUDA_VISIBLE_DEVICES": visible} if visible is not None else env
+
+
 def _gpu_skip_reason() -> str | None:
     """Why tests marked `gpu` cannot run here, or None when SGLang and a CUDA GPU are present."""
     import importlib.util

@@ -23,3 +23,16 @@ def test_the_committed_gpu_runs_print_their_schedule_figures(capsys):
     bench_schedule.print_stored(runs)
     out = capsys.readouterr().out
     assert all(run.name in out for run in runs) and "harness share" in out
+
+
+def test_bench_aa_writes_a_suite_the_design_check_accepts(tmp_path):
+    import bench_aa
+
+    from harness.plan import load_suite
+    from harness.probes import known_probes
+
+    for at_once in (False, True):
+        path = tmp_path / f"aa-{at_once}.toml"
+        path.write_text(bench_aa.suite_text(3, at_once, 0.05))
+        suite = load_suite(path, known_probes())
+        assert len(suite.configs) == 3 and suite.probe_params["throughput"]["sides_at_once"] is at_once

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import ROOT, detcheck, fake_gpus
 from harness.errors import UsageError
 from harness.fixture_repo import FixtureRepo
 from harness.matrix import MatrixEntry, load_matrix
@@ -60,7 +60,7 @@ def test_entry_fields(tmp_path):
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\nserver_args = '--a'", "'x'.server_args"),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\ngpu_count = 1", "unknown key 'gpu_count' (known: "),
     ("[[entry]]\nname = 'x'\ngpu = 'H200'\ngpus = 1\nservers_per_gpu = 0\nsuites = ['{suite}']",
-     "'x'.servers_per_gpu: must be an integer >= 1"),
+     "'x'.servers_per_gpu: must be an integer from 1 to 64"),
     ("[[entry]]\nname = 'x'\nservers_per_gpu = 2\nsuites = ['{suite}']", "on an entry with gpus >= 1"),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\n[[entry]]\nname = 'x'\nsuites = ['{suite}']",
      "[[entry]] #2.name: duplicate name 'x' (also [[entry]] #1)"),
@@ -140,7 +140,7 @@ def test_nox_validate_runs_the_cpu_entry(tmp_path):
                "--candidate", cand, "--out", str(tmp_path / "out"), "--format", "md",
                env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "**Verdict: same (3 same); cells: 6 measured" in proc.stdout
+    assert "**Verdict: same (4 same); cells: 8 measured" in proc.stdout
     assert (tmp_path / "out" / "default" / "results.json").is_file()
 
 
@@ -164,12 +164,12 @@ def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
     proc = detcheck("matrix", "run", "cpu-pair", "--matrix", str(tmp_path / "matrix.toml"),
                     "--repo", str(repo.path), "--base", base, "--candidate", cand,
                     "--out", str(tmp_path / "out"), "--format", "json",
-                    env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+                    env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache"), **fake_gpus(tmp_path / "bin", ["cpu", "cpu"])})
     assert proc.returncode == 1, proc.stderr  # the planted regression differs
     assert "base on GPU 0, candidate on GPU 1, at the same time" in proc.stderr
     result = json.loads(proc.stdout)
     assert {c["probe"]: c["verdict"] for c in result["comparisons"]} == {
-        "kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different"}
+        "kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different", "revision_kl": "same"}
     envs = {c["role"]: c["metadata"]["server_env"] for c in result["cells"]}
     assert envs["base"]["CUDA_VISIBLE_DEVICES"] == "0" and envs["candidate"]["CUDA_VISIBLE_DEVICES"] == "1"
     assert envs["base"]["DETCHECK_TEST_ENV"] == "1"

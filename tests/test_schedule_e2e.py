@@ -45,6 +45,7 @@ repeats = 4
 requests_per_client = 2
 warmup = 1
 floor_rel = 0.5
+alpha = 0.2  # four rounds (min p 0.125): a schedule test, not a judgement
 """)
     return path
 

@@ -5,29 +5,31 @@ gate). Commands import this module, never one another."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import sys
 import time
+import tomllib
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from harness import baseline
 from harness.compare import overall
-from harness.envs import DEFAULT_ENV_FILE, EnvOptions
+from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import cache_dir
 from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
-from harness.report.emit import FORMATS, emit
-from harness.result_files import RESULTS_FILE
+from harness.report.emit import FORMATS, PLOT_DIR, emit, report_files
+from harness.result_files import RESULTS_FILE, read_run, run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
-from harness.run import RunRequest
-from harness.schedule import cpu_slots, default_slot_count
+from harness.run import LOG_DIR, RunRequest, server_logs
+from harness.schedule import check_slot_count, cpu_slots, default_slot_count
 from harness.stats import Verdict
-from harness.targets import TARGET_NAMES
+from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
 # Exit codes, as `detcheck --help` and README list them.
 EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOTHING_MEASURED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -49,9 +51,35 @@ def add_revision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidate", default=None, help="candidate git ref (e.g. HEAD or a branch)")
 
 
+TARGET_HELP = ("server to launch: sglang, or refserver (the CPU reference server). Default: what "
+               "--repo holds (python/sglang: sglang; python/refserver, a fixture repo: refserver); "
+               "refserver without --repo. The target chosen is printed at the start")
+
+
+def add_target_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=TARGET_NAMES, default=None, help=TARGET_HELP)
+
+
+def chosen_target(target: str | None, repo: Path | None) -> str:
+    """--target, else the one --repo's tree holds, else refserver; printed (stderr), so that an
+    SGLang checkout never silently launches the reference server."""
+    if target is not None:
+        why = "--target"
+    elif repo is None:
+        target, why = "refserver", "no --repo"
+    else:
+        found = target_of_checkout(repo)
+        if found is None:
+            raise UsageError(f"--repo {repo} holds neither "
+                             f"{' nor '.join(f'{t.package_dir}/{t.package}' for t in TARGETS.values())}: "
+                             f"pass --target")
+        target, why = found.name, f"{found.package_dir}/{found.package} in --repo"
+    print(f"detcheck: target {target} ({why})", file=sys.stderr)
+    return target
+
+
 def add_execution_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=TARGET_NAMES, default="refserver",
-                   help="server to launch: real SGLang, or the CPU reference server (default)")
+    add_target_arg(p)
     p.add_argument("--out", type=Path, default=None,
                    help="output directory for results.json, report.md, logs (default results/runs/<suite>-<time>)")
     p.add_argument("--store", type=Path, default=None,
@@ -77,7 +105,12 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     add_env_args(p)
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
-                        "use --server-arg=--flag for dashes)")
+                        "use --server-arg=--flag for dashes, or put the flags after a lone `--`: "
+                        "`detcheck run … -- --page-size 16`)")
+    p.add_argument("--set", action="append", default=[], metavar="PROBE.PARAM=VALUE", dest="overrides",
+                   help="a probe parameter over the suite's [probe.<name>] table, checked like it "
+                        "(repeatable; the value is read as TOML, else as a string: --set kl.tau=1e-6 "
+                        "--set throughput.concurrency=[1,4]); recorded in results.json")
     p.add_argument("--slots", type=int, default=None, metavar="N",
                    help="servers up at once: every configuration's base and candidate jobs run "
                         "concurrently within N (an interleaved configuration takes 2 together); "
@@ -100,11 +133,15 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
                         "own requirements file)")
     p.add_argument("--env-pip-arg", action="append", default=[], metavar="ARG",
                    help="argument passed to `pip install` when an environment is built (repeatable; "
-                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR)")
+                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR; part of the "
+                        "environment's key; --target, --prefix, --root and --user are refused)")
+    p.add_argument("--env-build-timeout", type=float, default=DEFAULT_BUILD_TIMEOUT_S, metavar="SECONDS",
+                   help="time limit of one environment's build; past it the build is killed and the "
+                        f"revision's cells are errors naming it (default {DEFAULT_BUILD_TIMEOUT_S:g})")
 
 
 def env_options_from(args: argparse.Namespace) -> EnvOptions:
-    return EnvOptions(args.env_file, tuple(args.env_pip_arg))
+    return EnvOptions(args.env_file, tuple(args.env_pip_arg), args.env_build_timeout)
 
 
 def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
@@ -123,26 +160,60 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
     return base, candidate
 
 
-def claim_out_dir(out: Path, resume: bool, force: bool) -> None:
-    """An --out holding another run is never overwritten by accident: --resume continues it,
-    --force replaces it (its logs too, so they are not appended across runs)."""
+def claim_out_dir(out: Path, resume: bool, force: bool, suite: Path | None = None) -> None:
+    """An --out holding another run (results.json or results.json.gz) is never overwritten by
+    accident: --resume continues it (the same suite only), --force replaces it: the files
+    detcheck wrote there go (results, report, server logs, the plots the report links), so
+    they are not appended across runs; anything else in the directory stays."""
+    earlier = run_files(out)
     if resume:
-        if not (out / RESULTS_FILE).is_file():
+        if not earlier:
             raise UsageError(f"--resume needs --out pointing at an earlier run's directory "
                              f"(one with {RESULTS_FILE}); {out} has none")
+        if suite is not None:
+            check_same_suite(out, read_run(out), suite)
         return
-    if not (out / RESULTS_FILE).is_file():
+    if not earlier:
         return
     if not force:
         raise UsageError(f"--out {out} holds an earlier run; pass --resume to continue it or "
                          f"--force to replace it")
-    for name in (RESULTS_FILE, "report.md"):
-        (out / name).unlink(missing_ok=True)
-    for name in ("logs", "plots"):
-        shutil.rmtree(out / name, ignore_errors=True)
+    for path in [*earlier, *server_logs(out), *report_files(out)]:
+        path.unlink(missing_ok=True)
+    for folder in (out / LOG_DIR, out / PLOT_DIR):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def check_same_suite(out: Path, earlier: RunResult, suite: Path) -> None:
+    """--resume continues a run of the suite it is given: another suite's results would be
+    replaced by a run that measures other things."""
+    recorded = earlier.metadata.get("suite_path")
+    same = recorded is not None and Path(recorded).is_file() and os.path.samefile(recorded, suite)
+    if not same:
+        raise UsageError(f"--resume: {out} holds a run of suite {earlier.suite!r} ({recorded}), "
+                         f"not of {suite}; pass that suite, or another --out")
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`--set probe.param=value` options as {probe: {param: value}}; the value read as a TOML
+    value (1e-6, true, [1, 4], "text"), else taken as the string it is (DFLASH)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        probe, dot, param = name.strip().partition(".")
+        if not (eq and dot and probe and param):
+            raise UsageError(f"--set {item}: expected PROBE.PARAM=VALUE (e.g. kl.tau=1e-6)")
+        try:
+            value = tomllib.loads(f"value = {text.strip()}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        out.setdefault(probe, {})[param] = value
+    return out
 
 
 def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
+    target = chosen_target(args.target, args.repo)
     if args.resume and (args.fresh or args.force):
         raise UsageError(f"--resume and --{'fresh' if args.fresh else 'force'} contradict each other")
     if args.resume and args.out is None:
@@ -152,24 +223,23 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         if python and shutil.which(python) is None:
             raise UsageError(f"{option} {python}: no such executable")
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    claim_out_dir(out, args.resume, args.force)
+    claim_out_dir(out, args.resume, args.force, suite)
     return RunRequest(
-        suite_path=suite, target=args.target, base=base, candidate=candidate,
+        suite_path=suite, target=target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
         role_python={role: python for role, python in ((Role.BASE, args.base_python),
                                                        (Role.CANDIDATE, args.candidate_python)) if python},
         env_options=env_options_from(args),
         extra_args=tuple(args.server_arg),
-        slots=cpu_slots(slot_count(args)),
+        slots=cpu_slots(slot_count(args, target)),
         command_line=command_line(),
+        overrides=parse_overrides(args.overrides),
     )
 
 
-def slot_count(args: argparse.Namespace) -> int:
-    if args.slots is not None and args.slots < 1:
-        raise UsageError(f"--slots {args.slots}: at least one server must be allowed")
-    count = args.slots or default_slot_count(args.target)
+def slot_count(args: argparse.Namespace, target: str) -> int:
+    count = check_slot_count(args.slots) if args.slots is not None else default_slot_count(target)
     return max(count, 2) if args.parallel else count
 
 
@@ -188,9 +258,16 @@ def exit_code(verdict: Verdict) -> int:
 
 def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:
     """Gate `result` on the baselines at `path`, print the checks; 1 when any fails."""
+    code, lines = gate_result(path, result)
+    print("\n".join(lines), file=file)
+    return code
+
+
+def gate_result(path: Path, result: RunResult) -> tuple[int, list[str]]:
+    """The exit code of gating `result` on the baselines at `path` (1 when a check fails), and
+    the lines that say how each check went."""
     checks, unmatched = baseline.gate(result, baseline.load(path))
-    print("\n".join(baseline.gate_lines(path, checks, unmatched)), file=file)
-    return EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME
+    return (EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME), baseline.gate_lines(path, checks, unmatched)
 
 
 def check_baseline_file(path: Path | None) -> None:
@@ -201,9 +278,13 @@ def check_baseline_file(path: Path | None) -> None:
 
 
 def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
-    """Render `result`, gate it on a baselines file if one is given, and return the exit code."""
-    emit(result, fmt, out_dir)
-    code = exit_code(overall(result.comparisons))
+    """Render `result` (JSON with the verdict and this exit code in it), gate it on a baselines
+    file if one is given, and return the exit code."""
+    code, gate_lines = exit_code(overall(result.comparisons)), []
     if baseline_file is not None:
-        code = max(code, print_gate(baseline_file, result, sys.stderr if fmt == "json" else None))
+        gated, gate_lines = gate_result(baseline_file, result)
+        code = max(code, gated)
+    emit(result, fmt, out_dir, exit_code=code)
+    if gate_lines:
+        print("\n".join(gate_lines), file=sys.stderr if fmt == "json" else None)
     return code

@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.commands.common_args import (add_env_args, add_format_arg, add_revision_args, check_baseline_file,
-                                          claim_out_dir, command_line, conclude, env_options_from, observer_for,
-                                          revisions_from)
+from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, add_format_arg, add_revision_args,
+                                          check_baseline_file, claim_out_dir, command_line, conclude,
+                                          env_options_from, observer_for, revisions_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
 from harness.run import RunRequest, execute
@@ -40,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=run_list)
 
     r = verbs.add_parser("run", help="run every suite of one entry, base vs candidate")
-    r.add_argument("entry", help="entry name")
+    r.add_argument("entry", help="entry name; its target (matrix.toml's `target`, sglang when "
+                   "omitted) is launched whatever --repo holds, and printed at the start")
     r.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     add_revision_args(r)
     r.add_argument("--out", type=Path, default=None,
@@ -69,7 +70,7 @@ def run_list(args: argparse.Namespace) -> int:
     matrix, here = load_matrix(args.matrix), gpu_names()
     rows = [{"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
              "suites": [str(s) for s in e.suites], "parallel": e.parallel,
-             "slots": len(entry_slots(e, os.environ.get("CUDA_VISIBLE_DEVICES"))),
+             "slots": len(entry_slots(e, None)),  # how many the entry has, wherever its GPUs are
              "runnable_here": e.missing(here) is None, "why_not": e.missing(here)} for e in matrix.entries]
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -83,6 +84,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_entry(args: argparse.Namespace) -> int:
     entry = load_matrix(args.matrix).entry(args.entry)
+    if (why_not := entry.missing(gpu_names())) is not None:  # as nox's validate(<entry>) skips it
+        print(f"matrix {entry.name}: skipped: {why_not}", file=sys.stderr)
+        return EXIT_NOTHING_MEASURED
     check_baseline_file(args.baseline)
     base, candidate = revisions_from(args)
     root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -96,7 +100,7 @@ def run_entry(args: argparse.Namespace) -> int:
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
             slots=slots, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
             command_line=command_line())
-        print(f"matrix {entry.name}: {suite.name}{placement(slots)}", file=sys.stderr)
+        print(f"matrix {entry.name}: {suite.name} on target {entry.target}{placement(slots)}", file=sys.stderr)
         result = execute(req, observer_for(args))
         codes.append(conclude(result, args.format, req.out_dir, args.baseline))
     return max(codes)

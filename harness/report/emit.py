@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
+from harness.compare import overall
 from harness.report.console import ConsoleReport
 from harness.report.markdown import MarkdownReport
 from harness.result_files import atomic_write_text
 from harness.results import RunResult
 
 FORMATS = ("console", "md", "json")
+REPORT_FILE = "report.md"
+PLOT_DIR = "plots"  # under the run directory; report.md links each plot drawn there
+
+
+def report_files(out_dir: Path) -> list[Path]:
+    """What `emit` wrote into a run directory: report.md and the plots it links (PNG and SVG
+    twin); nothing else that may lie in plots/."""
+    try:
+        report = (out_dir / REPORT_FILE).read_text(errors="replace")
+    except OSError:
+        return []
+    pngs = re.findall(rf"\]\(({PLOT_DIR}/[^)\s/]+)\.png\)", report)
+    return [out_dir / REPORT_FILE, *(out_dir / f"{png}{ext}" for png in pngs for ext in (".png", ".svg"))]
 
 
 def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], str]:
@@ -27,16 +42,18 @@ def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], 
     return plot.draw_all(result, out_dir)
 
 
-def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None) -> None:
+def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
+         exit_code: int | None = None) -> None:
     """Print `result` in `fmt`; also write report.md and plots into `out_dir` where it can (a
-    read-only run directory still prints, with a warning)."""
+    read-only run directory still prints, with a warning). JSON opens with the run's verdict and
+    `exit_code`, the status the command exits with (or, for `report` without --check, would)."""
     stream = stream or sys.stdout
     try:
         plots = plots_for(result, out_dir)
         markdown = MarkdownReport(result, plots).render()
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(out_dir / "report.md", markdown)
+            atomic_write_text(out_dir / REPORT_FILE, markdown)
     except OSError as exc:
         print(f"detcheck: warning: report.md and plots not written to {out_dir}: "
               f"{exc.strerror or exc}", file=sys.stderr)
@@ -44,7 +61,8 @@ def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None) 
     if fmt == "md":
         stream.write(markdown)
     elif fmt == "json":
-        json.dump(result.to_dict(), stream, indent=1)
+        json.dump({"verdict": overall(result.comparisons).value, "exit_code": exit_code, **result.to_dict()},
+                  stream, indent=1)
         stream.write("\n")
     else:
         ConsoleReport(result).print(Console(file=stream, width=200))

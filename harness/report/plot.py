@@ -17,9 +17,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.probes import PROBES
+from harness.report.emit import PLOT_DIR
 from harness.results import CellResult, Role, RunResult, Status
 
-PLOT_DIR = "plots"
 COLORS = {Role.BASE: "#1f77b4", Role.CANDIDATE: "#d62728"}
 _RC = {"svg.hashsalt": "detcheck"}
 
