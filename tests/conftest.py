@@ -152,5 +152,7 @@ def pytest_collection_modifyitems(config, items):
     if reason is None:
         return
     for item in items:
-        if "gpu" in item.keywords:
+        # The marker, not a keyword: keywords hold every parent's name too (a checkout in a folder
+        # named "gpu" would skip every test).
+        if item.get_closest_marker("gpu") is not None:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -104,6 +104,63 @@ def test_four_slots_overlap_jobs_and_give_the_cells_and_verdicts_of_one_slot(tmp
     assert [rep for _, _, rep in starts] == [r for r in range(4) for _ in (0, 1)], starts
 
 
+def kl_suite(path: Path, configs: tuple[str, ...]) -> Path:
+    """A suite of exact kl configurations only."""
+    body = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n' for name in configs)
+    path.write_text(f"""name = "{path.stem}"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = ["--random-seed", "1234"]
+startup_timeout_s = 240
+request_timeout_s = 120
+[workload]
+prompts = 2
+prompt_len = [12, 16]
+output_len = 4
+{body}""")
+    return path
+
+
+def test_a_matrix_entry_runs_its_suites_in_one_pool_with_each_suites_own_results(tmp_path):
+    """Two suites (both with a configuration "a") in one entry of 8 slots: the second suite's
+    jobs start while the first's still run, and each suite's folder holds what a run of that
+    suite alone gives."""
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("batch-noise")
+    candidate = repo.commit("planted regression: batch-noise")
+    suites = (kl_suite(tmp_path / "alpha.toml", ("a", "b")), kl_suite(tmp_path / "beta.toml", ("a", "c")))
+    (tmp_path / "matrix.toml").write_text(
+        '[[entry]]\nname = "pool"\ngpu = "cpu"\ngpus = 1\nservers_per_gpu = 8\ntarget = "refserver"\n'
+        f'suites = [{", ".join(repr(str(s)) for s in suites)}]\n')
+    proc = detcheck("matrix", "run", "pool", "--matrix", str(tmp_path / "matrix.toml"), "--repo", str(repo.path),
+                    "--base", base, "--candidate", candidate, "--out", str(tmp_path / "pool"),
+                    "--store", str(tmp_path / "pool-store"), "--format", "md", "--no-progress")
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the planted regression differs
+    assert "alpha.toml, beta.toml in one pool (8 server slots on GPU 0)" in proc.stderr
+    pooled = {s.stem: json.loads((tmp_path / "pool" / s.stem / "results.json").read_text()) for s in suites}
+    assert all(r["metadata"]["slots"] == 8 for r in pooled.values())
+    # Suite after suite, the second would start once the first had ended.
+    assert min(l["started_at"] for l in pooled["beta"]["launches"]) < \
+        max(l["ended_at"] for l in pooled["alpha"]["launches"])
+
+    for suite in suites:
+        out = tmp_path / f"alone-{suite.stem}"
+        alone = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                         "--suite", str(suite), "--out", str(out), "--store", str(out / "store"),
+                         "--slots", "4", "--format", "md", "--no-progress")
+        assert alone.returncode == 1, alone.stderr[-3000:]
+        separate = json.loads((out / "results.json").read_text())
+        together = pooled[suite.stem]
+        assert [(c["config"], c["role"], c["probe"], c["status"], c["samples"]) for c in together["cells"]] == \
+            [(c["config"], c["role"], c["probe"], c["status"], c["samples"]) for c in separate["cells"]]
+        assert [(c["config"], c["probe"], c["verdict"]) for c in together["comparisons"]] == \
+            [(c["config"], c["probe"], c["verdict"]) for c in separate["comparisons"]]
+        assert [(l["config"], l["role"]) for l in together["launches"]] == \
+            [(l["config"], l["role"]) for l in separate["launches"]]
+
+
 def test_an_interrupt_with_several_jobs_in_flight_stops_every_server_and_resumes(tmp_path, bare_python,
                                                                                  no_leftovers):
     bench = Bench(tmp_path, bare_python)
