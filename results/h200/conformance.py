@@ -34,14 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness.capabilities import revision_capabilities  # noqa: E402
 from harness.client import SGLangClient  # noqa: E402
-from harness.plan import load_suite  # noqa: E402
-from harness.probes import PROBES, ProbeContext, known_probes  # noqa: E402
-from harness.run import dedupe_flags  # noqa: E402
-from harness.server import launch  # noqa: E402
-from harness.targets import get_target  # noqa: E402
+from harness.probes import PROBES, ProbeContext  # noqa: E402
 from harness.workloads import build, suffix_token  # noqa: E402
+from suite_server import start  # noqa: E402
 from tests.conformance.sglang_kl_helpers import loaded  # noqa: E402
 
 PROBE_NAMES = ("kl", "prefill_cache_hit", "decode_cache_hit")
@@ -59,16 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    suite = load_suite(args.suite, known_probes())
-    spec = suite.config(args.config)
-    config = suite.server_config(spec, args.target)
-    target = get_target(args.target, args.python)
-    caps = revision_capabilities(target, None, None, suite.startup_timeout_s)
-    probe_args = dedupe_flags(tuple(a for name in PROBE_NAMES for a in PROBES[name].server_args))
-    flags = caps.feature_args(config.features, config.draft_model) + probe_args
-    caps.check_args((*config.args, *probe_args))
-    server, failure = launch(lambda port: target.launch_argv(config, flags, port), target.env(None, config.env),
-                             args.out / "server.log", None, suite.startup_timeout_s)
+    started = start(args.suite, args.config, args.target, PROBE_NAMES, args.out / "server.log", args.python)
+    suite, config, server, failure = started.suite, started.config, started.server, started.failure
     record = {"suite": str(args.suite), "config": args.config, "target": args.target,
               "argv": list(server.argv), "startup_s": round(server.startup_s, 1), "checks": []}
     if failure is not None:
