@@ -152,8 +152,9 @@ def run_helper(name: str, helper: str, call, modules, n: int, new_tokens: int) -
     row = {"check": name, "by": "sglang", "helper": helper, "prompts": n, "output_len": new_tokens}
     try:
         call()
-    except AssertionError as exc:  # a cache assertion of the helper's own: what it found
-        row["assertion"] = str(exc)[:600]
+    except AssertionError as exc:  # an assertion of the helper's own (a cache length): what it found
+        line = traceback.extract_tb(exc.__traceback__)[-1]
+        row["assertion"] = f"{exc or 'assert'} ({Path(line.filename).name}:{line.lineno}: {line.line})"[:600]
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {exc} ({traceback.extract_tb(exc.__traceback__)[-1].lineno})"[:600]
     finally:
