@@ -211,12 +211,16 @@ def kary(tmp_path_factory):
     env = {"DETCHECK_CACHE_DIR": str(root / "cache")}
     argv = ["bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad, *ARGS,
             "--store", str(root / "store"), "--slots", "2"]
-    return h, detcheck(*argv, env=env), detcheck(*argv, env=env)
+    first = detcheck(*argv, env=env)
+    # The endpoint's run as the first bisect left it (the second writes the same folder).
+    where = re.search(r"^endpoint .*\n\s+results: (\S+)$", first.stdout, re.M)
+    endpoint = json.loads(Path(where.group(1)).read_text()) if where else None
+    return h, first, detcheck(*argv, env=env), endpoint
 
 
 @pytest.mark.slow
 def test_kary_finds_and_confirms_the_planted_commit_within_the_bound(kary):
-    h, first, _ = kary
+    h, first, *_ = kary
     assert first.returncode == 0, first.stdout + first.stderr
     out = first.stdout
     assert f"first bad commit: {h.culprit[:12]}" in out
@@ -230,14 +234,14 @@ def test_kary_finds_and_confirms_the_planted_commit_within_the_bound(kary):
 
 @pytest.mark.slow
 def test_kary_skips_the_unbuildable_commit(kary):
-    h, first, _ = kary
+    h, first, *_ = kary
     line = next(l for l in first.stdout.splitlines() if l.startswith("round") and h.unbuildable[:12] in l)
     assert "skip" in line and "exit 125" in line and "not launched" in line
 
 
 @pytest.mark.slow
 def test_kary_rerun_launches_no_server(kary):
-    h, _, again = kary
+    h, _, again, _ = kary
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"first bad commit: {h.culprit[:12]}" in again.stdout
     assert "servers launched: 0" in again.stdout and "measured (" not in again.stdout
@@ -245,9 +249,8 @@ def test_kary_rerun_launches_no_server(kary):
 
 @pytest.mark.slow
 def test_kary_measures_both_endpoints_at_once(kary):
-    h, first, _ = kary
-    session = bisect_mod.session_dir_for(h.path, h.good, h.bad)
-    endpoint = json.loads(next((session / "runs").glob(f"{h.bad[:12]}-x1")).joinpath("results.json").read_text())
+    h, first, _, endpoint = kary
+    assert endpoint is not None, first.stdout
     assert endpoint["metadata"]["slots"] == 2
     up = sorted((l["started_at"], l["ended_at"], l["role"]) for l in endpoint["launches"])
     assert [r for *_, r in up] in (["base", "candidate"], ["candidate", "base"])

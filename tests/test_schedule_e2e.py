@@ -22,20 +22,7 @@ KL_CONFIGS = ("a", "b", "c", "d")
 
 def concurrent_suite(path: Path) -> Path:
     """Four kl configurations (exact) and one throughput configuration (interleaved)."""
-    configs = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n'
-                      for name in KL_CONFIGS)
-    path.write_text(f"""name = "concurrent"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1234"]
-startup_timeout_s = 240
-request_timeout_s = 120
-[workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 4
-{configs}[[config]]
+    return kl_suite(path, KL_CONFIGS, extra="""[[config]]
 name = "tput"
 deterministic = false
 probes = ["throughput"]
@@ -46,6 +33,23 @@ requests_per_client = 2
 warmup = 1
 floor_rel = 0.5
 """)
+
+
+def kl_suite(path: Path, configs: tuple[str, ...], extra: str = "") -> Path:
+    """A suite of exact kl configurations, and `extra` TOML after them."""
+    body = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n' for name in configs)
+    path.write_text(f"""name = "{path.stem}"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = ["--random-seed", "1234"]
+startup_timeout_s = 240
+request_timeout_s = 120
+[workload]
+prompts = 2
+prompt_len = [12, 16]
+output_len = 4
+{body}{extra}""")
     return path
 
 
@@ -102,24 +106,6 @@ def test_four_slots_overlap_jobs_and_give_the_cells_and_verdicts_of_one_slot(tmp
     order = [role for _, role, _ in starts]
     assert all(order[i] != order[i + 1] for i in range(0, len(order), 2)), order
     assert [rep for _, _, rep in starts] == [r for r in range(4) for _ in (0, 1)], starts
-
-
-def kl_suite(path: Path, configs: tuple[str, ...]) -> Path:
-    """A suite of exact kl configurations only."""
-    body = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n' for name in configs)
-    path.write_text(f"""name = "{path.stem}"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1234"]
-startup_timeout_s = 240
-request_timeout_s = 120
-[workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 4
-{body}""")
-    return path
 
 
 def test_a_matrix_entry_runs_its_suites_in_one_pool_with_each_suites_own_results(tmp_path):

@@ -24,7 +24,6 @@ every check ran (whatever it found), 1 when the server did not start or a check 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -37,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from harness.client import SGLangClient  # noqa: E402
 from harness.probes import PROBES, ProbeContext  # noqa: E402
 from harness.workloads import build, suffix_token  # noqa: E402
-from suite_server import start  # noqa: E402
+from suite_server import start, write_record  # noqa: E402
 from tests.conformance.sglang_kl_helpers import loaded  # noqa: E402
 
 PROBE_NAMES = ("kl", "prefill_cache_hit", "decode_cache_hit")
@@ -167,7 +166,6 @@ def run_helper(name: str, helper: str, call, modules, n: int, new_tokens: int) -
 
 
 def write(out: Path, record: dict) -> None:
-    (out / "conformance.json").write_text(json.dumps(record, indent=1) + "\n")
     lines = [f"Server: `{record['config']}` of `{record['suite']}` ({record['target']} "
              f"{record.get('server_version') or ''}), up in {record['startup_s']} s; every check on this one server.",
              "", "| check | by | helper / probe | prompts × tokens | mean k3 over prompts | max k3 of a prompt | "
@@ -183,9 +181,7 @@ def write(out: Path, record: dict) -> None:
             f"error: {c['error']}" if c.get("error") else "") if x)
         lines.append(f"| {c['check']} | {c['by']} | {c.get('helper', c['check'])} | {c['prompts']} × "
                      f"{c['output_len']} | {mean} | {peak} | {exact} | {notes.replace('|', '/')} |")
-    if record.get("launch_failure"):
-        lines.append(f"\nThe server did not start: {record['launch_failure']}")
-    (out / "conformance.md").write_text("\n".join(lines) + "\n")
+    write_record(out, "conformance", record, lines)
 
 
 if __name__ == "__main__":

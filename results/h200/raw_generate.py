@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite_server import start  # noqa: E402
+from suite_server import start, write_record  # noqa: E402
 
 from harness.revisions import Revision  # noqa: E402
 from harness.workloads import build  # noqa: E402
@@ -111,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write(out: Path, record: dict) -> None:
-    (out / "raw_generate.json").write_text(json.dumps(record, indent=1) + "\n")
     lines = [f"`{record['config']}` of `{record['suite']}` at {record['ref']}: raw `/generate`, the server's "
              f"arguments those of a detcheck run:", "", f"    {' '.join(record['argv'])}", "",
              "| request | field | prompts with a null | nulls / positions | first null (prompt, position) | "
@@ -120,9 +119,7 @@ def write(out: Path, record: dict) -> None:
         lines.append(f"| {r['request']} | `{r['field']}` | {r['prompts_with_nulls']} of {r['prompts']} | "
                      f"{r['nulls']} / {r['positions']} | {r['first_null'] or '–'} | "
                      f"{r.get('nulls_in_replayed_output', '–')} |")
-    if record.get("launch_failure"):
-        lines.append(f"\nThe server did not start: {record['launch_failure']}")
-    (out / "raw_generate.md").write_text("\n".join(lines) + "\n")
+    write_record(out, "raw_generate", record, lines)
 
 
 if __name__ == "__main__":

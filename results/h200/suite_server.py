@@ -6,6 +6,7 @@ raw_generate.py). `worktree` None: the installed package (on the GPU machine PYT
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,3 +47,11 @@ def start(suite_path: Path, config_name: str, target_name: str, probes: tuple[st
     server, failure = launch(lambda port: target.launch_argv(config, flags, port), target.env(worktree, config.env),
                              log_path, worktree, suite.startup_timeout_s)
     return Started(suite, config, server, failure)
+
+
+def write_record(out: Path, stem: str, record: dict, table: list[str]) -> None:
+    """`stem`.json (the record) and `stem`.md (its table, and why the server did not start)."""
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
+    if record.get("launch_failure"):
+        table = [*table, "", f"The server did not start: {record['launch_failure']}"]
+    (out / f"{stem}.md").write_text("\n".join(table) + "\n")
