@@ -23,6 +23,7 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 _CHOICES = re.compile(r"(--[a-z0-9][a-z0-9-]*)(?:[ =]\{([^}]*)\})")
 
 MAMBA_STRATEGY_FLAGS = ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")
+OVERLAP_OFF_FLAG = "--disable-overlap-schedule"
 POOL_STRATEGY = {"no_buffer": "no_buffer", "static": "extra_buffer", "lazy": "extra_buffer_lazy"}
 # Graphs off, newest spelling first: per-phase backends set to `disabled`, then per-phase
 # switches, then the single switch (deprecated from SGLang 0.5.14, still accepted for a while).
@@ -77,6 +78,8 @@ class Capabilities:
             if not self.allows(flag, value):
                 raise NotExpressible(f"{flag} has no choice {value!r} at this revision")
             args += [flag, value]
+            if value == "no_buffer" and self.knows(OVERLAP_OFF_FLAG):
+                args += [OVERLAP_OFF_FLAG]  # SGLang 0.5.17 asserts it for no_buffer
         if features.mamba_track_interval is not None:
             args += [self._need("a Mamba track interval", "--mamba-track-interval"),
                      str(features.mamba_track_interval)]

@@ -41,8 +41,22 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line; server flags after a lone `--` are appended to every configuration,
+    as each `--server-arg` is (`detcheck run … -- --page-size 16 --mem-fraction-static 0.5`)."""
+    parser = build_parser()
+    if "--" not in argv:
+        return parser.parse_args(argv)
+    cut = argv.index("--")
+    args = parser.parse_args(argv[:cut])
+    if not hasattr(args, "server_arg"):
+        parser.error(f"server flags after `--` need a command that launches servers (run), not {args.command}")
+    args.server_arg = [*args.server_arg, *argv[cut + 1:]]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup detcheck …` keeps running
             signal.signal(sig, _terminate)

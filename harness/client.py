@@ -123,6 +123,26 @@ def _top_pairs(entries: list) -> list[tuple[float | None, int]]:
     return [(None if e[0] is None else float(e[0]), int(e[1])) for e in entries]
 
 
+def generate_body(input_ids: Sequence[int] | Sequence[Sequence[int]], *, max_new_tokens: int,
+                  temperature: float = 0.0, ignore_eos: bool = True, logprobs: Logprobs | None = None,
+                  sampling_seed: int | None = None) -> dict[str, Any]:
+    """The /generate JSON body of one request (a batch when given a list of prompts): what the
+    probes send, and what a reproducer hands a reviewer."""
+    batched = bool(input_ids) and isinstance(input_ids[0], (list, tuple))
+    params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                              "ignore_eos": ignore_eos}
+    if sampling_seed is not None:
+        params["sampling_seed"] = sampling_seed
+    body: dict[str, Any] = {
+        "input_ids": [list(p) for p in input_ids] if batched else list(input_ids),
+        "sampling_params": params,
+    }
+    if logprobs is not None:
+        body.update(return_logprob=True, logprob_start_len=logprobs.start_len,
+                    top_logprobs_num=logprobs.top_k)
+    return body
+
+
 @dataclass
 class SGLangClient:
     base_url: str
@@ -161,19 +181,10 @@ class SGLangClient:
         string into `<rid>_<i>`). SGLang aborts every request whose rid *starts with* the
         one given, so rids should not be prefixes of one another."""
         batched = bool(input_ids) and isinstance(input_ids[0], (list, tuple))
-        params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature,
-                                  "ignore_eos": ignore_eos}
-        if sampling_seed is not None:
-            params["sampling_seed"] = sampling_seed
-        body: dict[str, Any] = {
-            "input_ids": [list(p) for p in input_ids] if batched else list(input_ids),
-            "sampling_params": params,
-        }
+        body = generate_body(input_ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                             ignore_eos=ignore_eos, logprobs=logprobs, sampling_seed=sampling_seed)
         if rid is not None:
             body["rid"] = rid if isinstance(rid, str) else list(rid)
-        if logprobs is not None:
-            body.update(return_logprob=True, logprob_start_len=logprobs.start_len,
-                        top_logprobs_num=logprobs.top_k)
         resp = self._request("POST", "/generate", body)
         if resp.status_code == 400 and _UNSUPPORTED.search(resp.text):
             raise ProbeNotApplicable(_error_message(resp))

@@ -17,7 +17,8 @@ from typing import Any, Iterable
 
 from harness import __version__, stats
 from harness.probes import PROBES
-from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunResult, Status
+from harness.reproducer import reproducer
+from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
 
@@ -46,10 +47,12 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
             return ProbeComparison(config, probe, Verdict(status.value), note=reasons)
     judge = PROBES[probe].judge
     judged = {c.role.value: judge(c.facts, params) for c in (base, cand)} if judge else {}
-    decisive = params["verdict_metrics"] or ([base.primary.name] if base.primary else [])
+    pairs, across_facts = metric_pairs(probe, base, cand, params)
+    if across_facts:
+        judged["candidate"] = {**judged.get("candidate", {}), **across_facts}
+    decisive = params["verdict_metrics"] or ([pairs[0][0].name] if pairs else [])
     comparisons: dict[str, stats.Comparison] = {}
-    for i, m in enumerate(base.metrics):
-        other = cand.metric(m.name)
+    for i, (m, other) in enumerate(pairs):
         if other is None or not m.values or not other.values:
             continue
         if m.kind == Kind.EXACT and other.kind == Kind.EXACT:
@@ -71,6 +74,18 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
                                {role: facts for role, facts in judged.items() if facts})
     return ProbeComparison(config, probe, verdict, comparisons, note,
                            {role: facts for role, facts in judged.items() if facts}, decided_by)
+
+
+def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any]
+                 ) -> tuple[list[tuple[Metric, Metric | None]], dict[str, Any]]:
+    """The (base, candidate) metrics to compare: each cell's own, by name; for a cross-revision
+    probe (`ProbeKind.across`), those it derives from both sides' samples, with its facts about
+    the pair (shown with the candidate's facts)."""
+    across = PROBES[probe].across
+    if across is None:
+        return [(m, cand.metric(m.name)) for m in base.metrics], {}
+    derived = across(base, cand, params)
+    return list(derived.metrics), derived.facts
 
 
 def finding_change(sides: dict[str, CellResult]) -> tuple[Verdict, str] | None:
@@ -103,7 +118,12 @@ def compare_pair(config: str, probe: str, base: CellResult | None, cand: CellRes
     if probe not in PROBES:
         return ProbeComparison(config, probe, Verdict.ERROR, note=f"unknown probe {probe!r}")
     params = probe_params.get(probe) or PROBES[probe].defaults()
-    return compare_cells(config, probe, base, cand, params)
+    comp = compare_cells(config, probe, base, cand, params)
+    if comp.verdict != Verdict.DIFFERENT or base is None or cand is None:
+        return comp
+    # A *different* pair gets its smallest request (harness/reproducer.py), from the samples.
+    pairs = metric_pairs(probe, base, cand, params)[0] if comp.metrics else []
+    return dataclasses.replace(comp, reproducer=reproducer(comp, base, cand, pairs))
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
@@ -154,7 +174,7 @@ def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult
     decided = comp.metrics.get(comp.decided_by or "")
     if decided is not None and decided.kind == Kind.NOISY and comp.verdict != Verdict.UNKNOWN:
         when = " and ".join(str(c.metadata.get("finished_at") or "?") for c in (base, cand))
-        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, note=(
+        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, reproducer=None, note=(
             f"{comp.decided_by} is noisy and was measured in two runs ({when}): shown, not judged "
             f"(would read {comp.verdict}); measure both in one run; {comp.note}"))
     return comp

@@ -7,6 +7,7 @@ verdicts a working harness must print. `reverse` swaps the sides: base broken, c
 from __future__ import annotations
 
 import random
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,3 +119,29 @@ def build_demo_history(root: Path, seed: int, commits: int = 33, regression: str
     if first != shas["unbuildable"]:
         raise RuntimeError(f"git's first bisect pick is {first[:12]}, not the unbuildable commit")
     return DemoHistory(repo.path, good, bad, shas["culprit"], shas["unbuildable"])
+
+
+# The bisect demo: which probe of which configuration decides each commit.
+BISECT_SUITE, BISECT_CONFIG, BISECT_PROBE = SUITES / "default.toml", "deterministic", "prefill_cache_hit"
+
+
+def name_branches(repo: Path, **branches: str) -> None:
+    """Branches a newcomer can type (base, candidate, good) at the demo's shas."""
+    for name, sha in branches.items():
+        git(repo, "branch", "-f", name, sha)
+
+
+def shown(path: Path) -> str:
+    """A path as a command to paste should show it: relative to here when it is below here."""
+    path = path.absolute()
+    here = Path.cwd()
+    return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
+
+
+def try_commands(scenario: Scenario, repo: Path, history: Path, run_dir: Path) -> list[str]:
+    """What to type next on a kept demo: the run, its report, a bisect over the kept history."""
+    return [shlex.join(["detcheck", "run", "--repo", shown(repo), "--base", "base", "--candidate",
+                        "candidate", "--suite", shown(scenario.suite)]),
+            shlex.join(["detcheck", "report", shown(run_dir), "--format", "md"]),
+            shlex.join(["detcheck", "bisect", "--repo", shown(history), "--good", "good", "--bad", "main",
+                        "--suite", shown(BISECT_SUITE), "--config", BISECT_CONFIG, "--probe", BISECT_PROBE])]

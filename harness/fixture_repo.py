@@ -1,6 +1,8 @@
 """Git repositories of the reference server, made in a temp dir, with planted regressions.
 
-A regression is a one-line edit listed in fixtures/regressions.toml (file, the exact line,
+A revision models one SGLang release (fixtures/refserver/release.py, the line marked
+`# release-line`): `set_release` rewrites it, as a real checkout's version is a line of its
+source. A regression is a one-line edit listed in fixtures/regressions.toml (file, the exact line,
 its replacement). Commits carry fixed dates and author, so the same history always gets the
 same shas and stored results are reused across demo runs.
 """
@@ -19,6 +21,8 @@ from harness.paths import PROJECT_ROOT
 FIXTURES = PROJECT_ROOT / "fixtures"
 REGRESSIONS_FILE = FIXTURES / "regressions.toml"
 PACKAGE = "refserver"
+RELEASE_FILE = "release.py"
+RELEASE_MARKER = "# release-line"
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,17 @@ def load_regressions(path: Path = REGRESSIONS_FILE) -> dict[str, Regression]:
     return {name: Regression(name=name, file=t["file"], replace=t["replace"],
                              description=t.get("description", ""), hook=t.get("hook", ""))
             for name, t in raw.items()}
+
+
+def set_release(package_parent: Path, release: str) -> None:
+    """Rewrite the release line of the reference server under `package_parent`."""
+    file = package_parent / PACKAGE / RELEASE_FILE
+    lines = file.read_text().split("\n")
+    hits = [i for i, line in enumerate(lines) if line.rstrip().endswith(RELEASE_MARKER)]
+    if len(hits) != 1:
+        raise RuntimeError(f"{len(hits)} lines of {file} carry {RELEASE_MARKER!r}")
+    lines[hits[0]] = f'RELEASE = "{release}"  {RELEASE_MARKER}'
+    file.write_text("\n".join(lines))
 
 
 class FixtureRepo:
@@ -104,6 +119,10 @@ class FixtureRepo:
             return
         self._original[name] = file.read_text()
         file.write_text(reg.apply(self._original[name]))
+
+    def set_release(self, release: str) -> None:
+        """Make the working tree model SGLang `release` (commit it to make a revision)."""
+        set_release(self.path / "python", release)
 
     def note(self, subject: str) -> str:
         """A harmless commit (a changelog line), as most commits in a bisect range are."""

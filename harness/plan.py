@@ -259,12 +259,14 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read: {exc}") from None
 
 
-def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None = None) -> Suite:
+def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None = None,
+               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Suite:
     """Read and validate a suite file; raise UsageError naming the file and field.
 
     With `known_probes` (harness.probes.known_probes()), every probe named is checked to
     exist and every [probe.<name>] table against its schema; probe_params then holds the
-    validated parameters, defaults filled, of each probe the suite mentions."""
+    validated parameters, defaults filled, of each probe the suite mentions. `overrides`
+    (`--set probe.param=value`) win over the tables, checked against the same schemas."""
     path = Path(path)
     raw = read_toml(path, "suite")
     _check_keys(path, "top level", raw, _SUITE_KEYS)
@@ -294,6 +296,7 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
                              f"(known: {', '.join(sorted(known_probes))})")
         if not isinstance(params, dict):
             raise UsageError(f"{path}: [probe.{kind}] must be a table")
+    tables = _with_overrides(tables, overrides or {}, known_probes)
 
     configs_raw = raw.get("config", [])
     if not isinstance(configs_raw, list) or not configs_raw:
@@ -324,6 +327,20 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
         configs=configs,
         probe_params=probe_params,
     )
+
+
+def _with_overrides(tables: dict[str, Any], overrides: Mapping[str, Mapping[str, Any]],
+                    known_probes: Mapping[str, ProbeSchema] | None) -> dict[str, Any]:
+    """The [probe.<name>] tables with `--set` values over them; each override is checked on its
+    own first, so that an unknown name or a bad value is reported as the option's."""
+    merged = dict(tables)
+    for kind, values in overrides.items():
+        if known_probes is not None:
+            if kind not in known_probes:
+                raise UsageError(f"--set {kind}.…: unknown probe (known: {', '.join(sorted(known_probes))})")
+            known_probes[kind].validate(dict(values), f"--set {kind}.…")
+        merged[kind] = {**merged.get(kind, {}), **values}
+    return merged
 
 
 def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec, ...],

@@ -117,6 +117,7 @@ class RunRecorder:
             base=self.req.base.info, candidate=self.req.candidate.info,
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
+                      **({"overrides": self.req.overrides} if self.req.overrides else {}),
                       "started_at": self.started, "harness_version": __version__,
                       "finished_at": utc_now(), "slots": len(self.req.slots),
                       **({"environments": self.environments} if self.environments else {}),

@@ -9,6 +9,9 @@ stored run from an earlier detcheck still renders and compares.
     schema 2  cells record the full key they were measured under (`key`); comparisons carry
               `judged` facts per side (gates derived at compare time) and the verdict enum's
               values (the same strings)
+    schema 3  a *different* comparison may carry `reproducer` (its smallest request); the
+              revision_kl probe's samples and facts. Nothing older changes meaning: the step
+              only renumbers
 """
 
 from __future__ import annotations
@@ -97,17 +100,30 @@ def _cell_1_to_2(cell: dict[str, Any]) -> dict[str, Any]:
     return {**cell, "schema": 2, "key": None}  # measured before cells recorded their key
 
 
-def _run_1_to_2(run: dict[str, Any]) -> dict[str, Any]:
-    cells = run.get("cells", [])
-    if isinstance(cells, list):  # a damaged container is left for the reader to report
-        cells = [_cell_1_to_2(c) if isinstance(c, dict) else c for c in cells]
-    return {**run, "schema": 2, "cells": cells}
+def _cell_2_to_3(cell: dict[str, Any]) -> dict[str, Any]:
+    return {**cell, "schema": 3}
+
+
+Step = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _run_step(cell_step: Step, to: int) -> Step:
+    """A results document's step: its own schema number, and each of its cells' step."""
+    def step(run: dict[str, Any]) -> dict[str, Any]:
+        cells = run.get("cells", [])
+        if isinstance(cells, list):  # a damaged container is left for the reader to report
+            cells = [cell_step(c) if isinstance(c, dict) else c for c in cells]
+        return {**run, "schema": to, "cells": cells}
+    return step
 
 
 # (document kind, from schema) -> upgrade to from + 1
-UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+UPGRADES: dict[tuple[str, int], Step] = {
     ("cell", 1): _cell_1_to_2,
-    ("results", 1): _run_1_to_2,
+    ("results", 1): _run_step(_cell_1_to_2, 2),
+    ("cell", 2): _cell_2_to_3,
+    # comparisons written before reproducers existed have none (`reproducer` absent: None)
+    ("results", 2): _run_step(_cell_2_to_3, 3),
 }
 
 

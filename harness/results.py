@@ -9,13 +9,15 @@ these objects, so a fresh run and a stored one print through the same code.
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from harness.stats import Comparison, Kind, Verdict
 
-SCHEMA_VERSION = 2  # history and upgraders: harness/result_files.py
+SCHEMA_VERSION = 3  # history and upgraders: harness/result_files.py
 
 
 class Status(str, Enum):
@@ -234,6 +236,60 @@ class Launch:
         return cls(**{**d, "role": Role(d["role"]), "args": tuple(d.get("args", ()))})
 
 
+# SGLang's default port: a reproducer's curl lines assume a server there (the cells' argv).
+REPRODUCER_PORT = 30000
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a reproducer, as sent to each side's server."""
+
+    what: str
+    path: str  # "/generate" or "/flush_cache"
+    body: dict[str, Any] | None = None
+
+    def curl(self, port: int = REPRODUCER_PORT) -> str:
+        argv = ["curl", "-s", "-X", "POST", f"http://127.0.0.1:{port}{self.path}"]
+        if self.body is not None:
+            argv += ["-H", "Content-Type: application/json", "-d", json.dumps(self.body, separators=(",", ":"))]
+        return shlex.join(argv)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "path": self.path, "body": self.body, "curl": self.curl()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Request:
+        return cls(d["what"], d["path"], d.get("body"))
+
+
+@dataclass(frozen=True)
+class Reproducer:
+    """The smallest request(s) that show a *different* comparison (harness/reproducer.py)."""
+
+    prompts: tuple[int, ...]  # workload prompt indices: the smallest set that still differs
+    first_divergent: dict[str, Any] | None  # {"prompt", "position", "what", "side"?}
+    requests: tuple[Request, ...]  # in order, to each side's server
+    expect: str  # what differs between the two sides' answers
+    shrink: str  # how it was made small, from what
+    re_measurements: int = 0  # requests sent to a server to shrink it
+    position_range: tuple[int, int] | None = None  # [start, end) where cached state first diverges
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompts": list(self.prompts), "first_divergent": self.first_divergent,
+                "requests": [r.to_dict() for r in self.requests], "expect": self.expect,
+                "shrink": self.shrink, "re_measurements": self.re_measurements,
+                "position_range": None if self.position_range is None else list(self.position_range)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Reproducer:
+        span = d.get("position_range")
+        return cls(prompts=tuple(d["prompts"]), first_divergent=d.get("first_divergent"),
+                   requests=tuple(Request.from_dict(r) for r in d["requests"]), expect=d["expect"],
+                   shrink=d["shrink"], re_measurements=int(d.get("re_measurements", 0)),
+                   position_range=None if span is None else (int(span[0]), int(span[1])))
+
+
+
 @dataclass(frozen=True)
 class ProbeComparison:
     """Base vs candidate for one (configuration, probe): a comparison per shared metric."""
@@ -249,6 +305,8 @@ class ProbeComparison:
     # The metric whose verdict is the comparison's (the first deciding metric that reads it);
     # None when no metric decided (n/a, error), or in a file written before it was recorded.
     decided_by: str | None = None
+    # A *different* comparison's smallest request that shows it (harness/reproducer.py).
+    reproducer: Reproducer | None = None
 
     def facts(self, cell: CellResult) -> dict[str, Any]:
         """A cell's facts with what judging this comparison added."""
@@ -264,6 +322,8 @@ class ProbeComparison:
         }
         if self.decided_by is not None:
             d["decided_by"] = self.decided_by
+        if self.reproducer is not None:
+            d["reproducer"] = self.reproducer.to_dict()
         return {**d, "judged": self.judged} if self.judged else d
 
     @classmethod
@@ -276,6 +336,7 @@ class ProbeComparison:
             metrics={k: Comparison.from_dict(c) for k, c in d.get("metrics", {}).items()},
             judged=d.get("judged", {}),
             decided_by=d.get("decided_by"),  # absent in schema-2 files written before it
+            reproducer=Reproducer.from_dict(d["reproducer"]) if d.get("reproducer") else None,
         )
 
 

@@ -17,6 +17,9 @@ from harness.gitcmd import git, git_run
 from harness.paths import cache_dir, file_lock
 from harness.results import RevisionInfo
 
+# The cache's directory of revision worktrees: WORKTREES/<repo name>-<key>/<sha[:12]>/<tree>.
+WORKTREES = "worktrees"
+
 
 @dataclass(frozen=True)
 class Revision:
@@ -64,7 +67,7 @@ class Revision:
             raise UsageError(f"the cache directory {cache} is inside the repository under test "
                              f"{self.repo}; set DETCHECK_CACHE_DIR elsewhere")
         repo_key = hashlib.sha256(str(self.repo).encode()).hexdigest()[:10]
-        root = cache / "worktrees" / f"{self.repo.name}-{repo_key}"
+        root = cache / WORKTREES / f"{self.repo.name}-{repo_key}"
         path = root / self.sha[:12]
         if self._is_checked_out(path):
             return path

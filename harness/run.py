@@ -33,7 +33,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from harness.capabilities import NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
@@ -74,6 +74,8 @@ class RunRequest:
     # Extra server environment for every configuration (part of its fingerprint, unlike a slot's).
     extra_env: dict[str, str] = field(default_factory=dict)
     command_line: str = ""
+    # `--set probe.param=value`: probe parameters over the suite's tables (recorded in results).
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     # How many servers may be up at once, and what pins each (a GPU, a role's GPUs): with more
     # than one, jobs run in threads and the observer must be thread-safe. One slot: sequential.
     slots: tuple[Slot, ...] = (Slot(),)
@@ -208,7 +210,7 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
 
 def open_run(req: RunRequest, observer: RunObserver) -> Run:
     """Everything that can fail on bad input, done before any launch (exit 2)."""
-    suite = load_suite(req.suite_path, known_probes())
+    suite = load_suite(req.suite_path, known_probes(), req.overrides)
     plans = plan(suite, req)
     recorder = RunRecorder(suite, req, cell_order(plans))
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.

@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 HOST = "127.0.0.1"
 
 # Launch failures that mean "this revision refuses this combination" (a result: n/a), as
-# opposed to a crash (an error). Phrases SGLang uses in its argument checks.
+# opposed to a crash (an error). Phrases SGLang uses in its argument checks (0.5.16 and 0.5.17
+# server_args.py: "extra_buffer_lazy unsupported with spec." / "... unsupported with DFLASH; ...",
+# "--swa-full-tokens-ratio should be in range (0, 1.0].").
 REJECTION = re.compile(
-    r"unsupported with spec|not yet compatible|is not supported|does not support|"
-    r"unrecognized arguments|invalid choice|must be in \(0, 1\]",
+    r"unsupported (?:with|under) |not yet compatible|is not supported|does not support|"
+    r"unrecognized arguments|invalid choice|should be in range \(0, 1\.0\]",
     re.I,
 )
 
@@ -39,6 +41,11 @@ class Target:
     # Where the importable package lives inside a checkout (SGLang: python/sglang).
     package_dir: str = "python"
     python: str = sys.executable
+
+    @property
+    def package(self) -> str:
+        """The package a checkout of this target holds under package_dir (sglang, refserver)."""
+        return self.module.split(".")[0]
 
     def pythonpath(self, worktree: Path | None) -> str | None:
         if worktree is not None:
@@ -81,6 +88,12 @@ TARGETS: dict[str, Target] = {
     "refserver": Target("refserver", "refserver"),
 }
 TARGET_NAMES = tuple(TARGETS)
+
+
+def target_of_checkout(repo: Path) -> Target | None:
+    """The target whose package the checkout's tree holds (python/sglang: SGLang, python/refserver:
+    a reference-server fixture repo); None when it holds neither."""
+    return next((t for t in TARGETS.values() if (repo / t.package_dir / t.package).is_dir()), None)
 
 
 def get_target(name: str, python: str | None = None) -> Target:

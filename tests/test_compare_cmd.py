@@ -48,7 +48,8 @@ def test_compare_stored_candidates(runs):
     assert proc.returncode == 1, proc.stderr
     result = json.loads(proc.stdout)
     verdicts = {c["probe"]: c["verdict"] for c in result["comparisons"]}
-    assert verdicts == {"kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different"}
+    assert verdicts == {"kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different",
+                        "revision_kl": "same"}
     assert result["launches"] == []
     assert result["base"]["sha"] != result["candidate"]["sha"]
 
@@ -58,7 +59,7 @@ def test_compare_same_cells_is_same_and_renders(runs, tmp_path):
     proc = detcheck("compare", "--base-results", str(root / "first"), "--candidate-results",
                     str(root / "again" / "results.json"), "--out", str(tmp_path), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "verdict: same (3 same)" in proc.stdout
+    assert "verdict: same (4 same)" in proc.stdout
     assert "| deterministic | `prefill_cache_hit` |" in (tmp_path / "report.md").read_text()
 
 
@@ -66,7 +67,7 @@ def test_compare_base_side(runs):
     root, env, _ = runs
     proc = detcheck("compare", "--base-results", str(root / "first"), "--candidate-results", str(root / "clean"),
                     "--side", "base", "--format", "md", env=env)
-    assert proc.returncode == 0 and "**Verdict: same (3 same); cells: 6 measured" in proc.stdout
+    assert proc.returncode == 0 and "**Verdict: same (4 same); cells: 8 measured" in proc.stdout
 
 
 def test_different_workloads_are_not_comparable(runs, tmp_path):

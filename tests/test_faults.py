@@ -94,7 +94,6 @@ class Matrix:
     cache: Path
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     sockets: set[tuple[str, int]] = field(default_factory=set)  # seen listening during the run
-    wall_s: float = 0.0
 
     @property
     def result(self) -> dict:
@@ -117,7 +116,6 @@ def matrix(tmp_path_factory, bare_python) -> Matrix:
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    t0 = time.monotonic()
     try:
         proc = detcheck(*bench.args(), timeout=150, env={
             **bench.env(), TAG: run.tag, "DETCHECK_CACHE_DIR": str(run.cache),
@@ -125,7 +123,6 @@ def matrix(tmp_path_factory, bare_python) -> Matrix:
     finally:
         done.set()
         watcher.join()
-    run.wall_s = time.monotonic() - t0
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]  # not a crash
     assert not leftovers(run.tag), "processes outlived the run"
     return run
@@ -175,9 +172,17 @@ def test_secrets_never_written(matrix):
     assert {env[k] for k in SECRETS} == {"<redacted>"}
 
 
-def test_fault_run_is_fast(matrix):
-    """The suite's timeouts bound every wait: 2 s to start, 1 s per request (and flush)."""
-    assert matrix.wall_s < 60, f"the fault matrix took {matrix.wall_s:.0f} s"
+def test_the_suite_timeouts_bound_every_wait(matrix):
+    """The suite's timeouts bound the waits: a server never healthy is given up after its 2 s,
+    a hung request after its 1 s, not after the defaults (minutes). Read from what the run
+    recorded, with room for a loaded machine, never from how long the run took."""
+    launches = {name: [l for l in matrix.result["launches"] if l["config"] == name]
+                for name in ("never-healthy", "hang")}
+    assert len(launches["never-healthy"]) == 2 and len(launches["hang"]) == 2
+    for launch in launches["never-healthy"]:  # waited its 2 s, then gave up
+        assert not launch["ok"] and 2.0 <= launch["ended_at"] - launch["started_at"] < 2.0 + 30, launch
+    for launch in launches["hang"]:  # up, one request timed out, stopped
+        assert launch["ok"] and launch["ended_at"] - launch["started_at"] < 60, launch
 
 
 def test_no_subprocess_gets_a_shell_string():
@@ -271,7 +276,8 @@ def test_second_interrupt_kills_a_server_that_ignores_sigterm(tmp_path, bare_pyt
     assert proc.poll() is None
     t0 = time.monotonic()
     err = interrupt(proc, signal.SIGINT)
-    assert time.monotonic() - t0 < 5, "the second interrupt did not cut the grace period short"
+    # Under the 10 s grace, with room for a loaded machine: a grace waited out ends at 9.5 s.
+    assert time.monotonic() - t0 < 8, "the second interrupt did not cut the grace period short"
     assert proc.returncode == 130, err[-2000:]
     assert not leftovers(no_leftovers, wait_s=1.0)
 

@@ -1,7 +1,9 @@
 """Reports rendered from checked-in results JSON must match the golden files byte for byte.
 
 The JSON files are real runs: demo-cache.json from `detcheck demo --json`, h200-pools.json from
-the H200 run in results/h200/pools. Regenerate the golden files after an intended change with
+the H200 run in results/h200/pools, revision-kl.json from `detcheck run` of the kl and
+revision_kl probes (3 prompts, output_len 6) on a reference-server repository whose candidate
+carries the planted `logit-scale` (its report shows a reproducer). Regenerate the golden files after an intended change with
 `UPDATE_GOLDEN=1 pytest tests/test_golden.py` and review the diff.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 
 import pytest
 from rich.console import Console
@@ -20,7 +23,7 @@ from harness.report.markdown import MarkdownReport
 from harness.result_files import read_run, upgraded
 from harness.results import RunResult
 
-CASES = ["demo-cache", "h200-pools"]
+CASES = ["demo-cache", "h200-pools", "revision-kl"]
 
 
 def load(name: str) -> RunResult:
@@ -65,3 +68,16 @@ def test_report_check_exits_with_the_stored_verdict(tmp_path):
     run_dir.mkdir()
     (run_dir / "results.json").write_text((DATA / "demo-cache.json").read_text())
     assert detcheck("report", str(run_dir), "--format", "md", "--check").returncode == 1  # different
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~/…-])/(?:[\w.-]+/)+[\w.-]*")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_report_holds_no_absolute_path_of_the_machine(name):
+    """Pasted into a PR, report.md says nothing of where the run was made (the results hold
+    /work/… and /tmp/… paths: the model's, the worktrees', the command's)."""
+    assert ABSOLUTE_PATH.findall(json.dumps(load(name).to_dict()))  # the stored run holds some
+    markdown = (DATA / f"{name}.md").read_text()
+    assert not ABSOLUTE_PATH.findall(markdown), ABSOLUTE_PATH.findall(markdown)
+    assert markdown == MarkdownReport(load(name)).render()

@@ -140,7 +140,7 @@ def test_nox_validate_runs_the_cpu_entry(tmp_path):
                "--candidate", cand, "--out", str(tmp_path / "out"), "--format", "md",
                env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "**Verdict: same (3 same); cells: 6 measured" in proc.stdout
+    assert "**Verdict: same (4 same); cells: 8 measured" in proc.stdout
     assert (tmp_path / "out" / "default" / "results.json").is_file()
 
 
@@ -169,7 +169,7 @@ def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
     assert "base on GPU 0, candidate on GPU 1, at the same time" in proc.stderr
     result = json.loads(proc.stdout)
     assert {c["probe"]: c["verdict"] for c in result["comparisons"]} == {
-        "kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different"}
+        "kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different", "revision_kl": "same"}
     envs = {c["role"]: c["metadata"]["server_env"] for c in result["cells"]}
     assert envs["base"]["CUDA_VISIBLE_DEVICES"] == "0" and envs["candidate"]["CUDA_VISIBLE_DEVICES"] == "1"
     assert envs["base"]["DETCHECK_TEST_ENV"] == "1"

@@ -91,3 +91,28 @@ def test_a_gzipped_run_reads_as_the_plain_one(tmp_path):
     (tmp_path / "results.json.gz").write_bytes(gzip.compress(plain.read_bytes())[:500])
     with pytest.raises(CorruptResult, match=r"results.json.gz: corrupt results file \(gzip"):
         read_run(tmp_path)
+
+
+
+def schema2(tmp_path) -> dict:
+    """revision-kl.json as schema 2 wrote it: no reproducer, every number 2."""
+    raw = json.loads((DATA / "revision-kl.json").read_text())
+    raw["comparisons"] = [{k: v for k, v in c.items() if k != "reproducer"} for c in raw["comparisons"]]
+    return {**raw, "schema": 2, "cells": [{**c, "schema": 2} for c in raw["cells"]]}
+
+
+def test_schema2_run_reads_at_schema3_without_reproducers(tmp_path):
+    atomic_write_json(tmp_path / "results.json", schema2(tmp_path))
+    run = read_run(tmp_path)
+    assert run.schema == SCHEMA_VERSION == 3 and all(c.schema == 3 for c in run.cells)
+    assert [c.verdict.value for c in run.comparisons] == ["same", "different"]
+    assert all(c.reproducer is None for c in run.comparisons)
+    assert read_run(DATA / "revision-kl.json").comparisons[1].reproducer is not None
+
+
+def test_a_stored_schema2_cell_keeps_its_digest_across_the_step(tmp_path):
+    old = schema2(tmp_path)["cells"][0]
+    path = tmp_path / "cell.json"
+    from harness.result_files import content_digest
+    atomic_write_json(path, {**old, "digest": content_digest(old)})
+    assert read_cell(path).schema == 3 and read_cell(path).samples == tuple(old["samples"])

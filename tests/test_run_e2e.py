@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shlex
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 
 from conftest import ROOT, detcheck, refserver_suite
 from harness.fixture_repo import FixtureRepo
+from harness.gitcmd import git
 
 
 @pytest.mark.slow
@@ -23,7 +25,9 @@ def test_demo_catches_the_cache_regression_with_one_launch_per_cell(tmp_path):
     verdicts = {(c["config"], c["probe"]): c["verdict"] for c in result["comparisons"]}
     assert verdicts == {("deterministic", "kl"): "same",
                         ("deterministic", "prefill_cache_hit"): "different",
-                        ("deterministic", "decode_cache_hit"): "different"}
+                        ("deterministic", "decode_cache_hit"): "different",
+                        # cold decode and scoring: the planted cache-hit bug is not on its path
+                        ("deterministic", "revision_kl"): "same"}
     launches = [(l["config"], l["role"]) for l in result["launches"]]
     assert sorted(launches) == [("deterministic", "base"), ("deterministic", "candidate")]
     # The table the user sees carries the verdicts.
@@ -31,6 +35,26 @@ def test_demo_catches_the_cache_regression_with_one_launch_per_cell(tmp_path):
     # Every sample is there: 8 prompts per probe per side, with raw logprobs.
     kl_base = next(c for c in result["cells"] if c["probe"] == "kl" and c["role"] == "base")
     assert len(kl_base["samples"]) == 8 and len(kl_base["samples"][0]["decode_logprobs"]) == 32
+
+
+@pytest.mark.slow
+def test_a_kept_demo_leaves_a_history_and_the_commands_it_prints_run(tmp_path):
+    kept = tmp_path / "kept"
+    proc = detcheck("demo", "--keep", str(kept), "--no-progress", "--format", "md",
+                    env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = (kept / "run" / "report.md").read_text()
+    assert str(tmp_path) not in report and "/tmp/" not in report  # pasteable: no path of this machine
+    assert git(kept / "refserver-cache", "branch", "--format=%(refname:short)").split() == ["base", "candidate", "main"]
+    assert git(kept / "refserver-bisect", "rev-list", "--count", "good..main") == "33"
+    commands = [line.strip() for line in proc.stderr.splitlines() if line.startswith("  detcheck ")]
+    assert [shlex.split(c)[1] for c in commands] == ["run", "report", "bisect"]
+    run = shlex.split(commands[0])[1:]
+    again = detcheck(*run, "--out", str(tmp_path / "again"), "--no-progress", "--format", "json",
+                     env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    assert again.returncode == 1, again.stderr[-3000:]  # the planted regression, found again
+    assert "detcheck: target refserver (python/refserver in --repo)" in again.stderr
+    assert json.loads(again.stdout)["verdict"] == "different"
 
 
 @pytest.mark.slow

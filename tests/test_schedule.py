@@ -89,14 +89,14 @@ def test_an_entry_without_servers_per_gpu_keeps_one_side_per_half_or_one_gpu():
 
 def test_slot_count_from_the_command_line():
     def args(**kw) -> argparse.Namespace:
-        return argparse.Namespace(**{"slots": None, "parallel": False, "target": "sglang", **kw})
+        return argparse.Namespace(**{"slots": None, "parallel": False, **kw})
 
-    assert slot_count(args()) == 2
-    assert slot_count(args(slots=1)) == 1
-    assert slot_count(args(slots=1, parallel=True)) == 2  # --parallel: base and candidate at once
-    assert slot_count(args(slots=6, parallel=True)) == 6
+    assert slot_count(args(), "sglang") == 2
+    assert slot_count(args(slots=1), "sglang") == 1
+    assert slot_count(args(slots=1, parallel=True), "sglang") == 2  # --parallel: base and candidate at once
+    assert slot_count(args(slots=6, parallel=True), "sglang") == 6
     with pytest.raises(UsageError, match="--slots 0"):
-        slot_count(args(slots=0))
+        slot_count(args(slots=0), "sglang")
 
 
 def test_progress_keeps_one_line_per_running_job():

@@ -124,7 +124,7 @@ def test_a_matrix_entry_runs_its_suites_in_one_pool_with_each_suites_own_results
                     "--base", base, "--candidate", candidate, "--out", str(tmp_path / "pool"),
                     "--store", str(tmp_path / "pool-store"), "--format", "md", "--no-progress")
     assert proc.returncode == 1, proc.stderr[-3000:]  # the planted regression differs
-    assert "alpha.toml, beta.toml in one pool (8 server slots on GPU 0)" in proc.stderr
+    assert "alpha.toml, beta.toml on target refserver, in one pool (8 server slots on GPU 0)" in proc.stderr
     pooled = {s.stem: json.loads((tmp_path / "pool" / s.stem / "results.json").read_text()) for s in suites}
     assert all(r["metadata"]["slots"] == 8 for r in pooled.values())
     # Suite after suite, the second would start once the first had ended.

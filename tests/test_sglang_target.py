@@ -41,16 +41,19 @@ args = ["--flag-from-the-future"]
 
 
 def test_sglang_target_runs_each_worktree(tmp_path):
+    """No --target: a checkout with python/sglang runs as sglang, and says so at the start."""
     repo = make_sglang_repo(tmp_path)
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE.replace("{model}", str(ROOT / "fixtures/refmodels/hybrid")))
     out = tmp_path / "out"
     env = {"PYTHONPATH": str(ROOT / "fixtures")}  # where the shim finds the reference server
-    proc = detcheck("run", "--target", "sglang", "--repo", str(repo), "--base", "main~1",
+    proc = detcheck("run", "--repo", str(repo), "--base", "main~1",
                     "--candidate", "main", "--suite", str(suite), "--out", str(out), "--format", "json",
                     env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "detcheck: target sglang (python/sglang in --repo)" in proc.stderr
     result = json.loads((out / "results.json").read_text())
+    assert result["target"] == "sglang"
     verdicts = {(c["config"], c["probe"]): c["verdict"] for c in result["comparisons"]}
     assert verdicts == {("det", "kl"): "same", ("only-in-a-future-revision", "kl"): "n/a"}
     na = [c for c in result["cells"] if c["config"] == "only-in-a-future-revision"]

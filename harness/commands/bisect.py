@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 from harness.bisect import ABORT, BisectSpec, bisect, session_dir_for, step
-from harness.commands.common_args import add_env_args, env_options_from
-from harness.targets import TARGET_NAMES
+from harness.commands.common_args import add_env_args, add_target_arg, chosen_target, env_options_from
 from harness.paths import cache_dir
 from harness.revisions import Revision
 
@@ -37,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="probe that decides (repeatable: any differing one makes a commit bad)")
     p.add_argument("--config", action="append", default=[], metavar="NAME",
                    help="only this configuration of the suite (repeatable)")
-    p.add_argument("--target", choices=TARGET_NAMES, default="refserver")
+    add_target_arg(p)
     p.add_argument("--store", type=Path, default=None,
                    help="result store (default: $DETCHECK_CACHE_DIR/store, shared with `detcheck run`)")
     p.add_argument("--python", default=None, help="interpreter that runs the servers")
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     good = Revision.resolve(args.repo, args.good)
     bad = Revision.resolve(args.repo, args.bad)
     spec = BisectSpec(repo=good.repo, good=good.sha, suite=args.suite.resolve(), probes=tuple(args.probe),
-                      configs=tuple(args.config), target=args.target,
+                      configs=tuple(args.config), target=chosen_target(args.target, good.repo),
                       store_root=(args.store or cache_dir() / "store").resolve(),
                       session_dir=session_dir_for(good.repo, good.sha, bad.sha),
                       max_scale=args.max_scale, python=args.python, env_options=env_options_from(args))

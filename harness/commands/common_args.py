@@ -9,8 +9,9 @@ import shlex
 import shutil
 import sys
 import time
+import tomllib
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from harness import baseline
 from harness.compare import overall
@@ -27,7 +28,7 @@ from harness.revisions import Revision, uncommitted_changes
 from harness.run import RunRequest
 from harness.schedule import cpu_slots, default_slot_count
 from harness.stats import Verdict
-from harness.targets import TARGET_NAMES
+from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
 # Exit codes, as `detcheck --help` and README list them.
 EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOTHING_MEASURED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -49,9 +50,35 @@ def add_revision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidate", default=None, help="candidate git ref (e.g. HEAD or a branch)")
 
 
+TARGET_HELP = ("server to launch: sglang, or refserver (the CPU reference server). Default: what "
+               "--repo holds (python/sglang: sglang; python/refserver, a fixture repo: refserver); "
+               "refserver without --repo. The target chosen is printed at the start")
+
+
+def add_target_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=TARGET_NAMES, default=None, help=TARGET_HELP)
+
+
+def chosen_target(target: str | None, repo: Path | None) -> str:
+    """--target, else the one --repo's tree holds, else refserver; printed (stderr), so that an
+    SGLang checkout never silently launches the reference server."""
+    if target is not None:
+        why = "--target"
+    elif repo is None:
+        target, why = "refserver", "no --repo"
+    else:
+        found = target_of_checkout(repo)
+        if found is None:
+            raise UsageError(f"--repo {repo} holds neither "
+                             f"{' nor '.join(f'{t.package_dir}/{t.package}' for t in TARGETS.values())}: "
+                             f"pass --target")
+        target, why = found.name, f"{found.package_dir}/{found.package} in --repo"
+    print(f"detcheck: target {target} ({why})", file=sys.stderr)
+    return target
+
+
 def add_execution_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=TARGET_NAMES, default="refserver",
-                   help="server to launch: real SGLang, or the CPU reference server (default)")
+    add_target_arg(p)
     p.add_argument("--out", type=Path, default=None,
                    help="output directory for results.json, report.md, logs (default results/runs/<suite>-<time>)")
     p.add_argument("--store", type=Path, default=None,
@@ -77,7 +104,12 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     add_env_args(p)
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
-                        "use --server-arg=--flag for dashes)")
+                        "use --server-arg=--flag for dashes, or put the flags after a lone `--`: "
+                        "`detcheck run … -- --page-size 16`)")
+    p.add_argument("--set", action="append", default=[], metavar="PROBE.PARAM=VALUE", dest="overrides",
+                   help="a probe parameter over the suite's [probe.<name>] table, checked like it "
+                        "(repeatable; the value is read as TOML, else as a string: --set kl.tau=1e-6 "
+                        "--set throughput.concurrency=[1,4]); recorded in results.json")
     p.add_argument("--slots", type=int, default=None, metavar="N",
                    help="servers up at once: every configuration's base and candidate jobs run "
                         "concurrently within N (an interleaved configuration takes 2 together); "
@@ -142,7 +174,25 @@ def claim_out_dir(out: Path, resume: bool, force: bool) -> None:
         shutil.rmtree(out / name, ignore_errors=True)
 
 
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`--set probe.param=value` options as {probe: {param: value}}; the value read as a TOML
+    value (1e-6, true, [1, 4], "text"), else taken as the string it is (DFLASH)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        probe, dot, param = name.strip().partition(".")
+        if not (eq and dot and probe and param):
+            raise UsageError(f"--set {item}: expected PROBE.PARAM=VALUE (e.g. kl.tau=1e-6)")
+        try:
+            value = tomllib.loads(f"value = {text.strip()}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        out.setdefault(probe, {})[param] = value
+    return out
+
+
 def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
+    target = chosen_target(args.target, args.repo)
     if args.resume and (args.fresh or args.force):
         raise UsageError(f"--resume and --{'fresh' if args.fresh else 'force'} contradict each other")
     if args.resume and args.out is None:
@@ -154,22 +204,23 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     claim_out_dir(out, args.resume, args.force)
     return RunRequest(
-        suite_path=suite, target=args.target, base=base, candidate=candidate,
+        suite_path=suite, target=target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
         role_python={role: python for role, python in ((Role.BASE, args.base_python),
                                                        (Role.CANDIDATE, args.candidate_python)) if python},
         env_options=env_options_from(args),
         extra_args=tuple(args.server_arg),
-        slots=cpu_slots(slot_count(args)),
+        slots=cpu_slots(slot_count(args, target)),
         command_line=command_line(),
+        overrides=parse_overrides(args.overrides),
     )
 
 
-def slot_count(args: argparse.Namespace) -> int:
+def slot_count(args: argparse.Namespace, target: str) -> int:
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"--slots {args.slots}: at least one server must be allowed")
-    count = args.slots or default_slot_count(args.target)
+    count = args.slots or default_slot_count(target)
     return max(count, 2) if args.parallel else count
 
 
@@ -188,9 +239,16 @@ def exit_code(verdict: Verdict) -> int:
 
 def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:
     """Gate `result` on the baselines at `path`, print the checks; 1 when any fails."""
+    code, lines = gate_result(path, result)
+    print("\n".join(lines), file=file)
+    return code
+
+
+def gate_result(path: Path, result: RunResult) -> tuple[int, list[str]]:
+    """The exit code of gating `result` on the baselines at `path` (1 when a check fails), and
+    the lines that say how each check went."""
     checks, unmatched = baseline.gate(result, baseline.load(path))
-    print("\n".join(baseline.gate_lines(path, checks, unmatched)), file=file)
-    return EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME
+    return (EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME), baseline.gate_lines(path, checks, unmatched)
 
 
 def check_baseline_file(path: Path | None) -> None:
@@ -201,9 +259,13 @@ def check_baseline_file(path: Path | None) -> None:
 
 
 def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
-    """Render `result`, gate it on a baselines file if one is given, and return the exit code."""
-    emit(result, fmt, out_dir)
-    code = exit_code(overall(result.comparisons))
+    """Render `result` (JSON with the verdict and this exit code in it), gate it on a baselines
+    file if one is given, and return the exit code."""
+    code, gate_lines = exit_code(overall(result.comparisons)), []
     if baseline_file is not None:
-        code = max(code, print_gate(baseline_file, result, sys.stderr if fmt == "json" else None))
+        gated, gate_lines = gate_result(baseline_file, result)
+        code = max(code, gated)
+    emit(result, fmt, out_dir, exit_code=code)
+    if gate_lines:
+        print("\n".join(gate_lines), file=sys.stderr if fmt == "json" else None)
     return code

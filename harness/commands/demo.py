@@ -12,16 +12,13 @@ from pathlib import Path
 
 from harness.bisect import SKIP, BisectSpec, bisect
 from harness.commands.common_args import add_format_arg, claim_out_dir, command_line, observer_for
-from harness.demo import SCENARIOS, SUITES, build_demo_history, build_repo, check_expected
+from harness.demo import (BISECT_CONFIG, BISECT_PROBE, BISECT_SUITE, SCENARIOS, build_demo_history, build_repo,
+                          check_expected, name_branches, try_commands)
 from harness.paths import cache_dir
 from harness.report.emit import emit
 from harness.result_files import atomic_write_json
 from harness.revisions import Revision
 from harness.run import RunRequest, execute
-
-# The bisect demo: which probe of which configuration decides each commit.
-BISECT_SUITE, BISECT_CONFIG, BISECT_PROBE = SUITES / "default.toml", "deterministic", "prefill_cache_hit"
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run a scenario end to end on the CPU reference server",
@@ -32,7 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reverse", action="store_true",
                    help="base has the regression, candidate fixes it")
     p.add_argument("--json", type=Path, default=None, help="also write the results JSON here")
-    p.add_argument("--out", type=Path, default=None, help="run directory (default: a temp dir)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="run directory (default: DIR/run with --keep, else a temp dir)")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="leave the demo's repo (branches base, candidate), a 34-commit history with "
+                        "the regression planted in it (branches good, main) and the run in DIR, and "
+                        "print the run, report and bisect commands to try on them")
     p.add_argument("--fresh", action="store_true", help="ignore stored cells from earlier demo runs")
     add_format_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -45,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
         return demo_bisect(args)
     scenario = SCENARIOS[args.scenario]
     with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
-        repo = build_repo(scenario, Path(tmp), reverse=args.reverse)
-        out = args.out or Path(tmp) / "run"
+        root = args.keep or Path(tmp)
+        repo = build_repo(scenario, root, reverse=args.reverse)
+        out = args.out or root / "run"
         claim_out_dir(out, resume=False, force=True)  # a demo always starts its run afresh
         req = RunRequest(
             suite_path=scenario.suite, target="refserver",
@@ -60,10 +63,23 @@ def run(args: argparse.Namespace) -> int:
         emit(result, args.format, out)
         if args.json:
             atomic_write_json(args.json, result.to_dict())
+    if args.keep:
+        keep(args.keep, scenario, repo.path, req, args.seed)
     verdicts = {(c.config, c.probe): c.verdict for c in result.comparisons}
     problems = [f"unexpected verdict {p}" for p in check_expected(scenario, verdicts)]
     return demo_outcome(f"demo {scenario.name}", problems,
                         f"expected verdicts reproduced ({len(result.launches)} launches)")
+
+
+def keep(root: Path, scenario, repo: Path, req: RunRequest, seed: int) -> None:
+    """Name the kept repo's branches, add a history to bisect, print what to try on them."""
+    name_branches(repo, base=req.base.sha, candidate=req.candidate.sha)
+    history = build_demo_history(root, seed=seed)
+    name_branches(history.path, good=history.good)
+    print(f"\nkept in {root}: {repo.name} (branches base, candidate), {history.path.name} (34 commits, "
+          f"the regression planted in one: branches good, main) and the run. Try:", file=sys.stderr)
+    for line in try_commands(scenario, repo, history.path, req.out_dir):
+        print(f"  {line}", file=sys.stderr)
 
 
 def demo_bisect(args: argparse.Namespace) -> int:

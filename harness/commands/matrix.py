@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=run_list)
 
     r = verbs.add_parser("run", help="run every suite of one entry, base vs candidate")
-    r.add_argument("entry", help="entry name")
+    r.add_argument("entry", help="entry name; its target (matrix.toml's `target`, sglang when "
+                   "omitted) is launched whatever --repo holds, and printed at the start")
     r.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     add_revision_args(r)
     r.add_argument("--out", type=Path, default=None,
@@ -101,7 +102,7 @@ def run_entry(args: argparse.Namespace) -> int:
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
             slots=slots, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
             command_line=command_line()))
-    print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} in one pool{placement(slots)}",
-          file=sys.stderr)
+    print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
+          f"in one pool{placement(slots)}", file=sys.stderr)
     results = execute_together(tuple(reqs), observer_for(args))
     return max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))

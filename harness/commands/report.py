@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from harness.commands.common_args import add_format_arg, conclude
-from harness.report.emit import emit
 from harness.result_files import read_run
 
 
@@ -24,7 +23,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     result = read_run(args.path)
     out_dir = args.path if args.path.is_dir() else args.path.parent
-    if args.check:
-        return conclude(result, args.format, out_dir)
-    emit(result, args.format, out_dir)
-    return 0
+    code = conclude(result, args.format, out_dir)
+    return code if args.check else 0

@@ -47,6 +47,16 @@ class ProbeContext:
 
 
 @dataclass(frozen=True)
+class Across:
+    """What a probe that compares the two revisions' outputs with each other (not each with
+    itself) derives from both sides' samples at compare time: (base, candidate) metric pairs,
+    judged like any cell's metrics, and facts about the pair (shown with the candidate's)."""
+
+    metrics: tuple[tuple[Metric, Metric], ...]
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ProbeKind:
     name: str
     run: Callable[[ProbeContext], ProbeOutput]
@@ -67,6 +77,10 @@ class ProbeKind:
     # two sides of a configuration (A B B A …, both servers up): `run` measures the rounds in
     # `ctx.rounds`, and `merge` makes one side's output of its rounds' outputs, in order.
     merge: Callable[[list[ProbeOutput]], ProbeOutput] | None = None
+    # A cross-revision probe: each side's cell holds what its server served, and the metrics
+    # compared are derived from both sides' samples (base cell, candidate cell, judged
+    # parameters) instead of being each cell's own.
+    across: Callable[[CellResult, CellResult, dict[str, Any]], Across] | None = None
 
     @property
     def interleaved(self) -> bool:

@@ -55,7 +55,9 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
                                       paired=False)  # the hit subsets of two sides may differ
     hit_metric = Metric("hit_fraction", Kind.EXACT, (fraction,), better="higher", headline="first")
     samples = tuple(
-        {"prompt_len": len(turn2[i]), "cached_tokens": cached[i], "output_ids": list(outputs[i]),
+        # `prompt` and `input_ids` (turn 2's) let a reproducer rebuild the requests of one hit.
+        {"prompt": i, "input_ids": list(turn2[i]), "prompt_len": len(turn2[i]), "cached_tokens": cached[i],
+         "output_ids": list(outputs[i]),
          "hit_logprobs": lps[i], "replay_logprobs": r, **x}
         for i, r, x in zip(hits, replay, per)
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Sequence
 
 from harness.client import OUTPUT_LOGPROBS
 from harness.params import Param
@@ -23,15 +24,19 @@ def batch_sizes(ctx: ProbeContext) -> list[int]:
     return ctx.param("batch_sizes") or list(range(1, ctx.param("max_batch_size") + 1))
 
 
+def batch(prompts: Sequence[Sequence[int]], size: int) -> list[Sequence[int]]:
+    """The first prompt, then the others in turn (itself when alone) up to `size` rows."""
+    fillers = prompts[1:] or prompts
+    return [prompts[0]] + [fillers[j % len(fillers)] for j in range(size - 1)]
+
+
 def run(ctx: ProbeContext) -> ProbeOutput:
     sizes = batch_sizes(ctx)
     prompts = list(ctx.workload.prompts)
-    target, fillers = prompts[0], prompts[1:] or prompts
     with_logprobs = ctx.param("logprobs")
     samples, signatures = [], []
     for i, size in enumerate(sizes):
-        batch = [target] + [fillers[j % len(fillers)] for j in range(size - 1)]
-        gen = ctx.client.generate(batch, max_new_tokens=ctx.workload.output_len,
+        gen = ctx.client.generate(batch(prompts, size), max_new_tokens=ctx.workload.output_len,
                                   logprobs=OUTPUT_LOGPROBS if with_logprobs else None)[0]
         record = {"output_ids": list(gen.output_ids),
                   "logprobs": gen.output_logprobs if with_logprobs else None}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.compare import overall
 from harness.report.console import ConsoleReport
 from harness.report.markdown import MarkdownReport
 from harness.result_files import atomic_write_text
@@ -27,9 +28,11 @@ def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], 
     return plot.draw_all(result, out_dir)
 
 
-def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None) -> None:
+def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
+         exit_code: int | None = None) -> None:
     """Print `result` in `fmt`; also write report.md and plots into `out_dir` where it can (a
-    read-only run directory still prints, with a warning)."""
+    read-only run directory still prints, with a warning). JSON opens with the run's verdict and
+    `exit_code`, the status the command exits with (or, for `report` without --check, would)."""
     stream = stream or sys.stdout
     try:
         plots = plots_for(result, out_dir)
@@ -44,7 +47,8 @@ def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None) 
     if fmt == "md":
         stream.write(markdown)
     elif fmt == "json":
-        json.dump(result.to_dict(), stream, indent=1)
+        json.dump({"verdict": overall(result.comparisons).value, "exit_code": exit_code, **result.to_dict()},
+                  stream, indent=1)
         stream.write("\n")
     else:
         ConsoleReport(result).print(Console(file=stream, width=200))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
+from harness.paths import PROJECT_ROOT
 from harness.results import Metric
+from harness.revisions import WORKTREES
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -30,3 +34,33 @@ def describe_default(facts: dict[str, Any], primary: Metric | None) -> str:
         return "–"
     unit = f" {primary.unit}" if primary.unit else ""
     return f"{primary.name} {fmt(primary.headline_value())}{unit}"
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """"1 configuration", "2 configurations" ("1 value", "8 values")."""
+    return f"{n:,} {noun if n == 1 else many or noun + 's'}"
+
+
+_ABSOLUTE = re.compile(r"(?<![\w.~/-])/[^\s`'\",;:()\[\]]+")
+
+
+def portable_path(path: str, project: Path = PROJECT_ROOT) -> str:
+    """An absolute path as a report pasted elsewhere should show it: from the first component
+    on which it is a path of this project (…/fixtures/refmodels/hybrid of any checkout reads
+    fixtures/refmodels/hybrid), else its last two components after "…" (where this machine keeps
+    a temp dir or its models says nothing to a reader). A file of a revision's worktree reads
+    as git names it: <sha>:<path in the tree>."""
+    parts = Path(path).parts[1:]
+    if WORKTREES in parts:
+        at = len(parts) - 1 - parts[::-1].index(WORKTREES)
+        if len(parts) > at + 3:
+            return f"{parts[at + 2]}:{'/'.join(parts[at + 3:])}"
+    for i in range(len(parts) - 1):  # two components at least: a bare name matches too easily
+        if project.joinpath(*parts[i:]).exists():
+            return "/".join(parts[i:])
+    return "…/" + "/".join(parts[-2:] if len(parts) > 2 else parts[-1:]) if parts else path
+
+
+def portable(text: str, project: Path = PROJECT_ROOT) -> str:
+    """`text` with every absolute path in it made portable (portable_path)."""
+    return _ABSOLUTE.sub(lambda m: portable_path(m.group(0), project), text)

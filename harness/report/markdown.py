@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from harness.report.format import fmt
-from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, headline,
+from harness.report.format import fmt, plural, portable
+from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, headline, index_item,
                                  launches_text, revision_label, rows)
-from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
+from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
 
 
 def _esc(text: str) -> str:
@@ -47,6 +47,8 @@ class MarkdownReport:
         out += _table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
                       ((row.config, f"`{row.probe}`", row.base, row.candidate,
                         VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r)))
+        if self.plots:
+            out += ["", "Plots (relative links: attach the files to the PR, or they break once pasted):"]
         for (config, probe), path in self.plots.items():
             out += ["", f"![{config} {probe}]({path})"]
         out += ["", "<details><summary>Details: metrics, per-request samples, failures</summary>", ""]
@@ -62,22 +64,27 @@ class MarkdownReport:
         comp = next(c for c in r.comparisons if c.config == config and c.probe == probe)
         out = [f"#### {config} / `{probe}`", ""]
         if comp.metrics:
-            out += _table(("metric", "kind", "base", "candidate", "comparison", "verdict"),
-                          ((name, c.kind.value, _summary(c.base), _summary(c.candidate),
-                            comparison_text(c, *(x.metric(name) if x else None for x in (base, cand))),
-                            c.verdict.value) for name, c in comp.metrics.items()))
+            body = []
+            for name, c in comp.metrics.items():
+                metrics = [x.metric(name) if x else None for x in (base, cand)]
+                item = index_item(comp, base, metrics[0])
+                body.append((name, c.kind.value, *(_summary(s, m, item) for s, m in zip((c.base, c.candidate), metrics)),
+                             comparison_text(c, *metrics, item=item), c.verdict.value))
+            out += _table(("metric", "kind", "base", "candidate", "comparison", "verdict"), body)
             out.append("")
         for side, cell in (("base", base), ("candidate", cand)):
             if cell is None:
                 continue
             if cell.status != Status.OK:
-                out += [f"**{side}: {cell.status.value}** — {_esc(failure_text(cell))}", ""]
+                out += [f"**{side}: {cell.status.value}** — {_esc(portable(failure_text(cell)))}", ""]
                 if cell.status == Status.FINDING and cell.samples:
                     out += [f"{side}'s evidence (first of {len(cell.samples)} in results.json):", "",
                             "```", *(json.dumps(s, default=str) for s in cell.samples[:3]), "```", ""]
                 if cell.log_tail:
-                    out += ["```", *cell.log_tail.splitlines()[-15:], "```", ""]
+                    out += ["```", *(portable(line) for line in cell.log_tail.splitlines()[-15:]), "```", ""]
         out += self._facts(comp, base, cand)
+        if comp.reproducer is not None:
+            out += _reproducer(comp.reproducer)
         return out
 
     def _facts(self, comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> list[str]:
@@ -102,19 +109,38 @@ class MarkdownReport:
         cell = next((c for c in r.cells if c.metadata.get("server_argv")), None)
         if cell is not None:
             m = cell.metadata
-            env = ", ".join(f"{k}" for k in (m.get("gpu_name"), m.get("torch")) if k)
+            env = ", ".join(k for k in (m.get("gpu_name"), m.get("torch") and f"torch {m['torch']}",
+                                        m.get("cuda") and f"CUDA {m['cuda']}") if k)
             if env:
                 out.append(f"- environment: {env}; machine {m.get('machine', '?')}")
-            out.append(f"- server args ({cell.config}): `{' '.join(m['server_argv'])}`")
+            out.append(f"- server args ({cell.config}): `{portable(' '.join(m['server_argv']))}`")
         if meta.get("command"):
-            out.append(f"- command: `{meta['command']}`")
+            out.append(f"- command: `{portable(meta['command'])}`")
         out.append(f"- detcheck {meta.get('harness_version', '?')}, "
                    f"{meta.get('started_at', '?')} → {meta.get('finished_at', '?')}")
         out += ["", "</details>"]
         return out
 
 
-def _summary(s) -> str:
-    if s.n == 1 or s.ci_low == s.ci_high:
-        return f"{fmt(s.median)} (n={s.n})"
-    return f"{fmt(s.median)} [{fmt(s.ci_low)}, {fmt(s.ci_high)}] (n={s.n})"
+def _reproducer(rep: Reproducer) -> list[str]:
+    """A *different* row's smallest request: each step's curl line, what to compare, how it
+    was shrunk."""
+    first = rep.first_divergent
+    where = ", ".join(f"{k} {v}" for k, v in first.items()) if first else "–"
+    out = [f"**Reproducer** (prompts {list(rep.prompts) or '–'}; first divergent: {where}; "
+           f"re-measurements: {rep.re_measurements}). {_esc(rep.shrink)}.", ""]
+    if rep.position_range is not None:
+        out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
+    if rep.requests:
+        out += ["Post to each side's server (its argv above, `--port 30000`), in order:", "", "```sh"]
+        out += [f"# {r.what}\n{r.curl()}" for r in rep.requests] + ["```", ""]
+    return out + [f"Expect: {_esc(rep.expect)}", ""]
+
+
+def _summary(s, metric: Metric | None, item: str) -> str:
+    """A side's values: the statistic the row shows, named, over how many of what."""
+    if metric is None or s.n != len(metric.values):
+        return f"median {fmt(s.median)} ({plural(s.n, 'value')})"
+    if s.n == 1:
+        return f"{fmt(metric.values[0])} (1 {item})"
+    return f"{metric.headline} {fmt(metric.headline_value())} over {plural(s.n, item)}"

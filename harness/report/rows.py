@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from harness.compare import overall
 from harness.logparse import last_exception
 from harness.probes import PROBES
-from harness.report.format import describe_default, fmt
+from harness.report.format import describe_default, fmt, plural
 from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
 from harness.stats import Comparison, Kind, Verdict
 
@@ -42,22 +42,64 @@ def deciding_metric(cell: CellResult, comp: ProbeComparison) -> Metric | None:
     return (cell.metric(comp.decided_by) if comp.decided_by else None) or cell.primary
 
 
-def comparison_text(c: Comparison, base: Metric | None = None, cand: Metric | None = None) -> str:
-    """One comparison; for an exact metric, the headline statistic the cells show (`base`,
-    `cand`: the two sides' metric) before where the values first differ."""
+def comparison_text(c: Comparison, base: Metric | None = None, cand: Metric | None = None,
+                    item: str = "value") -> str:
+    """One comparison in words. Exact: the headline statistic the cells show (`base`, `cand`:
+    the two sides' metric) and the first `item` (prompt, round…) whose values differ. Noisy:
+    the ratio of medians where one reads as such (tok/s: faster or slower), then the test."""
     if c.kind == Kind.EXACT:
-        if base is None or cand is None or len(base.values) < 2 or c.verdict != Verdict.DIFFERENT:
-            return c.note
-        return f"{base.headline} {fmt(base.headline_value())} → {fmt(cand.headline_value())}; {c.note}"
+        return _exact_text(c, base, cand, item)
     ci = f"[{fmt(c.ci[0])}, {fmt(c.ci[1])}]" if c.ci else "–"
     p = fmt(c.p) if c.p is not None else "–"
     if c.paired:
         text = f"paired Δ median {fmt(c.effect)} (95% CI {ci}), Wilcoxon p={p}, floor ±{fmt(c.floor)}"
     else:
         text = f"Δ median {fmt(c.effect)} (95% CI {ci}), p={p}, floor ±{fmt(c.floor)}"
+    ratio = ratio_text(c, base)
+    if ratio:
+        text = f"{ratio}: {text}"
     if c.needed is not None:
         text += f"; needs n≈{c.needed} per side ({max(c.needed - c.base.n, 1)} more)"
     return text
+
+
+def _exact_text(c: Comparison, base: Metric | None, cand: Metric | None, item: str) -> str:
+    if base is None or cand is None:
+        return c.note
+    if c.verdict == Verdict.SAME and len(base.values) == len(cand.values):
+        return f"identical ({plural(len(base.values), item)})"
+    if c.verdict != Verdict.DIFFERENT or c.first_difference is None:
+        return c.note
+    i = c.first_difference
+    if i >= min(len(base.values), len(cand.values)):
+        return f"{plural(len(base.values), item)} vs {len(cand.values):,}, equal as far as both go"
+    text = f"first at {item} {i}: {fmt(base.values[i])} → {fmt(cand.values[i])}"
+    if len(base.values) == len(cand.values):
+        differing = sum(1 for x, y in zip(base.values, cand.values) if x != y)
+        text += f" ({differing} of {plural(len(base.values), item)} differ)"
+    else:
+        text += f" ({plural(len(base.values), item)} vs {len(cand.values):,})"
+    if len(base.values) < 2:
+        return text
+    return f"{base.headline} {fmt(base.headline_value())} → {fmt(cand.headline_value())}; {text}"
+
+
+def ratio_text(c: Comparison, base: Metric | None) -> str:
+    """"1.27× faster (95% CI 1.1–1.4×)" for a rate, from the medians and the CI of their
+    difference over the base median; "" where a ratio would mislead (a median at or below 0)."""
+    if base is None or c.base.median <= 0 or c.candidate.median <= 0:
+        return ""
+    ratio = c.candidate.median / c.base.median
+    ci = [1 + bound / c.base.median for bound in c.ci] if c.ci else None
+    rate = base.unit.endswith("/s")
+    if ratio >= 1:
+        word, shown = ("faster" if rate else "higher"), ratio
+        ci_shown = ci
+    else:
+        word, shown = ("slower" if rate else "lower"), 1 / ratio
+        ci_shown = [1 / b for b in reversed(ci)] if ci and min(ci) > 0 else None
+    interval = f" (95% CI {ci_shown[0]:.2f}–{ci_shown[1]:.2f}×)" if ci_shown else ""
+    return f"{shown:.2f}× {word}{interval}"
 
 
 def rows(result: RunResult) -> list[Row]:
@@ -65,9 +107,20 @@ def rows(result: RunResult) -> list[Row]:
     for comp in result.comparisons:
         base = result.cell(comp.config, comp.probe, Role.BASE)
         cand = result.cell(comp.config, comp.probe, Role.CANDIDATE)
-        out.append(Row(comp.config, comp.probe, cell_text(base, comp), cell_text(cand, comp),
-                       comp.verdict, _row_note(comp, base, cand)))
+        base_text, cand_text = without_shared_side_notes(cell_text(base, comp), cell_text(cand, comp))
+        out.append(Row(comp.config, comp.probe, base_text, cand_text, comp.verdict, _row_note(comp, base, cand)))
     return out
+
+
+def without_shared_side_notes(base: str, cand: str) -> tuple[str, str]:
+    """The two cells' texts without the side notes ("; gate < 1e-09 ✗") they share word for
+    word: what both sides have says nothing about the change. The headline (before the first
+    "; ") stays, shared or not."""
+    b_head, *b_notes = base.split("; ")
+    c_head, *c_notes = cand.split("; ")
+    shared = set(b_notes) & set(c_notes)
+    return ("; ".join([b_head, *(n for n in b_notes if n not in shared)]),
+            "; ".join([c_head, *(n for n in c_notes if n not in shared)]))
 
 
 def failure_text(cell: CellResult) -> str:
@@ -121,7 +174,7 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
         if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
             return comp.note
         metrics = [c.metric(name) if c is not None else None for c in (base, cand)]
-        text = comparison_text(comp.metrics[name], *metrics)
+        text = comparison_text(comp.metrics[name], *metrics, item=index_item(comp, base, metrics[0]))
         return f"{name}: {text}" if len(comp.metrics) > 1 else text
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
@@ -131,6 +184,13 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
     if len(texts) == 1 and len(failed) == 2:
         return f"both: {texts.pop()}"
     return "; ".join(f"{side}: {failure_text(c)}" for side, c in failed)
+
+
+def index_item(comp: ProbeComparison, cell: CellResult | None, metric: Metric | None) -> str:
+    """What value i of a metric is: a prompt where the cell measured one value per prompt."""
+    if cell is None or metric is None:
+        return "value"
+    return "prompt" if comp.facts(cell).get("prompts") == len(metric.values) else "value"
 
 
 def headline(result: RunResult) -> str:
@@ -155,5 +215,5 @@ def revision_label(info) -> str:
 def launches_text(result: RunResult) -> str:
     ok = sum(1 for l in result.launches if l.ok)
     configs = {c.config for c in result.cells}
-    return (f"{len(result.launches)} server launches ({ok} healthy) for {len(configs)} "
-            f"configurations × 2 revisions")
+    return (f"{plural(len(result.launches), 'server launch', 'server launches')} ({ok} healthy) "
+            f"for {plural(len(configs), 'configuration')} × 2 revisions")

@@ -1,6 +1,7 @@
-"""Conformance with SGLang's own KL helpers: the released SGLang wheel's
-`sglang/test/kl_test_utils.py` and `kl_multiturn_utils.py` (pinned version) run their KL and
-cache-hit checks against a live reference server, and must pass.
+"""Conformance with SGLang's own KL helpers: the released SGLang wheels'
+`sglang/test/kl_test_utils.py` and `kl_multiturn_utils.py` (each pinned release: every test runs
+once per release) run their KL and cache-hit checks against a live reference server, and must
+pass.
 
 Only those two files are taken from the wheel (downloaded once into a cache dir with
 `pip download --no-deps`; nothing from it is copied into the project).  Their imports that need
@@ -30,26 +31,26 @@ from tests.conformance.sglang_kl_helpers import HELPERS, SUFFIX_TOKEN, loaded  #
 
 pytestmark = [pytest.mark.conformance, pytest.mark.slow]
 
-SGLANG_VERSION = "0.5.16"
+SGLANG_VERSIONS = ("0.5.16", "0.5.17")
 PIP_TIMEOUT_S = 10  # per network operation: an unreachable registry skips quickly
 TRACK = 16  # --mamba-track-interval of the hybrid server
 EXACT = 1e-9  # SGLang's gate for bit-exact deterministic mode (a strict "<")
 
 
-def wheel_cache() -> Path:
+def wheel_cache(version: str) -> Path:
     base = os.environ.get("SGLANG_WHEEL_CACHE") or Path.home() / ".cache" / "sglang-detcheck"
-    return Path(base) / f"sglang-{SGLANG_VERSION}"
+    return Path(base) / f"sglang-{version}"
 
 
-def fetch_helpers() -> Path:
-    """Directory holding the two helper files of the pinned wheel (downloaded on first use)."""
-    cache = wheel_cache()
+def fetch_helpers(version: str) -> Path:
+    """Directory holding the two helper files of a pinned wheel (downloaded on first use)."""
+    cache = wheel_cache(version)
     if all((cache / h).is_file() for h in HELPERS):
         return cache
     cache.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(cache.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+    wheels = sorted(cache.glob(f"sglang-{version}-*.whl"))
     if not wheels:
-        base = [sys.executable, "-m", "pip", "download", f"sglang=={SGLANG_VERSION}", "--no-deps",
+        base = [sys.executable, "-m", "pip", "download", f"sglang=={version}", "--no-deps",
                 "--dest", str(cache), "--timeout", str(PIP_TIMEOUT_S), "--retries", "1",
                 "--disable-pip-version-check", "--quiet"]
         # Any wheel of the release holds the same pure-Python helpers: fall back to the one
@@ -60,12 +61,12 @@ def fetch_helpers() -> Path:
                 r = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
             except subprocess.TimeoutExpired:
                 pytest.skip("package registry unreachable: pip download timed out")
-            wheels = sorted(cache.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+            wheels = sorted(cache.glob(f"sglang-{version}-*.whl"))
             if wheels:
                 break
         if not wheels:
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-            pytest.skip(f"could not download sglang=={SGLANG_VERSION} (registry unreachable?): "
+            pytest.skip(f"could not download sglang=={version} (registry unreachable?): "
                         f"{tail[0][:200]}")
     with zipfile.ZipFile(wheels[0]) as zf:
         for h in HELPERS:
@@ -74,11 +75,11 @@ def fetch_helpers() -> Path:
     return cache
 
 
-@pytest.fixture(scope="module")
-def helpers():
-    """(kl_test_utils, kl_multiturn_utils) of the pinned release, with only the GPU/tokenizer
+@pytest.fixture(scope="module", params=SGLANG_VERSIONS)
+def helpers(request):
+    """(kl_test_utils, kl_multiturn_utils) of one pinned release, with only the GPU/tokenizer
     import stubbed."""
-    with loaded(fetch_helpers()) as mods:
+    with loaded(fetch_helpers(request.param)) as mods:
         yield mods
 
 
@@ -177,7 +178,7 @@ def test_the_gpu_conformance_tool_gives_sglangs_figure_beside_detchecks(tmp_path
     """results/h200/conformance.py on the reference server (its dry run): one server, SGLang's
     helpers and detcheck's probes on the same prompts. The triton profile is not bit-exact, so
     the figures are not zero, and SGLang's decode-vs-replay k3 is detcheck's kl k3."""
-    root = fetch_helpers()
+    root = fetch_helpers("0.5.16")  # the kit's release, whose helpers the H200 run loads
     suite = tmp_path / "conformance.toml"
     suite.write_text(f"""name = "conformance"
 [models]

@@ -18,7 +18,7 @@ from harness.probes.base import ProbeKind
 
 def test_every_probe_module_registers_its_probes():
     assert set(PROBES) == {"kl", "prefill_cache_hit", "decode_cache_hit", "determinism", "swa_peak",
-                           "accept_length", "throughput"}
+                           "accept_length", "throughput", "revision_kl"}
     assert set(known_probes()) == set(PROBES)
     with pytest.raises(TypeError):
         known_probes()["x"] = PROBES["kl"]  # read-only view

@@ -1,0 +1,232 @@
+"""revision_kl: what the base serves against what the candidate serves, token for token.
+
+Every other probe compares a revision with itself (decode vs replay, hit vs no hit), so a
+change that moves served logprobs alike everywhere (a logits processor, a kernel that is
+self-consistent) reads *same* there. Here each side's server gets the same token sequences:
+
+* a greedy decode of every workload prompt, with the top-k logprobs of every output token;
+* a teacher-forced score of one fixed sequence per prompt, the prompt followed by a fixed
+  continuation (the next prompt's first tokens: real text under longbench), prefilled with
+  `logprob_start_len = 0` and `top_logprobs_num`. It depends on neither side's output, so the
+  positions after a first divergence stay comparable (llama.cpp's `--kl-divergence` scores a
+  fixed text the same way).
+
+Each side's cell holds only what its server served (stored on its own, as every cell); the
+comparison (`across`) derives the metrics from both: under deterministic inference a refactor
+must serve bit-identical values, so the scored logprobs, their top-k, the greedy ids and their
+logprobs compare exactly; otherwise each side scores twice, and the KL(base ‖ candidate) and
+top-1 agreement per prompt are judged, paired by prompt, against the base's own
+run-to-run KL and agreement, beyond declared floors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+from harness import stats
+from harness.client import Logprobs
+from harness.params import Param
+from harness.probes.base import Across, ProbeContext, ProbeKind, register
+from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs,
+                                   require_output_logprobs, require_top_logprobs)
+from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
+from harness.report.format import fmt
+from harness.results import CellResult, Metric, ProbeOutput
+from harness.stats import Kind
+
+# The exact metrics (deterministic mode) and the noisy ones (otherwise): all decide by default.
+EXACT_METRICS = ("scored_logprobs", "scored_topk", "greedy_ids", "greedy_logprobs")
+NOISY_METRICS = ("kl", "top1_agree")
+
+
+def _judging() -> tuple[Param, ...]:
+    """The shared judging parameters, with this probe's declared floors and deciding metrics."""
+    defaults = {"floors": {"kl": {"absolute": 1e-3}, "top1_agree": {"absolute": 0.02}},
+                "verdict_metrics": [*EXACT_METRICS, *NOISY_METRICS]}
+    return tuple(dataclasses.replace(p, default=defaults[p.name]) if p.name in defaults else p
+                 for p in JUDGING)
+
+
+PARAMS = (
+    *WORKLOAD, BATCH_SIZE,
+    Param("top_k", int, 8, "top logprobs per position, decoded and scored", MEASURED, low=1, high=1000),
+    Param("continuation_len", int, 32, "tokens of the fixed continuation scored after each prompt",
+          MEASURED, low=1, high=1_000_000),
+    *KL, *_judging(),
+)
+
+
+def continuations(prompts: Sequence[Sequence[int]], length: int) -> list[list[int]]:
+    """Prompt i's fixed continuation: the first `length` tokens of prompt i+1 (cyclic; a short
+    one repeated), the same on both sides and independent of anything a server answered."""
+    out = []
+    for i in range(len(prompts)):
+        source = list(prompts[(i + 1) % len(prompts)])
+        out.append((source * (length // len(source) + 1))[:length])
+    return out
+
+
+# The samples' keys of each scoring pass: the first, and a noisy build's second (its noise reference).
+PASSES = ("scored", "rescored")
+
+
+def _lists(top: Sequence[Sequence[Sequence[float]]]) -> list[list[list[float]]]:
+    # (logprob, id) pairs as the JSON lists a stored cell reads back as: fresh and stored compare alike.
+    return [[list(pair) for pair in position] for position in top]
+
+
+def _score(ctx: ProbeContext, sequences: list[list[int]], batch: int) -> list[Replayed]:
+    """Every position after the first of each sequence, teacher-forced (cold prefill)."""
+    return cold_replay(ctx.client, sequences, [len(s) - 1 for s in sequences], batch, ctx.param("top_k"))
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    prompts = [list(p) for p in ctx.workload.prompts]
+    batch = ctx.param("batch_size") or len(prompts)
+    top_k = ctx.param("top_k")
+    passes = 1 if ctx.deterministic else 2  # a noisy build: the second pass is the noise reference
+    total = len(prompts) * (1 + passes)
+    ctx.client.flush_cache()
+    outputs, lps, tops = [], [], []
+    for chunk in batches(prompts, batch):
+        for gen in ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
+                                       logprobs=Logprobs(top_k=top_k)):
+            outputs.append(list(gen.output_ids))
+            lps.append(gen.output_logprobs)
+            tops.append(gen.output_top_logprobs)
+        ctx.advance(len(outputs), total)
+    lps = require_output_logprobs(lps, "greedy decode")
+    require_top_logprobs(tops, "greedy decode")
+    sequences = [p + c for p, c in zip(prompts, continuations(prompts, ctx.param("continuation_len")))]
+    scores = []
+    for n in range(passes):
+        scores.append(_score(ctx, sequences, batch))
+        ctx.advance(len(prompts) * (2 + n), total)
+    nll = [-sum(s.logprobs) / len(s.logprobs) for s in scores[0]]
+    samples = []
+    for i, (seq, p, o, lp, top) in enumerate(zip(sequences, prompts, outputs, lps, tops)):
+        sample = {"input_ids": seq, "prompt_len": len(p), "output_ids": o, "output_logprobs": lp,
+                  "output_top_logprobs": _lists(top), "scored_nll": nll[i]}
+        for name, score in zip(PASSES, scores):
+            sample[f"{name}_logprobs"], sample[f"{name}_top_logprobs"] = score[i].logprobs, _lists(score[i].top)
+        samples.append(sample)
+    facts = {"deterministic": ctx.deterministic, "prompts": len(prompts), "top_k": top_k,
+             "scored_tokens": sum(len(s.logprobs) for s in scores[0]),
+             "continuation_len": ctx.param("continuation_len"), "scoring_passes": passes,
+             "nll_mean": sum(nll) / len(nll), "degenerate_prompts": degenerate_outputs(outputs)}
+    metric = Metric("scored_nll", Kind.EXACT if ctx.deterministic else Kind.NOISY, tuple(nll),
+                    better="lower", headline="mean", paired=True)
+    return ProbeOutput(samples=tuple(samples), metrics=(metric,), facts=facts)
+
+
+# --------------------------------------------------------------------------- across
+
+
+def _flat(rows: Sequence[Sequence[Any]]) -> tuple[float, ...]:
+    return tuple(float(v) for row in rows for v in row)
+
+
+def _flat_top(rows: Sequence[Sequence[Sequence[Sequence[float]]]]) -> tuple[float, ...]:
+    # (logprob, id) of every top-k entry in order: a changed rank or value is a changed value.
+    return tuple(float(x) for row in rows for top in row for entry in top for x in entry)
+
+
+def _first(pairs: Sequence[tuple[Any, Any]], offset: int = 0) -> int | None:
+    return next((j + offset for j, (x, y) in enumerate(pairs) if x != y), None)
+
+
+def first_divergence(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per prompt, where the two sides first served something else (None where they agree
+    throughout): `scored`, the teacher-forced position (its index in the input ids) whose
+    logprob or top-k differs; `decode`, the greedy output position whose id, logprob or top-k
+    differs; `greedy`, the first output position whose id differs."""
+    out = []
+    for b, c in zip(base, cand):
+        def served(sample: dict[str, Any], prefix: str, key: str) -> list[tuple[Any, ...]]:
+            return list(zip(sample[f"{prefix}_logprobs"], sample[f"{prefix}_top_logprobs"],
+                            *([sample[key]] if key else [])))
+
+        out.append({"scored": _first(list(zip(served(b, "scored", ""), served(c, "scored", ""))), offset=1),
+                    "decode": _first(list(zip(served(b, "output", "output_ids"), served(c, "output", "output_ids")))),
+                    "greedy": _first(list(zip(b["output_ids"], c["output_ids"])))})
+    return out
+
+
+def _earliest(per_prompt: list[dict[str, Any]], what: str) -> dict[str, int] | None:
+    """The first prompt that diverges in `what`, at its first divergent position."""
+    i = next((i for i, d in enumerate(per_prompt) if d[what] is not None), None)
+    return None if i is None else {"prompt": i, "position": per_prompt[i][what]}
+
+
+def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across:
+    b, c = base.samples, cand.samples
+    if len(b) != len(c) or any(x["input_ids"] != y["input_ids"] for x, y in zip(b, c)):
+        return Across((), {"not_comparable": "the two sides scored different sequences"})
+    tau = params["tau"]
+    kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    k3 = [stats.k3_per_token(x["scored_logprobs"], y["scored_logprobs"]) for x, y in zip(b, c)]
+    agree = [stats.top1_agreement(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    kl_tails, k3_tails = stats.pooled_tails(kl, tau), stats.pooled_tails(k3, tau)
+    diverged = first_divergence(b, c)
+    kl_per_prompt = [sum(t) / len(t) for t in kl]
+    facts: dict[str, Any] = {
+        "kl_mean": sum(kl_per_prompt) / len(kl_per_prompt), "kl_p99": kl_tails.p99, "kl_max": kl_tails.max,
+        "kl_frac_over_tau": kl_tails.frac_over_tau,
+        "k3_mean": k3_tails.mean, "k3_p99": k3_tails.p99, "k3_max": k3_tails.max,
+        "k3_frac_over_tau": k3_tails.frac_over_tau, "tau": tau,
+        "top1_agree": sum(a * len(t) for a, t in zip(agree, kl)) / kl_tails.n_tokens,
+        "greedy_identical": all(x["output_ids"] == y["output_ids"] for x, y in zip(b, c)),
+        "greedy_first_diff": _earliest(diverged, "greedy"),
+        "first_divergent": _earliest(diverged, "scored"),
+        "decode_first_divergent": _earliest(diverged, "decode"),
+        "prompts_diverged": sum(1 for d in diverged if d["scored"] is not None or d["decode"] is not None),
+    }
+    exact = base.facts.get("deterministic") and cand.facts.get("deterministic")
+    if exact:
+        def pair(name: str, values) -> tuple[Metric, Metric]:
+            return tuple(Metric(name, Kind.EXACT, values(cell.samples)) for cell in (base, cand))
+
+        metrics = (pair("scored_logprobs", lambda s: _flat([x["scored_logprobs"] for x in s])),
+                   pair("scored_topk", lambda s: _flat_top([x["scored_top_logprobs"] for x in s])),
+                   pair("greedy_ids", lambda s: _flat([x["output_ids"] for x in s])),
+                   pair("greedy_logprobs", lambda s: _flat([x["output_logprobs"] for x in s])))
+        return Across(metrics, facts)
+    if not all("rescored_top_logprobs" in x for x in b):
+        return Across((), {**facts, "not_comparable": "the base scored once: no run-to-run reference"})
+    # The base against its own second pass: what the noise alone gives, prompt by prompt.
+    self_kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    self_agree = [stats.top1_agreement(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    self_per_prompt = [sum(t) / len(t) for t in self_kl]
+    facts["base_self_kl_mean"] = sum(self_per_prompt) / len(self_per_prompt)
+    # An infinite KL (one side puts all the top-k mass where the other leaves some out) has no
+    # median to test: it is a difference of kind, compared exactly.
+    infinite = [i for i, v in enumerate(kl_per_prompt + self_per_prompt) if not math.isfinite(v)]
+    kind = Kind.EXACT if infinite else Kind.NOISY
+    if infinite:
+        facts["kl_infinite_prompts"] = sorted({i % len(b) for i in infinite})
+    metrics = ((Metric("kl", kind, tuple(self_per_prompt), better="lower", headline="mean", paired=True),
+                Metric("kl", kind, tuple(kl_per_prompt), better="lower", headline="mean", paired=True)),
+               (Metric("top1_agree", Kind.NOISY, tuple(self_agree), better="higher", headline="mean", paired=True),
+                Metric("top1_agree", Kind.NOISY, tuple(agree), better="higher", headline="mean", paired=True)))
+    return Across(metrics, facts)
+
+
+def describe(facts: dict[str, Any], primary: Metric | None) -> str:
+    if "kl_mean" not in facts:  # the base's cell, or one side alone: what it served
+        return (f"NLL {fmt(facts.get('nll_mean'))} over {facts.get('scored_tokens')} scored tokens, "
+                f"top-{facts.get('top_k')}")
+    text = (f"KL to base {fmt(facts['kl_mean'])} (p99 {fmt(facts['kl_p99'])}, max {fmt(facts['kl_max'])}), "
+            f"k3 {fmt(facts['k3_mean'])}, top-1 agree {facts['top1_agree']:.0%}, "
+            f"greedy {'identical' if facts['greedy_identical'] else 'differs'}")
+    first = facts.get("first_divergent") or facts.get("decode_first_divergent")
+    if first:
+        text += f", first diff prompt {first['prompt']} @{first['position']}"
+    return text
+
+
+PROBE = register(ProbeKind(
+    "revision_kl", run,
+    "base vs candidate on the same tokens: greedy decode + teacher-forced score, KL(base ‖ candidate)",
+    params=PARAMS, describe=describe, across=across))

@@ -1,0 +1,232 @@
+"""The smallest request that shows a *different* verdict, ready to post to each side's server.
+
+A PR reviewer's next question after *different* is "show me one request that differs". A
+`Reproducer` answers it from the two cells' stored samples, without a server (it counts its
+re-measurements, and this module makes none):
+
+* an exact verdict is shrunk greedily: every prompt dropped but the first that differs, then
+  the prompt (or the scored sequence) shortened to where the difference first shows, wherever
+  the stored samples prove the shorter request still differs (a teacher-forced logprob depends
+  on the tokens before it only; a greedy token on the tokens before it only);
+* a noisy verdict gets the prompt with the largest paired effect, whole (noise does not shrink);
+* each side's first divergent (prompt, position), the requests (`/generate` JSON bodies, and
+  `/flush_cache` where a cold start matters) with a `curl` line each (127.0.0.1), and what to
+  compare in the answers;
+* a decode-cache hit names the span of cached positions whose state first diverges: the
+  decode-written part of the hit, from the Mamba checkpoint before it (track interval).
+
+Each probe's requests are built by a function in `BUILDERS` (by probe name); a probe without
+one gets the located difference without a request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from harness.client import Logprobs, generate_body
+from harness.plan import WorkloadSpec
+from harness.probes.determinism import batch as determinism_batch
+from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request
+from harness.stats import Kind, Verdict
+from harness.workloads import build
+
+Pairs = Sequence[tuple[Metric, Metric | None]]
+
+
+def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs) -> Reproducer | None:
+    """The reproducer of a *different* comparison (None for any other verdict)."""
+    if comp.verdict != Verdict.DIFFERENT:
+        return None
+    decided = comp.metrics.get(comp.decided_by or "")
+    builder = BUILDERS.get(comp.probe)
+    if builder is not None and decided is not None and base.samples and cand.samples:
+        if decided.kind == Kind.NOISY:
+            return _largest_effect(comp, base, cand, pairs)
+        built = builder(comp, base, cand)
+        if built is not None:
+            return built
+    return _located(comp, decided)
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _prompts(cell: CellResult) -> list[list[int]] | None:
+    """The cell's workload prompts, rebuilt from its recorded spec (None if they cannot be:
+    a longbench file no longer there)."""
+    spec = cell.metadata.get("workload")
+    if not spec:
+        return None
+    try:
+        return [list(p) for p in build(WorkloadSpec(**{**spec, "prompt_len": tuple(spec["prompt_len"])})).prompts]
+    except Exception:  # the reproducer is a courtesy: a missing data set leaves it without requests
+        return None
+
+
+def _top_k(cell: CellResult) -> int:
+    return int(cell.facts.get("top_k") or 0)
+
+
+def _decode(what: str, ids: Sequence[int], new: int, top_k: int = 0) -> Request:
+    return Request(what, "/generate", generate_body(ids, max_new_tokens=new, logprobs=Logprobs(top_k=top_k)))
+
+
+def _score(what: str, ids: Sequence[int], top_k: int = 0) -> Request:
+    return Request(what, "/generate", generate_body(ids, max_new_tokens=0, logprobs=Logprobs(0, top_k)))
+
+
+FLUSH = Request("start cold", "/flush_cache")
+
+
+def _divergent_side(base: CellResult, cand: CellResult) -> tuple[str, int, dict[str, Any]] | None:
+    """(side, sample index, sample) of the first sample that diverged within its own side, on
+    the candidate first (a regression), else the base (a fix)."""
+    for side, cell in (("candidate", cand), ("base", base)):
+        for i, s in enumerate(cell.samples):
+            if s.get("first_divergent") is not None:
+                return side, i, s
+    return None
+
+
+def _located(comp: ProbeComparison, decided) -> Reproducer:
+    """No request form for this probe (or its samples): where the deciding metric differs."""
+    where = None if decided is None else decided.first_difference
+    return Reproducer(
+        prompts=(), first_divergent=None if where is None else {"index": where, "metric": comp.decided_by},
+        requests=(), expect=comp.note,
+        shrink="Not shrunk: this probe's difference is a property of the whole run "
+               "(rerun the configuration with the cells' server argv)")
+
+
+def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs) -> Reproducer:
+    """A noisy verdict: the prompt whose paired difference is largest in the effect's direction."""
+    b, c = next((m, o) for m, o in pairs if m.name == comp.decided_by)
+    effect = comp.metrics[comp.decided_by].effect
+    sign = 1.0 if effect >= 0 else -1.0
+    if not (b.paired and c is not None and len(b.values) == len(c.values)):
+        return _located(comp, comp.metrics[comp.decided_by])
+    i = max(range(len(b.values)), key=lambda k: sign * (c.values[k] - b.values[k]))
+    prompts, top_k = _prompts(cand), _top_k(cand)
+    requests: tuple[Request, ...] = ()
+    if comp.probe in ("kl", "revision_kl") and prompts is not None and i < len(prompts):
+        output = cand.samples[i]["output_ids"]
+        requests = (FLUSH, _decode("greedy decode", prompts[i], len(output), top_k), FLUSH)
+        requests += ((_score("cold replay of prompt + the candidate's stored output", prompts[i] + output, top_k),)
+                     if comp.probe == "kl" else
+                     (_score("teacher-forced score", cand.samples[i]["input_ids"], top_k),))
+    return Reproducer(
+        prompts=(i,), first_divergent=None, requests=requests,
+        expect=(f"{comp.decided_by} of prompt {i}: base {b.values[i]:.6g}, candidate {c.values[i]:.6g} "
+                f"(the largest paired difference; the verdict is over all {len(b.values)})"),
+        shrink="Not shrunk (a noisy verdict): the prompt with the largest paired effect")
+
+
+# --------------------------------------------------------------------------- per probe
+
+
+def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    facts = comp.judged.get("candidate", {})
+    top_k, n = _top_k(cand), len(cand.samples)
+    scored, greedy = facts.get("first_divergent"), facts.get("decode_first_divergent")
+    if scored:
+        i, j = scored["prompt"], scored["position"]
+        seq = cand.samples[i]["input_ids"]
+        return Reproducer(
+            prompts=(i,), first_divergent={**scored, "what": "teacher-forced logprob"},
+            requests=(_score("teacher-forced score, cut after the first divergent position", seq[:j + 1], top_k),),
+            expect=(f"the last input position ({j}): input_token_logprobs[{j}] or input_top_logprobs[{j}] "
+                    f"differ between base and candidate; every earlier position is equal"),
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}, the first that differs); its "
+                    f"scored sequence {len(seq)} → {j + 1} tokens (a position's logprob depends only on the "
+                    f"tokens before it)"))
+    if greedy:
+        i, j = greedy["prompt"], greedy["position"]
+        prompt = cand.samples[i]["input_ids"][:cand.samples[i]["prompt_len"]]
+        return Reproducer(
+            prompts=(i,), first_divergent={**greedy, "what": "greedy output"},
+            requests=(FLUSH, _decode("greedy decode, up to the first divergent token", prompt, j + 1, top_k)),
+            expect=f"output token {j}: its id, logprob or top-{top_k} differ between base and candidate",
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}); max_new_tokens "
+                    f"{len(cand.samples[i]['output_ids'])} → {j + 1}; the prompt kept whole (the "
+                    f"teacher-forced score agrees, and shortening the prompt would need the servers)"))
+    return None
+
+
+def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    found, prompts = _divergent_side(base, cand), _prompts(cand)
+    if found is None or prompts is None:
+        return None
+    side, i, s = found
+    j, other = s["first_divergent"], "base" if side == "candidate" else "candidate"
+    top_k = _top_k(cand)
+    return Reproducer(
+        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode vs cold replay", "side": side},
+        requests=(FLUSH, _decode("greedy decode", prompts[i], j + 1, top_k), FLUSH,
+                  _score("cold replay of prompt + output", prompts[i] + s["output_ids"][:j + 1], top_k)),
+        expect=(f"on the {side}, the decode's output_token_logprobs[{j}] differs from the replay's last "
+                f"input_token_logprobs; on the {other} they are equal"),
+        shrink=(f"From the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
+                f"max_new_tokens {len(s['output_ids'])} → {j + 1} (a greedy token depends only on those before)"))
+
+
+def _track_interval(cell: CellResult) -> int | None:
+    argv = list(cell.metadata.get("server_argv") or [])
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--mamba-track-interval":
+            return int(value)
+    return None
+
+
+def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    found, prompts = _divergent_side(base, cand), _prompts(cand)
+    if found is None or prompts is None or "input_ids" not in found[2]:
+        return None  # a cell stored before hit samples named their prompt
+    side, _, s = found
+    i, j, turn2, cached = s["prompt"], s["first_divergent"], s["input_ids"], s["cached_tokens"]
+    decode = comp.probe == "decode_cache_hit"
+    seed = (_decode("turn 1: its decode writes the state turn 2 hits", prompts[i], len(turn2) - len(prompts[i]) - 1)
+            if decode else Request("seed the cache", "/generate", generate_body(prompts[i], max_new_tokens=0)))
+    span, where = None, ""
+    if decode:
+        # The hit restores the state at `cached` (a checkpoint, every track interval); the part
+        # of the hit that decode wrote, within the interval before that checkpoint, is where it
+        # was built.
+        interval = _track_interval(cand if side == "candidate" else base)
+        start = len(prompts[i]) if interval is None else max(len(prompts[i]), cached - interval)
+        span = (start, cached)
+        why = (f"the track interval ({interval}) before the checkpoint the hit restored" if interval
+               else "the decode-written part of the hit")
+        where = f"; the state first diverges in positions [{start}, {cached}): {why}"
+    return Reproducer(
+        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "cache hit vs cold replay",
+                                       "side": side, "cached_tokens": cached},
+        requests=(FLUSH, seed, _decode("the turn that hits the cache", turn2, j + 1), FLUSH,
+                  _score("cold replay of the hit's input + output", turn2 + s["output_ids"][:j + 1])),
+        expect=(f"on the {side}, the hit's output_token_logprobs[{j}] differs from the replay's last "
+                f"input_token_logprobs (check cached_tokens > 0 on the hit){where}"),
+        shrink=(f"From the stored samples: prompts → 1 (prompt {i}); max_new_tokens → {j + 1}; the prompt kept "
+                f"whole (shortening it moves the cache's aligned hit: it would need the servers)"),
+        position_range=span)
+
+
+def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    prompts = _prompts(cand)
+    side = next((s for s, c in (("candidate", cand), ("base", base)) if c.facts.get("first_differing_batch_size")),
+                None)
+    if side is None or prompts is None:
+        return None
+    cell = cand if side == "candidate" else base
+    size = cell.facts["first_differing_batch_size"]
+    new = cell.metadata.get("workload", {}).get("output_len", 1)
+    return Reproducer(
+        prompts=(0,), first_divergent={"prompt": 0, "batch_size": size, "what": "batch size", "side": side},
+        requests=(_decode("prompt 0 alone", prompts[0], new),
+                  _decode(f"prompt 0 in a batch of {size}", determinism_batch(prompts, size), new)),
+        expect=f"on the {side}, the first answer of the batch of {size} differs from prompt 0 alone",
+        shrink=f"Batch sizes → the first that differs ({size}); prompts kept (the batch is the cause)")
+
+
+BUILDERS: dict[str, Callable[[ProbeComparison, CellResult, CellResult], Reproducer | None]] = {
+    "revision_kl": _revision_kl, "kl": _kl, "prefill_cache_hit": _cache_hit, "decode_cache_hit": _cache_hit,
+    "determinism": _determinism,
+}

@@ -1,0 +1,70 @@
+"""Reproducers built from stored samples alone: the request form per probe, the located
+difference where a probe has none, nothing for a verdict other than *different*."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from harness.compare import compare_pair
+from harness.plan import WorkloadSpec
+from harness.probes.determinism import batch
+from harness.results import CellResult, Metric, Reproducer, Request, RevisionInfo, Role, Status
+from harness.stats import Kind
+from harness.workloads import build
+
+SPEC = WorkloadSpec(prompts=3, prompt_len=(5, 8), output_len=4)
+
+
+def cell(probe: str, role: Role, metrics: tuple[Metric, ...], facts: dict, samples=()) -> CellResult:
+    return CellResult(config="c", probe=probe, role=role, revision=RevisionInfo(role.value, "a" * 40),
+                      status=Status.OK, config_fingerprint="f", workload_fingerprint="w", samples=tuple(samples),
+                      metrics=metrics, facts=facts, metadata={"workload": SPEC.to_dict()})
+
+
+def determinism_pair(unique_cand: int):
+    facts = lambda unique, first: {"unique_outputs": unique, "first_differing_batch_size": first}  # noqa: E731
+    metric = lambda unique: (Metric("unique_outputs", Kind.EXACT, (float(unique),)),)  # noqa: E731
+    sample = {"batch_size": 1, "signature": "s", "output_ids": [1], "logprobs": None}
+    return (cell("determinism", Role.BASE, metric(1), facts(1, None), [sample]),
+            cell("determinism", Role.CANDIDATE, metric(unique_cand), facts(unique_cand, 3 if unique_cand > 1 else None),
+                 [sample]))
+
+
+def test_determinism_reproducer_sends_prompt_zero_alone_and_in_the_first_batch_that_differs():
+    comp = compare_pair("c", "determinism", *determinism_pair(2), {})
+    rep = comp.reproducer
+    prompts = [list(p) for p in build(SPEC).prompts]
+    alone, batched = rep.requests
+    assert alone.body["input_ids"] == prompts[0]
+    assert batched.body["input_ids"] == [list(p) for p in batch(prompts, 3)] == [prompts[0], prompts[1], prompts[2]]
+    assert rep.first_divergent == {"prompt": 0, "batch_size": 3, "what": "batch size", "side": "candidate"}
+    assert all(r.body["sampling_params"]["max_new_tokens"] == SPEC.output_len for r in rep.requests)
+
+
+def test_no_reproducer_unless_different():
+    assert compare_pair("c", "determinism", *determinism_pair(1), {}).reproducer is None
+
+
+def test_a_probe_without_a_request_form_gets_the_located_difference():
+    peak = lambda v: (Metric("swa_peak", Kind.EXACT, (v, 10.0)),)  # noqa: E731
+    comp = compare_pair("c", "swa_peak", cell("swa_peak", Role.BASE, peak(5.0), {}),
+                        cell("swa_peak", Role.CANDIDATE, peak(9.0), {}), {})
+    rep = comp.reproducer
+    assert comp.verdict == "different" and rep.requests == ()
+    assert rep.first_divergent == {"index": 0, "metric": "swa_peak"} and rep.expect == comp.note
+
+
+def test_a_curl_line_is_one_argv_whose_body_is_the_request():
+    body = {"input_ids": [1, 2], "note": "it's \"quoted\""}
+    argv = shlex.split(Request("x", "/generate", body).curl(port=1234))
+    assert argv[4] == "http://127.0.0.1:1234/generate" and json.loads(argv[-1]) == body
+    assert shlex.split(Request("cold", "/flush_cache").curl()) == ["curl", "-s", "-X", "POST",
+                                                                   "http://127.0.0.1:30000/flush_cache"]
+
+
+def test_a_reproducer_round_trips():
+    rep = Reproducer(prompts=(2,), first_divergent={"prompt": 2, "position": 7}, position_range=(48, 64),
+                     requests=(Request("cold", "/flush_cache"), Request("x", "/generate", {"input_ids": [1]})),
+                     expect="e", shrink="s", re_measurements=0)
+    assert Reproducer.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
