@@ -60,8 +60,13 @@ prepare() {  # here: needs the kit's wheels (make-kit.sh) and PyPI for the extra
     sgl-deep-gemm==0.1.4.post1 nox==2026.10.20 argcomplete colorlog dependency-groups virtualenv distlib \
     platformdirs python-discovery || return 1
   rm -rf .gpu-kit && mkdir -p .gpu-kit/kit .gpu-kit/extra
-  # Bundles 1-3: the kit's wheels, first fit, largest first (each call carries the working tree too).
-  $PY - .gpu-kit "${CAP:-46}" "$out"/bundle-* <<'PY' || return 1
+  # Bundles: the kit's wheels, first fit, largest first, each as large as a call can carry beside
+  # the working tree (64 MiB in all; 63 kept, and 46 at most): three bundles while the tree is
+  # under ~17 MiB, four above.
+  local tree cap
+  tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  cap=$(( (63 << 20) - tree - (1 << 19) )); cap=$(( cap >> 20 )); [ "$cap" -gt 46 ] && cap=46
+  $PY - .gpu-kit "${CAP:-$cap}" "$out"/bundle-* <<'PY' || return 1
 import os, shutil, sys
 dest, cap, paths = sys.argv[1], int(sys.argv[2]) << 20, sys.argv[3:]
 wheels = {}
@@ -77,8 +82,6 @@ for name in sorted(wheels, key=lambda n: -os.path.getsize(wheels[n])):
         bins.append(b := [0, []])
     b[0] += size
     b[1].append(name)
-if len(bins) > 3:  # one more call: ship 1..N-1, then install N
-    print(f"note: {len(bins)} bundles of {cap >> 20} MiB: `ship` 1-{len(bins) - 1}, then `install {len(bins)}`")
 for i, (size, names) in enumerate(bins, 1):
     d = os.path.join(dest, f"bundle-{i:02d}")
     os.makedirs(d)
@@ -93,13 +96,19 @@ PY
   # The main call's extras: sgl-deep-gemm (EAGLE graph captures), nox and its dependencies.
   for w in sgl_deep_gemm nox argcomplete colorlog dependency_groups virtualenv distlib platformdirs python_discovery; do
     cp "$extra"/${w}-*.whl .gpu-kit/extra/; done
-  local tree
-  tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
-  for c in bundle-01 bundle-02 "bundle-03 kit" "extra"; do
-    local sum=$tree
-    for p in $c; do sum=$(( sum + $(du -sb ".gpu-kit/$p" | cut -f1) )); done
-    echo "carry .gpu-kit/{${c// /,}}: $(( sum >> 20 )) MiB with the working tree (limit 64)"
-    [ $(( sum >> 20 )) -lt 63 ] || { echo "too large for one call: CAP=40 bash $0 prepare (four bundles)"; return 1; }
+  # The calls, as PLAN-session.md lists them, with this tree's bundle count.
+  local n last
+  n=$(ls -d .gpu-kit/bundle-* | wc -l); last=$(printf "%02d" "$n")
+  echo "working tree: $(( tree >> 20 )) MiB; the calls (carry | command):"
+  for i in $(seq 1 $(( n - 1 ))); do
+    echo "  [\".gpu-kit/bundle-0$i\"] | bash results/h200/gpu-run.sh ship $i"; done
+  echo "  [\".gpu-kit/bundle-$last\", \".gpu-kit/kit\"] | bash results/h200/gpu-run.sh install $n"
+  echo "  [\".gpu-kit/extra\"] | SPG=48 HOLD=560 bash results/h200/gpu-run.sh main"
+  echo "  [] | WAIT=300 bash results/h200/gpu-run.sh finish"
+  for c in $(ls -d .gpu-kit/bundle-* | xargs -n1 basename) kit extra; do
+    local sum=$(( tree + $(du -sb ".gpu-kit/$c" | cut -f1) ))
+    [ "$c" = "bundle-$last" ] && sum=$(( sum + $(du -sb .gpu-kit/kit | cut -f1) ))
+    [ $(( sum >> 20 )) -lt 64 ] || { echo "carry .gpu-kit/$c: $(( sum >> 20 )) MiB with the tree, over 64"; return 1; }
   done
 }
 
