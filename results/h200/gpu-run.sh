@@ -2,9 +2,9 @@
 # The GPU run tool: ship the kit to the H200, set up the revisions, run, collect.
 # (Replaces the one-off call scripts the older records' COMMAND.txt name; their text is in git.)
 #
-#   here:        bash results/h200/gpu-run.sh prepare        # .gpu-kit/: bundles 1-3, kit, extra
-#   device run:  bash results/h200/gpu-run.sh ship N         # N = 1, 2: copy bundle N to /tmp/gpu-kit
-#                bash results/h200/gpu-run.sh install [N]    # bundle N (3), install, smoke, one server's memory
+#   here:        bash results/h200/gpu-run.sh prepare        # .gpu-kit/: bundles, kit, extra; prints the calls
+#   device run:  bash results/h200/gpu-run.sh ship N         # every bundle but the last: to /tmp/gpu-kit
+#                bash results/h200/gpu-run.sh install N      # the last bundle, install, smoke, one server's memory
 #                bash results/h200/gpu-run.sh main           # setup, then SESSION in the background;
 #                                                            # packs $OUT/h200-main.tgz at HOLD seconds
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
