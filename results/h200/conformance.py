@@ -40,6 +40,10 @@ from suite_server import start, write_record  # noqa: E402
 from tests.conformance.sglang_kl_helpers import loaded  # noqa: E402
 
 PROBE_NAMES = ("kl", "prefill_cache_hit", "decode_cache_hit")
+# SGLang's helper for each of detcheck's probes (the same name in both helper files).
+HELPER_OF = {"kl": "test_input_output_logprobs_match_helper",
+             "prefill_cache_hit": "test_input_output_logprobs_match_prefill_cache_hit_helper",
+             "decode_cache_hit": "test_input_output_logprobs_match_decode_cache_hit_helper"}
 EXACT = 1e-9  # SGLang's gate for bit-exact deterministic mode (a strict "<")
 
 
@@ -105,29 +109,21 @@ def sglang_checks(name: str, helpers: Path, url: str, workload, track: int | Non
         kl.get_input_ids = lambda *a, **kw: [list(p) for p in prompts]
         mt.get_input_ids = kl.get_input_ids
         suffixes = [[[suffix] for _ in prompts]]
-        if name == "kl":
-            calls = {"kl_test_utils.test_input_output_logprobs_match_helper":
-                     lambda: kl.test_input_output_logprobs_match_helper(url, acc, "ref", max_samples=n,
-                                                                        max_new_tokens=new_tokens)}
-        elif name == "prefill_cache_hit":
-            half = [p[: len(p) // 2] for p in prompts]
+        # kl_test_utils' helper of the same name, as SGLang's own tests call it.
+        fn = HELPER_OF[name]
+        calls = {f"kl_test_utils.{fn}": lambda: getattr(kl, fn)(url, acc, "ref", max_samples=n,
+                                                                max_new_tokens=new_tokens)}
+        # kl_multiturn_utils' cache-hit helpers, with the Mamba cache assertions where the
+        # configuration checkpoints recurrent state.
+        if name == "prefill_cache_hit":
             mamba = {"assert_prefill_cached_tokens": mt.make_mamba_prefill_assert(track)} if track else {}
-            calls = {"kl_test_utils.test_input_output_logprobs_match_prefill_cache_hit_helper":
-                     lambda: kl.test_input_output_logprobs_match_prefill_cache_hit_helper(
-                         url, acc, "ref", max_samples=n, max_new_tokens=new_tokens),
-                     "kl_multiturn_utils.test_input_output_logprobs_match_prefill_cache_hit_helper":
-                     lambda: mt.test_input_output_logprobs_match_prefill_cache_hit_helper(
-                         url, "ref", math.inf, prefix_input_ids=half, full_input_ids=prompts,
-                         max_new_tokens=new_tokens, **mamba)}
-        else:
+            calls[f"kl_multiturn_utils.{fn}"] = lambda: getattr(mt, fn)(
+                url, "ref", math.inf, prefix_input_ids=[p[: len(p) // 2] for p in prompts],
+                full_input_ids=prompts, max_new_tokens=new_tokens, **mamba)
+        elif name == "decode_cache_hit":
             mamba = {"assert_decode_cached_tokens": mt.make_mamba_decode_assert(track)} if track else {}
-            calls = {"kl_test_utils.test_input_output_logprobs_match_decode_cache_hit_helper":
-                     lambda: kl.test_input_output_logprobs_match_decode_cache_hit_helper(
-                         url, acc, "ref", max_samples=n, max_new_tokens=new_tokens),
-                     "kl_multiturn_utils.test_input_output_logprobs_match_decode_cache_hit_helper":
-                     lambda: mt.test_input_output_logprobs_match_decode_cache_hit_helper(
-                         url, "ref", math.inf, prompts, turn_suffixes=suffixes, max_new_tokens=new_tokens,
-                         **mamba)}
+            calls[f"kl_multiturn_utils.{fn}"] = lambda: getattr(mt, fn)(
+                url, "ref", math.inf, prompts, turn_suffixes=suffixes, max_new_tokens=new_tokens, **mamba)
         for helper, call in calls.items():
             rows.append(run_helper(name, helper, call, (kl, mt), n, new_tokens))
     return rows
