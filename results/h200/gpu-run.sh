@@ -124,12 +124,12 @@ install_kit() {  # device, the last bundle carried with the kit: install, smoke,
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$DEST/gpu.txt"
   # The host memory (PSS) the smoke server takes at its peak: how many fit beside each other.
   local base peak=0 now
-  base=$(awk '/^Pss:/{s+=$2} END{print int(s/1024)}' /proc/[0-9]*/smaps_rollup 2>/dev/null)
+  base=$(awk '/^Pss:/{s+=$2} END{print int(s/1024)}' /proc/[0-9]*/smaps_rollup 2>/dev/null); base=${base:-0}
   OUT=$DEST bash .gpu-kit/kit/smoke.sh > "$DEST/smoke.log" 2>&1 &  # Triton, graphs off
   local smoke=$!
   while kill -0 $smoke 2>/dev/null; do
     now=$(awk '/^Pss:/{s+=$2} END{print int(s/1024)}' /proc/[0-9]*/smaps_rollup 2>/dev/null)
-    [ "$now" -gt "$peak" ] && peak=$now; sleep 2
+    [ "${now:-0}" -gt "$peak" ] && peak=$now; sleep 2
   done
   wait $smoke; local rc=$?
   tail -5 "$DEST/smoke.log"
@@ -140,7 +140,8 @@ install_kit() {  # device, the last bundle carried with the kit: install, smoke,
 
 setup() {  # device (or DRY_RUN here): the revisions and the seeded checkpoints
   [ "${DRY_RUN:-0}" = 1 ] || { export PYTHONPATH=$SITE
-    $PY -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .gpu-kit/extra/*.whl || return 1; }
+    $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .gpu-kit/extra/*.whl \
+      || return 1; }
   local G=(git -C "$REPO" -c user.name=detcheck -c user.email=detcheck@localhost)
   rm -rf "$REPO" && mkdir -p "$REPO/python" && cp -r "$SITE/sglang" "$REPO/python/" || return 1
   find "$REPO" -name __pycache__ -prune -exec rm -rf {} +
