@@ -122,19 +122,23 @@ install_kit() {  # device, the last bundle carried with the kit: install, smoke,
   bash .gpu-kit/kit/install.sh > "$DEST/install.log" 2>&1 || { tail -20 "$DEST/install.log"; return 1; }
   export PYTHONPATH=$SITE
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$DEST/gpu.txt"
-  # The host memory (PSS) the smoke server takes at its peak: how many fit beside each other.
-  local base peak=0 now
-  base=$(awk '/^Pss:/{s+=$2} END{print int(s/1024)}' /proc/[0-9]*/smaps_rollup 2>/dev/null); base=${base:-0}
+  # The host memory the smoke server takes at its peak: the sum of every process's PSS, and the
+  # host's used memory (free), each above what they read before it started.
+  pss() { awk '/^Pss:/{s+=$2} END{print int(s/1024)}' /proc/[0-9]*/smaps_rollup 2>/dev/null; }
+  used() { free -m | awk '/Mem:/{print $3}'; }
+  local pss0 used0 pss_peak=0 used_peak=0 now
+  pss0=$(pss); pss0=${pss0:-0}; used0=$(used)
   OUT=$DEST bash .gpu-kit/kit/smoke.sh > "$DEST/smoke.log" 2>&1 &  # Triton, graphs off
   local smoke=$!
   while kill -0 $smoke 2>/dev/null; do
-    now=$(awk '/^Pss:/{s+=$2} END{print int(s/1024)}' /proc/[0-9]*/smaps_rollup 2>/dev/null)
-    [ "${now:-0}" -gt "$peak" ] && peak=$now; sleep 2
+    now=$(pss); [ "${now:-0}" -gt "$pss_peak" ] && pss_peak=$now
+    now=$(used); [ "${now:-0}" -gt "$used_peak" ] && used_peak=$now
+    sleep 2
   done
   wait $smoke; local rc=$?
   tail -5 "$DEST/smoke.log"
-  echo "one server: $(( peak - base )) MiB host memory at its peak; $(free -g | awk '/Mem:/{print $2}') GiB total now" \
-    | tee "$DEST/server-memory.txt"
+  echo "one server: $(( pss_peak - pss0 )) MiB PSS, $(( used_peak - used0 )) MiB host used, at its peak;" \
+    "$(free -g | awk '/Mem:/{print $2}') GiB total now" | tee "$DEST/server-memory.txt"
   return $rc
 }
 
