@@ -32,7 +32,7 @@ USAGE = 'nox -s "validate(<entry>)" -- --repo PATH --base REF --candidate REF [-
 
 @nox.session(default=False)
 @nox.parametrize("entry", [
-    nox.param(e.name, id=e.name, tags=["matrix", "gpu" if e.gpus else "cpu", e.target])
+    nox.param(e.name, id=e.name, tags=["matrix", "gpu" if e.gpus else "cpu", *([e.target] if e.target else [])])
     for e in MATRIX.entries
 ])
 def validate(session: nox.Session, entry: str) -> None:
@@ -71,5 +71,6 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Print the harness's figures: launches, overhead, cached re-run, server slots, KL maths, bisect steps."""
+    """Print the harness's figures: launches, overhead, cached re-run, server slots, KL maths, bisect steps,
+    the A/A false-different rate per placement mode."""
     session.run(PY, str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)

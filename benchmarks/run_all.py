@@ -1,6 +1,6 @@
 """`nox -s bench`: every benchmark in turn, figures printed (nothing is asserted).
 
-    python benchmarks/run_all.py [quick]     quick: the default suite and one bisect only
+    python benchmarks/run_all.py [quick]     quick: the default suite, one bisect, 4 A/A configurations
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_aa  # noqa: E402
 import bench_bisect  # noqa: E402
 import bench_kl  # noqa: E402
 import bench_pipeline  # noqa: E402
@@ -25,3 +26,5 @@ if __name__ == "__main__":
     bench_schedule.main([str(ROOT / "suites" / "default.toml")] if quick else [])
     print()
     bench_bisect.main(["17:0"] if quick else [])
+    print()
+    bench_aa.main(["4"] if quick else [])

@@ -27,6 +27,8 @@ reverted must compare *same* to good.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import os
@@ -40,16 +42,16 @@ from pathlib import Path
 from typing import Callable
 
 from harness.capabilities import revision_capabilities
-from harness.envs import DEFAULT_ENV_FILE, EnvOptions
+from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import LaunchError, UsageError
 from harness.results import Role, RunResult, Status
 from harness.gitcmd import fixed_identity_env, git, git_argv, git_run
-from harness.paths import PROJECT_ROOT, cache_dir, safe_name
+from harness.paths import PROJECT_ROOT, cache_dir, file_lock, safe_name
 from harness.revisions import Revision
 from harness.plan import load_suite
 from harness.probes import known_probes
 from harness.run import RunRequest, execute, plan
-from harness.schedule import cpu_slots
+from harness.schedule import check_slot_count, cpu_slots
 from harness.stats import Verdict, combine_verdicts
 from harness.targets import get_target
 
@@ -87,13 +89,19 @@ class BisectSpec:
         path = session_dir / SESSION_FILE
         if not path.is_file():
             raise UsageError(f"{session_dir}: no bisect session here ({SESSION_FILE} missing)")
-        d = json.loads(path.read_text())
-        # A session saved before environments were threaded through has none: the defaults.
-        env = d.pop("env_options", {})
-        return cls(**{**d, "repo": Path(d["repo"]), "suite": Path(d["suite"]),
-                      "store_root": Path(d["store_root"]), "session_dir": Path(d["session_dir"]),
-                      "probes": tuple(d["probes"]), "configs": tuple(d["configs"]),
-                      "env_options": EnvOptions(env.get("file", DEFAULT_ENV_FILE), tuple(env.get("pip_args", ())))})
+        try:
+            d = json.loads(path.read_text())
+            # A session saved before environments were threaded through has none: the defaults.
+            env = d.pop("env_options", {})
+            return cls(**{**d, "repo": Path(d["repo"]), "suite": Path(d["suite"]),
+                          "store_root": Path(d["store_root"]), "session_dir": Path(d["session_dir"]),
+                          "probes": tuple(d["probes"]), "configs": tuple(d["configs"]),
+                          "env_options": EnvOptions(env.get("file", DEFAULT_ENV_FILE),
+                                                    tuple(env.get("pip_args", ())),
+                                                    env.get("build_timeout_s", DEFAULT_BUILD_TIMEOUT_S))})
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+            raise UsageError(f"{path}: corrupt bisect session file ({type(exc).__name__}: {exc}); "
+                             f"run `detcheck bisect` again to start a new session") from None
 
 
 @dataclass(frozen=True)
@@ -255,8 +263,27 @@ def session_dir_for(repo: Path, good: str, bad: str) -> Path:
 
 
 def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print, slots: int = 1) -> Outcome:
-    if slots < 1:
-        raise UsageError(f"--slots {slots}: at least 1")
+    """One bisect of a repository at a time: two would share the session directory and the
+    worktree of a range (and git's worktree list), and end in each other's git errors."""
+    check_slot_count(slots)
+    lock = repo_lock_path(spec.repo)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(file_lock(lock, wait=False))
+        except BlockingIOError:
+            raise UsageError(f"another bisect of {spec.repo} is running (it holds {lock}); "
+                             f"wait for it to end") from None
+        return _bisect(spec, bad_ref, say, slots)
+
+
+def repo_lock_path(repo: Path) -> Path:
+    """The lock a bisect of `repo` holds, named by the repository's real path."""
+    real = repo.resolve()
+    digest = hashlib.sha256(str(real).encode()).hexdigest()[:12]
+    return cache_dir() / "locks" / f"bisect-{safe_name(real.name)}-{digest}.lock"
+
+
+def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: int) -> Outcome:
     good = Revision.resolve(spec.repo, spec.good)
     bad = Revision.resolve(spec.repo, bad_ref)
     if good.sha == bad.sha:
@@ -528,7 +555,13 @@ def read_log(session_dir: Path) -> list[Evaluation]:
     path = session_dir / LOG_FILE
     if not path.is_file():
         return []
-    return [Evaluation(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    evaluations = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            evaluations += [Evaluation(**json.loads(line))] if line.strip() else []
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"{path}:{number}: corrupt bisect log line ({type(exc).__name__}: {exc})") from None
+    return evaluations
 
 
 def step(session_dir: Path, commit: str | None) -> int:

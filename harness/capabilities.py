@@ -8,6 +8,7 @@ A feature with no known spelling makes the configuration "n/a at this revision".
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from harness.errors import LaunchError
 from harness.paths import sha_cache_file
 from harness.result_files import atomic_write_text
 from harness.plan import Features
+from harness.redaction import environment_secrets, scrub
 from harness.targets import Target
 
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
@@ -162,9 +164,11 @@ def _read_capabilities(target: Target, sha: str | None, worktree: Path | None, t
         if caps.knows("--model-path"):
             return caps
     code, text = target.read_help(worktree, {}, timeout_s)
+    text = scrub(text, environment_secrets(dict(os.environ)))  # cached, and kept in a failure's tail
     caps = Capabilities.parse(text)
     if code != 0 or not caps.knows("--model-path"):
-        what = f"exit code {code}" if code != 0 else "no --model-path in its output"
+        what = (f"timed out after {timeout_s:.0f} s" if code is None else
+                f"exit code {code}" if code != 0 else "no --model-path in its output")
         raise LaunchError(f"`{target.module} --help` failed ({what})",
                           "\n".join(text.splitlines()[-30:]), exit_code=code)
     if cache is not None:

@@ -17,18 +17,42 @@ from typing import Any, Iterable
 
 from harness import __version__, stats
 from harness.probes import PROBES
+from harness.probes.base import deciding_metrics
 from harness.reproducer import reproducer
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
 
-def floor_for(params: dict[str, Any], metric: str, primary: bool) -> Floor:
+def floor_for(params: dict[str, Any], metric: str) -> Floor:
+    """A noisy metric's practical floor: its own `floors` entry, else the suite's `floor_abs` /
+    `floor_rel`, which apply to every deciding noisy metric (not the primary alone)."""
     per_metric = params["floors"].get(metric)
     if per_metric is not None:
         return Floor(absolute=per_metric.get("absolute", 0.0), relative=per_metric.get("relative", 0.0))
-    if primary:
-        return Floor(absolute=params["floor_abs"], relative=params["floor_rel"])
-    return Floor()
+    return Floor(absolute=params["floor_abs"], relative=params["floor_rel"])
+
+
+def compare_metrics(pairs: list[tuple[Metric, Metric | None]], params: dict[str, Any],
+                    deciding: list[str]) -> dict[str, stats.Comparison]:
+    """One comparison per metric both sides measured: exact ones by equality, noisy ones
+    against their floor (paired when both sides are paired and equally long). The deciding
+    noisy metrics share the suite's alpha (Bonferroni: alpha / their number), so a verdict any
+    one of them can turn *different* is still wrong at most alpha of the time."""
+    noisy = [m.name for m, _ in pairs if m.name in deciding and m.kind == Kind.NOISY]
+    comparisons: dict[str, stats.Comparison] = {}
+    for m, other in pairs:
+        if other is None or not m.values or not other.values:
+            continue
+        if m.kind == Kind.EXACT and other.kind == Kind.EXACT:
+            comparisons[m.name] = stats.compare_exact(m.values, other.values)
+        else:
+            paired = m.paired and other.paired and len(m.values) == len(other.values)
+            compare = stats.compare_paired if paired else stats.compare_noisy
+            comparisons[m.name] = compare(
+                m.values, other.values, floor_for(params, m.name),
+                alpha=params["alpha"] / (len(noisy) if m.name in noisy else 1),
+                boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
+    return comparisons
 
 
 def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellResult | None,
@@ -46,34 +70,31 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
             reasons = "; ".join(f"{n}: {sides[n].reason}" for n in bad)
             return ProbeComparison(config, probe, Verdict(status.value), note=reasons)
     judge = PROBES[probe].judge
-    judged = {c.role.value: judge(c.facts, params) for c in (base, cand)} if judge else {}
+    judged = {role: facts for role, facts in
+              ((c.role.value, judge(c.facts, params)) for c in (base, cand)) if facts} if judge else {}
     pairs, across_facts = metric_pairs(probe, base, cand, params)
     if across_facts:
         judged["candidate"] = {**judged.get("candidate", {}), **across_facts}
-    decisive = params["verdict_metrics"] or ([pairs[0][0].name] if pairs else [])
-    comparisons: dict[str, stats.Comparison] = {}
-    for i, (m, other) in enumerate(pairs):
-        if other is None or not m.values or not other.values:
-            continue
-        if m.kind == Kind.EXACT and other.kind == Kind.EXACT:
-            comparisons[m.name] = stats.compare_exact(m.values, other.values)
-        else:
-            paired = m.paired and other.paired and len(m.values) == len(other.values)
-            compare = stats.compare_paired if paired else stats.compare_noisy
-            comparisons[m.name] = compare(
-                m.values, other.values, floor_for(params, m.name, primary=(i == 0)),
-                alpha=params["alpha"], boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
-    deciding = [n for n in decisive if n in comparisons]
+    deciding = deciding_metrics(params, [(m.name, m.kind) for m, _ in pairs])
+    comparisons = compare_metrics(pairs, params, deciding)
+    deciding = [n for n in deciding if n in comparisons]
     verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding)
     decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
+    # An exact figure the suite chose not to decide on, that changed: named beside the verdict,
+    # so a narrowed verdict is never a bare *same* next to a changed exact metric.
+    also_changed = tuple(n for n, c in comparisons.items()
+                         if n not in deciding and c.kind == Kind.EXACT and c.verdict == Verdict.DIFFERENT)
+    if also_changed:
+        note += "; changed, not deciding (verdict_metrics): " + "; ".join(
+            f"{n}: {comparisons[n].note}" for n in also_changed)
     vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.
         return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "vacuous: " + "; ".join(vacuous),
-                               {role: facts for role, facts in judged.items() if facts})
-    return ProbeComparison(config, probe, verdict, comparisons, note,
-                           {role: facts for role, facts in judged.items() if facts}, decided_by)
+                               judged, changed_exact=also_changed)
+    return ProbeComparison(config, probe, verdict, comparisons, note, judged, decided_by,
+                           changed_exact=also_changed)
 
 
 def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any]
@@ -174,7 +195,7 @@ def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult
     decided = comp.metrics.get(comp.decided_by or "")
     if decided is not None and decided.kind == Kind.NOISY and comp.verdict != Verdict.UNKNOWN:
         when = " and ".join(str(c.metadata.get("finished_at") or "?") for c in (base, cand))
-        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, reproducer=None, note=(
+        return dataclasses.replace(comp, verdict=Verdict.UNKNOWN, note=(
             f"{comp.decided_by} is noisy and was measured in two runs ({when}): shown, not judged "
             f"(would read {comp.verdict}); measure both in one run; {comp.note}"))
     return comp

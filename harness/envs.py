@@ -4,7 +4,9 @@ from a virtual environment built for it once and cached.
 A revision declares its environment in a pip requirements file inside its tree
 (`DEFAULT_ENV_FILE`, or `--env-file`); a revision without one runs on the running interpreter.
 The environment is keyed by (revision sha, sha256 of the file's bytes, the identity of the
-interpreter it is built from) and lives under `<cache>/envs/`. It is made with
+interpreter it is built from, the pip options: another `--find-links` folder is another
+environment) and lives under `<cache>/envs/`. The file must lie inside the revision's tree,
+links resolved. It is made with
 `--system-site-packages`, so the preinstalled stack (torch, CUDA wheels) is inherited and the
 file only overrides what differs; where the base interpreter is itself a virtual environment,
 its site-packages are inherited too (a `.pth` file), since `--system-site-packages` alone would
@@ -13,12 +15,17 @@ reach only the interpreter it was made from.
 Building is locked per key (runs share a cache). A virtual environment cannot be moved (pip
 writes its absolute path into the scripts it installs), so it is built in a directory of its
 own that never moves and published by renaming a symlink onto the key's name: the name is a
-complete environment or absent, and an interrupted build is removed by the next one. A failed
-build is returned with pip's output tail, never cached: the next run tries again.
+complete environment or absent, and an interrupted build is removed by the next one. A build
+is published only once every package the file names imports from it (at its pinned version):
+pip options that send the install elsewhere (`--target`, `--prefix`, `--root`, `--user`) are
+refused, and any other way to install nothing is caught by that check. A build has a time limit
+(`EnvOptions.build_timeout_s`); past it, its process group is killed. A failed build is
+returned with pip's output tail, never cached: the next run tries again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -26,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -34,7 +42,7 @@ from pathlib import Path, PurePosixPath
 
 from harness.errors import UsageError
 from harness.paths import cache_dir, file_lock
-from harness.redaction import scrub, secret_values, url_credentials
+from harness.redaction import environment_secrets, scrub
 
 DEFAULT_ENV_FILE = "detcheck-requirements.txt"
 # Written into an environment as the last step of its build: what was built from what.
@@ -44,6 +52,11 @@ BUILD_LOG = "detcheck-build.log"
 INHERIT_PTH = "detcheck-inherit.pth"
 # Lines of pip's output a failed build's reason keeps: where pip says why.
 FAILURE_TAIL_LINES = 25
+# A build's time limit unless --env-build-timeout says otherwise: SGLang's own requirements,
+# kernels among them, from a cold pip cache.
+DEFAULT_BUILD_TIMEOUT_S = 1800.0
+# pip options that install somewhere other than the environment being built.
+_RELOCATING_PIP_OPTIONS = ("--target", "--prefix", "--root", "--user")
 
 _BASE_PROBE = r"""
 import importlib.util, json, os, sys, sysconfig
@@ -72,6 +85,8 @@ print(json.dumps(out))
 
 # A requirement line's project name (PEP 508): what comes before extras, markers, versions or `@`.
 _REQUIREMENT_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
+# What follows the name when it pins one version: `==1.0` (no extras, no other clause).
+_EXACT_PIN = re.compile(r"^\s*==\s*([A-Za-z0-9.+!_-]+)\s*(?:;.*)?$")
 
 
 class EnvBuildError(Exception):
@@ -85,12 +100,20 @@ class EnvOptions:
     file: str = DEFAULT_ENV_FILE  # relative to the revision's tree
     # Passed to `pip install` as they are: offline machines need `--no-index --find-links DIR`.
     pip_args: tuple[str, ...] = ()
+    build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
 
     def __post_init__(self) -> None:
         rel = PurePosixPath(self.file)
         if rel.is_absolute() or ".." in rel.parts or not rel.parts:
             raise UsageError(f"--env-file {self.file}: must be a path inside the revision's tree "
                              f"(relative, without '..')")
+        for arg in self.pip_args:
+            option = arg.partition("=")[0]
+            if option in _RELOCATING_PIP_OPTIONS or arg.startswith("-t"):
+                raise UsageError(f"--env-pip-arg {arg}: installs outside the environment being built; "
+                                 f"not allowed (refused: {', '.join(_RELOCATING_PIP_OPTIONS)}, -t)")
+        if not 0 < self.build_timeout_s <= 86_400:
+            raise UsageError(f"--env-build-timeout {self.build_timeout_s:g}: must be in (0, 86400] seconds")
 
 
 @dataclass(frozen=True)
@@ -126,13 +149,15 @@ class EnvKey:
     sha: str  # the revision: the file may name paths inside its tree (`-e .`)
     file_sha256: str
     interpreter: str  # BaseInterpreter.identity
+    pip_args: str = ""  # sha256 of the pip options: they choose what is installed (--find-links)
 
     @property
     def name(self) -> str:
-        return f"{self.sha[:12]}-{self.file_sha256[:12]}-{self.interpreter[:8]}"
+        return f"{self.sha[:12]}-{self.file_sha256[:12]}-{self.interpreter[:8]}-{self.pip_args[:8]}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"sha": self.sha, "file_sha256": self.file_sha256, "interpreter": self.interpreter}
+        return {"sha": self.sha, "file_sha256": self.file_sha256, "interpreter": self.interpreter,
+                "pip_args": self.pip_args}
 
 
 @dataclass(frozen=True)
@@ -162,8 +187,9 @@ def envs_root() -> Path:
     return cache_dir() / "envs"
 
 
-def env_key(sha: str, env_file: Path, base: BaseInterpreter) -> EnvKey:
-    return EnvKey(sha, hashlib.sha256(env_file.read_bytes()).hexdigest(), base.identity)
+def env_key(sha: str, env_file: Path, base: BaseInterpreter, pip_args: Sequence[str] = ()) -> EnvKey:
+    return EnvKey(sha, hashlib.sha256(env_file.read_bytes()).hexdigest(), base.identity,
+                  hashlib.sha256("\0".join(pip_args).encode()).hexdigest())
 
 
 def revision_env(sha: str | None, worktree: Path | None, options: EnvOptions,
@@ -172,20 +198,29 @@ def revision_env(sha: str | None, worktree: Path | None, options: EnvOptions,
     the revision declares none (no file, or an installed package with no tree)."""
     if sha is None or worktree is None or not (worktree / options.file).is_file():
         return None
-    env_file = worktree / options.file
+    env_file = inside_tree(worktree, options.file)
     base = BaseInterpreter.inspect(base_python)
-    key = env_key(sha, env_file, base)
+    key = env_key(sha, env_file, base, options.pip_args)
     path = envs_root() / key.name
     try:
-        manifest = ensure_built(path, env_file, worktree, base, options.pip_args)
+        manifest = ensure_built(path, env_file, worktree, base, options)
     except EnvBuildError as exc:
         return RevisionEnv(options.file, key, path, error=str(exc))
     built = RevisionEnv(options.file, key, path, built_at=str(manifest["built_at"]))
     return dataclasses.replace(built, packages=installed_versions(built.python, requirement_names(env_file)))
 
 
+def inside_tree(worktree: Path, rel: str) -> Path:
+    """The env file, links resolved, or UsageError where it leads out of the revision's tree
+    (a link to /etc/hostname made pip install a package named after that file's content)."""
+    real, tree = (worktree / rel).resolve(), worktree.resolve()
+    if not real.is_relative_to(tree):
+        raise UsageError(f"--env-file {rel}: resolves to {real}, outside the revision's tree {tree}")
+    return real
+
+
 def ensure_built(path: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
-                 pip_args: Sequence[str]) -> dict[str, object]:
+                 options: EnvOptions) -> dict[str, object]:
     """The manifest of the environment published at `path`, built first if it is not there."""
     if (manifest := published_manifest(path)) is not None:
         return manifest
@@ -200,7 +235,8 @@ def ensure_built(path: Path, env_file: Path, worktree: Path, base: BaseInterpret
             remove(stale)
         building = root / f"{path.name}.{os.getpid()}"
         try:
-            manifest = build(building, env_file, worktree, base, pip_args)
+            manifest = build(building, env_file, worktree, base, options)
+            check_installed(building, env_file)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
@@ -232,18 +268,22 @@ def publish(building: Path, path: Path) -> None:
 
 
 def build(building: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
-          pip_args: Sequence[str]) -> dict[str, object]:
+          options: EnvOptions) -> dict[str, object]:
     t0 = time.monotonic()
     uv = shutil.which("uv")
     # An index URL's credentials (in the pip options or PIP_INDEX_URL) stay out of what is kept.
-    secrets = (*secret_values(dict(os.environ), pip_args), *url_credentials([*pip_args, *os.environ.values()]))
+    secrets = environment_secrets(dict(os.environ), options.pip_args)
     log: list[str] = []
-    for i, (step, argv) in enumerate(build_commands(building, env_file, base, pip_args, uv)):
-        proc = subprocess.run(argv, cwd=worktree, capture_output=True, text=True)
-        log += [f"$ {' '.join(argv)}", proc.stdout, proc.stderr]
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-FAILURE_TAIL_LINES:])
-            raise EnvBuildError(scrub(f"{step} exit {proc.returncode}:\n{tail}", secrets))
+    for i, (step, argv) in enumerate(build_commands(building, env_file, base, options.pip_args, uv)):
+        left_s = options.build_timeout_s - (time.monotonic() - t0)
+        code, output = run_step(argv, worktree, left_s)
+        log += [f"$ {' '.join(argv)}", output]
+        if code is None:
+            raise EnvBuildError(scrub(f"{step} timed out after {options.build_timeout_s:g} s (the build's limit, "
+                                      f"--env-build-timeout); its processes were killed:\n"
+                                      f"{tail_lines(output)}", secrets))
+        if code != 0:
+            raise EnvBuildError(scrub(f"{step} exit {code}:\n{tail_lines(output)}", secrets))
         if i == 0 and base.venv_site_dirs:  # inherited before anything is installed over it
             inherit_site_dirs(building / "bin" / "python", base.venv_site_dirs)
     (building / BUILD_LOG).write_text(scrub("\n".join(log), secrets))
@@ -253,6 +293,56 @@ def build(building: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
     # Last: a directory without its manifest is an interrupted build.
     (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return manifest
+
+
+def run_step(argv: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
+    """(exit code, stdout + stderr) of one build step; (None, …) when it ran past `timeout_s`,
+    after killing its whole process group (pip's own children build in processes of their own)."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=max(timeout_s, 0.001))
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        output, _ = proc.communicate()
+        return None, output
+    except BaseException:  # an interrupt: no build left running behind the harness
+        kill_group(proc.pid)
+        proc.wait()
+        raise
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def tail_lines(output: str) -> str:
+    return "\n".join(output.strip().splitlines()[-FAILURE_TAIL_LINES:])
+
+
+def check_installed(building: Path, env_file: Path) -> None:
+    """EnvBuildError unless every package the file names imports from the new environment, at
+    the version it pins: an install that went elsewhere must not be published as this one."""
+    pins = requirement_pins(env_file)
+    versions = installed_versions(str(building / "bin" / "python"), list(pins))
+    wrong = [f"{name} {'absent' if versions.get(name) is None else versions[name]}"
+             + (f" (pinned {pin})" if pin else "")
+             for name, pin in pins.items() if versions.get(name) is None or (pin and not same_version(pin, versions[name]))]
+    if wrong:
+        raise EnvBuildError(f"the install left the environment without what {env_file.name} names: "
+                            f"{', '.join(wrong)} (did a pip option send it elsewhere?)")
+
+
+def same_version(pinned: str, installed: str) -> bool:
+    """`==1.0` is met by 1.0 and 1.0.0 (trailing zero release parts are equal in PEP 440)."""
+    def release(version: str) -> str:
+        parts = version.strip().split(".")
+        while len(parts) > 1 and parts[-1] == "0":
+            parts.pop()
+        return ".".join(parts)
+    return release(pinned) == release(installed)
 
 
 def build_commands(building: Path, env_file: Path, base: BaseInterpreter, pip_args: Sequence[str],
@@ -284,14 +374,20 @@ def inherit_site_dirs(python: Path, site_dirs: Sequence[str]) -> None:
 
 def requirement_names(env_file: Path) -> list[str]:
     """The project names a requirements file pins (options, paths and URLs left out)."""
-    names = []
+    return list(requirement_pins(env_file))
+
+
+def requirement_pins(env_file: Path) -> dict[str, str]:
+    """Each project a requirements file names → the version an `==` pins it at ("" unpinned)."""
+    pins: dict[str, str] = {}
     for line in env_file.read_text().splitlines():
         line = line.split(" #", 1)[0].strip()
         if not line or line.startswith(("#", "-", ".", "/")) or "://" in line.split("@", 1)[0]:
             continue
         if match := _REQUIREMENT_NAME.match(line):
-            names.append(match.group(1))
-    return list(dict.fromkeys(names))
+            pin = _EXACT_PIN.match(line[match.end():])
+            pins.setdefault(match.group(1), pin.group(1) if pin else "")
+    return pins
 
 
 def installed_versions(python: str, names: Sequence[str]) -> dict[str, str | None]:

@@ -9,10 +9,12 @@ Two mechanisms, because neither alone covers every death:
   before it (a short-lived pool's) is killed then, so servers start from threads that live
   as long as they do (the run's job workers, run_interleaved's launch pool).
 - Every started server is recorded under the cache directory with the pids and start times
-  of the harness and the server. A later run reaps the servers of a harness that is gone,
-  after checking each pid still belongs to the process recorded (start time), so a reused
-  pid is never signalled. This covers platforms without PR_SET_PDEATHSIG and servers that
-  ignore it.
+  of the harness and the server, and a token the server carries in its environment
+  (`SERVER_MARKER`). A later run reaps the servers of a harness that is gone, after checking
+  each pid still belongs to the process recorded: the same start time, this user's, and the
+  record's token in its environment. A reused pid, a process detcheck never started (a record
+  naming one), another user's process (a shared cache) are never signalled. This covers
+  platforms without PR_SET_PDEATHSIG and servers that ignore it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import os
 import signal
 import sys
+import uuid
 from pathlib import Path
 
 import psutil
@@ -30,6 +33,8 @@ from harness.paths import cache_dir
 from harness.result_files import atomic_write_json
 
 _PR_SET_PDEATHSIG = 1
+# In every server's environment (inherited by its children): the token of its registry record.
+SERVER_MARKER = "DETCHECK_SERVER_TOKEN"
 
 
 def die_with_parent() -> None:
@@ -54,10 +59,28 @@ def _record_path(server_pid: int) -> Path:
     return _registry() / f"{os.getpid()}-{server_pid}.json"
 
 
-def register(server_pid: int) -> None:
+def server_token() -> str:
+    """A new server's marker value: whose it is, unguessable by any other process."""
+    return f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def register(server_pid: int, token: str) -> None:
     atomic_write_json(_record_path(server_pid), {
         "harness_pid": os.getpid(), "harness_started": _started(os.getpid()),
-        "server_pid": server_pid, "server_started": _started(server_pid)})
+        "server_pid": server_pid, "server_started": _started(server_pid), "token": token})
+
+
+def started_by_detcheck(pid: int, started: float | None, token: object) -> bool:
+    """Whether `pid` is the server a record names: the same process (start time), this user's,
+    and carrying the record's token (SERVER_MARKER) in its environment."""
+    if started is None or not isinstance(token, str) or not token:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return (proc.create_time() == started and proc.uids().real == os.getuid()
+                and proc.environ().get(SERVER_MARKER) == token)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def unregister(server_pid: int) -> None:
@@ -77,7 +100,7 @@ def reap_orphans() -> list[int]:
             continue
         if harness_alive:
             continue
-        if server_started is not None and _started(server_pid) == server_started:
+        if started_by_detcheck(server_pid, server_started, rec.get("token")):
             try:
                 os.killpg(server_pid, signal.SIGKILL)  # the leader's pid is its group's id
                 reaped.append(server_pid)

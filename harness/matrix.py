@@ -26,6 +26,9 @@ from harness.targets import TARGET_NAMES
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "suites", "target", "server_args", "env"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# More than any one host holds: bounds what an entry's slots and device lists are built from.
+MAX_GPUS = 64
+MAX_SERVERS_PER_GPU = 64
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class MatrixEntry:
     gpu: str  # GPU kind as nvidia-smi names it, matched as a substring ("H200"); "" for CPU
     gpus: int
     suites: tuple[Path, ...]
-    target: str = "sglang"
+    target: str | None = None  # None: the target `--repo`'s checkout holds, as run and bisect choose
     server_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
@@ -60,8 +63,15 @@ class MatrixEntry:
         return None
 
     def devices(self, visible: str | None = None) -> list[str]:
-        """The entry's GPUs: the first `gpus` of the caller's CUDA_VISIBLE_DEVICES (or 0…gpus-1)."""
-        devices = [d.strip() for d in (visible or "").split(",") if d.strip()] or [str(i) for i in range(self.gpus)]
+        """The entry's GPUs: the first `gpus` of the caller's CUDA_VISIBLE_DEVICES (or 0…gpus-1).
+        Fewer visible than the entry needs is UsageError: servers given no GPU (an empty
+        CUDA_VISIBLE_DEVICES) would run without one, or on the wrong one."""
+        if visible is None:
+            return [str(i) for i in range(self.gpus)]
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+        if len(devices) < self.gpus:
+            raise UsageError(f"[[entry]] {self.name!r} needs {self.gpus} GPUs; CUDA_VISIBLE_DEVICES={visible!r} "
+                             f"makes {len(devices)} visible")
         return devices[: self.gpus]
 
     def gpu_env(self, visible: str | None = None) -> dict[str, dict[str, str]]:
@@ -117,13 +127,13 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
         raise UsageError(f"{where}.name: must be a string of letters, digits, '_', '.', '-'")
     where = f"{path}: [[entry]] {name!r}"
     gpus = raw.get("gpus", 0)
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-        raise UsageError(f"{where}.gpus: must be an integer >= 0")
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= MAX_GPUS:
+        raise UsageError(f"{where}.gpus: must be an integer from 0 to {MAX_GPUS}")
     gpu = raw.get("gpu", "")
     if not isinstance(gpu, str) or (gpus > 0 and not gpu):
         raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
-    target = raw.get("target", "sglang")
-    if target not in TARGET_NAMES:
+    target = raw.get("target")
+    if target is not None and target not in TARGET_NAMES:
         raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGET_NAMES)}")
     suites = _strings(where, raw, "suites")
     if not suites:
@@ -144,8 +154,9 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     check_reserved(server_args, f"{where}.server_args")
     servers_per_gpu = raw.get("servers_per_gpu")
     if servers_per_gpu is not None and (not isinstance(servers_per_gpu, int) or isinstance(servers_per_gpu, bool)
-                                        or servers_per_gpu < 1 or gpus < 1):
-        raise UsageError(f"{where}.servers_per_gpu: must be an integer >= 1, on an entry with gpus >= 1")
+                                        or not 1 <= servers_per_gpu <= MAX_SERVERS_PER_GPU or gpus < 1):
+        raise UsageError(f"{where}.servers_per_gpu: must be an integer from 1 to {MAX_SERVERS_PER_GPU}, "
+                         f"on an entry with gpus >= 1")
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
                        server_args=server_args, servers_per_gpu=servers_per_gpu,
                        env={str(k): str(v) for k, v in env.items()}, description=description)

@@ -36,11 +36,12 @@ def safe_name(name: str) -> str:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive fcntl lock held for the block: runs sharing one cache take turns."""
+def file_lock(path: Path, wait: bool = True) -> Iterator[None]:
+    """An exclusive fcntl lock held for the block: runs sharing one cache take turns. Without
+    `wait`, a lock another process holds raises BlockingIOError at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
         finally:

@@ -8,14 +8,13 @@ before anything is launched.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
+from harness.configs import Features, ServerConfig, SpeculativeSpec
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, reject_unknown, validate_params
 from harness.targets import TARGET_NAMES
@@ -66,30 +65,6 @@ SPECULATIVE_SCALARS = {p.name: p for p in (
 )}
 
 
-@dataclass(frozen=True)
-class SpeculativeSpec:
-    algorithm: str
-    num_steps: int | None = None
-    eagle_topk: int | None = None
-    num_draft_tokens: int | None = None
-    block_size: int | None = None  # DFLASH / DSPARK block
-    multi_layer: bool = False
-
-
-@dataclass(frozen=True)
-class Features:
-    """What a configuration *means*; capabilities.py turns it into a revision's flags."""
-
-    deterministic: bool = False
-    mamba_pool: str | None = None
-    mamba_track_interval: int | None = None
-    speculative: SpeculativeSpec | None = None
-    swa_ratio: float | None = None
-    disable_radix_cache: bool = False
-    # None: the server's default (graphs on); False/True: graphs off/on, spelled per revision.
-    cuda_graph: bool | None = None
-
-
 def _min_max(value: list[int]) -> str | None:
     if len(value) != 2 or value[0] > value[1]:
         return "must be [min, max] with min <= max"
@@ -116,9 +91,13 @@ _WORKLOAD_KEYS = {p.name for p in WORKLOAD_PARAMS}
 
 
 class ProbeSchema(Protocol):
-    """What load_suite needs of a probe: its [probe.<name>] table checked, defaults filled."""
+    """What load_suite needs of a probe: its [probe.<name>] table checked, defaults filled, and
+    the suite's design checked (can its noisy deciding metrics reach alpha at all?)."""
 
     def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]: ...
+
+    def check_design(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
+                     where: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -164,37 +143,6 @@ class ConfigSpec:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    """A configuration resolved for one target: model path, features, extra args, env."""
-
-    name: str
-    target: str
-    model: Path
-    features: Features
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    draft_model: Path | None = None
-
-    @property
-    def fingerprint(self) -> str:
-        """Hash of what determines the server's behaviour: model config, features, args, env."""
-        h = hashlib.sha256()
-        for path in (self.model, self.draft_model):
-            cfg = path / "config.json" if path else None
-            h.update(cfg.read_bytes() if cfg and cfg.is_file() else b"-")
-        h.update(json.dumps(
-            {
-                "target": self.target,
-                "features": _features_dict(self.features),
-                "args": list(self.args),
-                "env": {k: v for k, v in sorted(self.env.items())},
-            },
-            sort_keys=True,
-        ).encode())
-        return h.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
 class Suite:
     name: str
     path: Path
@@ -237,14 +185,6 @@ class Suite:
             env={**self.server_env, **spec.env},
             draft_model=_resolve_model(self.path, draft, f"config {spec.name!r} draft") if draft else None,
         )
-
-
-def _features_dict(f: Features) -> dict[str, Any]:
-    d = dict(f.__dict__)
-    d["speculative"] = dict(f.speculative.__dict__) if f.speculative else None
-    if f.cuda_graph is None:
-        del d["cuda_graph"]  # fingerprints of configurations that leave graphs alone are unchanged
-    return d
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
@@ -351,6 +291,10 @@ def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec,
               for kind in used}
     for kind, p in params.items():
         _check_workload(path, f"[workload] with [probe.{kind}]", workload.with_overrides(p))
+    for c in configs:
+        for kind in c.probes:
+            known_probes[kind].check_design(params[kind], workload.with_overrides(params[kind]),
+                                            c.features.deterministic, f"{path}: [probe.{kind}]")
     return params
 
 
@@ -523,5 +467,12 @@ class _Where:
         return float(value)
 
     def env(self, raw: dict[str, Any], where: str) -> dict[str, str]:
+        """Environment variables: each value a string or a number (a table or a list has no
+        spelling as one)."""
         value = self.table(raw, "env")
+        for name, item in value.items():
+            if not isinstance(item, (str, int, float, bool)):
+                kind = {dict: "table", list: "list"}.get(type(item), type(item).__name__)
+                raise UsageError(f"{self.path}: {where}.env.{name} must be a string or a number, "
+                                 f"not a {kind}")
         return {str(k): str(v) for k, v in value.items()}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from harness import __version__
 from harness.compare import compare_pair
+from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub
@@ -22,7 +23,6 @@ from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
 
 if TYPE_CHECKING:
     from harness.plan import Suite
-    from harness.run import Job, Outcome, RunRequest
 
 
 def utc_now() -> str:

@@ -8,16 +8,20 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.I)  # PASS: PASSWORD, PASSWD, DB_PASS
 # Flags are matched by whole word: --api-key and --hf-token are secret, --max-total-tokens is not.
-_SECRET_FLAG_WORDS = {"token", "key", "secret", "password", "apikey"}
+_SECRET_FLAG_WORDS = {"token", "key", "secret", "password", "passwd", "pass", "passphrase", "apikey",
+                      "credential", "credentials"}
+# detcheck's option whose values reach the server's argv; argparse also takes any unambiguous
+# prefix of it (`--server-a=…`).
+_SERVER_ARG = "--server-arg"
 REDACTED = "<redacted>"
 # `scheme://user:password@host`: the credentials of an index URL (`--env-pip-arg=--index-url=…`).
 _URL_CREDENTIALS = re.compile(r"://([^/@\s]+)@")
 
 
 def is_secret(name: str) -> bool:
-    """Environment variable names: any mention of TOKEN, KEY, SECRET or PASSWORD."""
+    """Environment variable names: any mention of TOKEN, KEY, SECRET, PASS or CREDENTIAL."""
     return bool(_SECRET.search(name))
 
 
@@ -59,6 +63,13 @@ def url_credentials(words: Sequence[str]) -> tuple[str, ...]:
     return tuple(m.group(1) for word in words for m in _URL_CREDENTIALS.finditer(word) if len(m.group(1)) >= 4)
 
 
+def environment_secrets(env: dict[str, str], argv: Sequence[str] = ()) -> tuple[str, ...]:
+    """Everything of a process's environment and arguments that must not come back through
+    its output: secret-named values, secret flags' values, and URL credentials in any value
+    (`HTTPS_PROXY=https://user:pw@proxy`, an index URL)."""
+    return (*secret_values(env, argv), *url_credentials([*env.values(), *argv]))
+
+
 def scrub(text: str, secrets: Sequence[str]) -> str:
     for value in secrets:
         text = text.replace(value, REDACTED)
@@ -78,19 +89,21 @@ def scrub_file(path: Path, secrets: Sequence[str]) -> None:
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """What may be written to results: secret-named values never leave the process."""
-    return {k: (REDACTED if is_secret(k) else v) for k, v in env.items()}
+    """What may be written to results: secret-named values never leave the process, nor the
+    credentials of a URL in any other value."""
+    return {k: (REDACTED if is_secret(k) else scrub(v, url_credentials([v]))) for k, v in env.items()}
 
 
 def redact_command(argv: Sequence[str]) -> list[str]:
     """detcheck's own command line as recorded: secrets passed through `--server-arg` masked
-    (`--server-arg=--api-key --server-arg=sk-…`, or the two-word form)."""
+    (`--server-arg=--api-key --server-arg=sk-…`, the two-word form, or after `--`)."""
     server_args: list[str] = []
     words = iter(argv)
     for word in words:
-        if word == "--server-arg":
-            server_args.append(next(words, ""))
-        elif word.startswith("--server-arg="):
-            server_args.append(word.partition("=")[2])
+        option, eq, value = word.partition("=")
+        if word == "--":
+            server_args += words
+        elif len(option) > 2 and _SERVER_ARG.startswith(option):
+            server_args.append(value if eq else next(words, ""))
     secrets = (*secret_values({}, server_args), *url_credentials(argv))
     return [scrub(word, secrets) for word in redact_argv(list(argv))]

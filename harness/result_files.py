@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import gzip
 import json
+import math
 import os
 import tempfile
 import threading
@@ -30,6 +31,10 @@ from harness.results import SCHEMA_VERSION, CellResult, RunResult
 
 T = TypeVar("T")
 RESULTS_FILE = "results.json"
+GZ_RESULTS_FILE = f"{RESULTS_FILE}.gz"
+# What a gzipped document may inflate to: 20× the largest committed GPU run (12 MB), so that a
+# small file that inflates to gigabytes (a gzip bomb) is refused instead of filling memory.
+MAX_INFLATED_BYTES = 256 * 2**20
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -37,7 +42,25 @@ def atomic_write_json(path: Path, data: Any) -> None:
     Compact: json's C encoder serves only unindented output, 4× faster on a GPU run's
     results.json (which is rewritten after every configuration) and half the size; `detcheck
     report` is its reader, `python -m json.tool` its pretty-printer."""
-    atomic_write_text(path, json.dumps(data, allow_nan=True, separators=(",", ":")))
+    atomic_write_text(path, strict_json(data))
+
+
+def strict_json(data: Any) -> str:
+    """`data` as strict JSON (RFC 8259 has no NaN or Infinity, and jq, browsers and most parsers
+    reject Python's bare `NaN` tokens): a non-finite float is written as null. Such a figure is
+    always explained beside it: a NaN or inf a server returned makes its cell a finding whose
+    reason names where (harness.probes.common, ProbeOutput.non_finite)."""
+    return json.dumps(_finite_or_null(data), allow_nan=False, separators=(",", ":"))
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 _umask_lock = threading.Lock()
@@ -63,11 +86,14 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None:
+            # A failed write or fsync (a full disk) names no file: the message must say which.
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
 
 
@@ -76,8 +102,12 @@ def read_json(path: Path, what: str = "result") -> Any:
     results.json gzipped: samples with top-k logprobs run to megabytes)."""
     try:
         if path.suffix == ".gz":
-            with gzip.open(path, "rt") as f:
-                return json.loads(f.read())
+            with gzip.open(path, "rb") as f:
+                data = f.read(MAX_INFLATED_BYTES + 1)  # inflated a block at a time, up to the bound
+            if len(data) > MAX_INFLATED_BYTES:
+                raise CorruptResult(f"{path}: inflates to more than {MAX_INFLATED_BYTES // 2**20} MiB; "
+                                    f"not a {what} file detcheck wrote")
+            return json.loads(data.decode())
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise CorruptResult(f"{path}: corrupt {what} file ({exc.msg} at line {exc.lineno})") from None
@@ -154,20 +184,29 @@ def write_run(out_dir: Path, result: RunResult) -> Path:
     return path
 
 
+def run_files(out_dir: Path) -> list[Path]:
+    """The results a run directory holds: results.json, results.json.gz, both or neither."""
+    return [f for f in (out_dir / RESULTS_FILE, out_dir / GZ_RESULTS_FILE) if f.is_file()]
+
+
 def read_run(path: Path) -> RunResult:
-    """A run directory or its results.json (or results.json.gz)."""
-    file = path / RESULTS_FILE if path.is_dir() else path
-    if path.is_dir() and not file.is_file() and (path / f"{RESULTS_FILE}.gz").is_file():
-        file = path / f"{RESULTS_FILE}.gz"
-    if not file.is_file():
-        raise UsageError(f"{file}: no results here (expected a run directory with {RESULTS_FILE})")
-    return _decode(file, "results", upgraded(file, "results", read_json(file, "results")), RunResult.from_dict)
+    """A run directory or its results.json (or results.json.gz). A directory holding both, and
+    they differ, is CorruptResult: which one is the run is not for the reader to guess."""
+    files = run_files(path) if path.is_dir() else [path] if path.is_file() else []
+    if not files:
+        where = path / RESULTS_FILE if path.is_dir() else path
+        raise UsageError(f"{where}: no results here (expected a run directory with {RESULTS_FILE})")
+    documents = [upgraded(f, "results", read_json(f, "results")) for f in files]
+    if len({json.dumps(d, sort_keys=True, allow_nan=True) for d in documents}) > 1:  # NaN != NaN
+        raise CorruptResult(f"{path}: holds both {RESULTS_FILE} and {GZ_RESULTS_FILE}, and they differ; "
+                            f"remove the one that is not this run's")
+    return _decode(files[0], "results", documents[0], RunResult.from_dict)
 
 
 # -- store cells ---------------------------------------------------------------------
 
 def write_cell(path: Path, cell: CellResult) -> None:
-    data = json.loads(json.dumps(cell.to_dict(), allow_nan=True))  # as a reader will see it
+    data = json.loads(strict_json(cell.to_dict()))  # as a reader will see it
     atomic_write_json(path, {**data, "digest": content_digest(data)})
 
 

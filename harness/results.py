@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shlex
 from dataclasses import dataclass, field
 from enum import Enum
@@ -98,6 +99,15 @@ class ProbeOutput:
     metrics: tuple[Metric, ...]
     # Small derived facts a report shows as-is (hit fraction, peak, first divergent position).
     facts: dict[str, Any] = field(default_factory=dict)
+
+    def non_finite(self) -> str | None:
+        """Where the first NaN or inf among the measured figures is ("metric tok_s_c8 value 3
+        is nan"), or None: a figure no statistic can use is a finding, never a verdict."""
+        for m in self.metrics:
+            for i, v in enumerate(m.values):
+                if not math.isfinite(v):
+                    return f"measured {m.name} value {i} is {v!r} ({len(m.values)} values)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -307,6 +317,9 @@ class ProbeComparison:
     decided_by: str | None = None
     # A *different* comparison's smallest request that shows it (harness/reproducer.py).
     reproducer: Reproducer | None = None
+    # Exact metrics outside an explicitly narrowed `verdict_metrics` whose values changed: the
+    # row names them, so a verdict they did not decide never stands bare beside them.
+    changed_exact: tuple[str, ...] = ()
 
     def facts(self, cell: CellResult) -> dict[str, Any]:
         """A cell's facts with what judging this comparison added."""
@@ -324,6 +337,8 @@ class ProbeComparison:
             d["decided_by"] = self.decided_by
         if self.reproducer is not None:
             d["reproducer"] = self.reproducer.to_dict()
+        if self.changed_exact:
+            d["changed_exact"] = list(self.changed_exact)
         return {**d, "judged": self.judged} if self.judged else d
 
     @classmethod
@@ -337,6 +352,7 @@ class ProbeComparison:
             judged=d.get("judged", {}),
             decided_by=d.get("decided_by"),  # absent in schema-2 files written before it
             reproducer=Reproducer.from_dict(d["reproducer"]) if d.get("reproducer") else None,
+            changed_exact=tuple(d.get("changed_exact", ())),  # written only when some changed
         )
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -33,75 +34,29 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from harness.capabilities import NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
-from harness.envs import DEFAULT_ENV_FILE, EnvOptions, RevisionEnv, revision_env
+from harness.envs import DEFAULT_ENV_FILE, RevisionEnv, revision_env
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
 from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
 from harness.metadata import interpreter_id, revision_interpreter_metadata
 from harness.observer import QuietObserver, RunObserver, SuiteObserver
 from harness.paths import safe_name
-from harness.plan import ConfigSpec, ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
+from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
+from harness.plan import Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
-from harness.redaction import redact_argv, redact_env, scrub_file, secret_values
+from harness.redaction import environment_secrets, redact_argv, redact_env, scrub_file
 from harness.result_files import write_run
 from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
-from harness.revisions import Revision
 from harness.schedule import Countdown, Slot, SlotPool, Unit
 from harness.server import ServerProcess, exit_text, launch, stop_all
 from harness.store import CellKey, ResultStore, params_fingerprint
 from harness.targets import REJECTION, Target, get_target
-from harness.workloads import Workload, build as build_workload
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    suite_path: Path
-    target: str
-    base: Revision
-    candidate: Revision
-    out_dir: Path
-    store_root: Path
-    fresh: bool = False
-    python: str | None = None
-    only_configs: tuple[str, ...] = ()
-    only_probes: tuple[str, ...] = ()
-    extra_args: tuple[str, ...] = ()
-    # Extra server environment for every configuration (part of its fingerprint, unlike a slot's).
-    extra_env: dict[str, str] = field(default_factory=dict)
-    command_line: str = ""
-    # `--set probe.param=value`: probe parameters over the suite's tables (recorded in results).
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # How many servers may be up at once, and what pins each (a GPU, a role's GPUs): with more
-    # than one, jobs run in threads and the observer must be thread-safe. One slot: sequential.
-    slots: tuple[Slot, ...] = (Slot(),)
-    # Prompts per workload × this: bisect re-measures an *unknown* verdict with more samples.
-    workload_scale: int = 1
-    # The interpreter of one role's servers where it is not `python`: a revision that needs
-    # other packages (another torch, another kernel wheel) runs from its own environment.
-    # Given, it wins over the environment the revision's env file would build.
-    role_python: dict[Role, str] = field(default_factory=dict)
-    # Where a revision declares its own environment and how that is built (harness.envs).
-    env_options: EnvOptions = EnvOptions()
-
-    def revision(self, role: Role) -> Revision:
-        return self.base if role == Role.BASE else self.candidate
-
-
-@dataclass(frozen=True)
-class ConfigPlan:
-    spec: ConfigSpec
-    server: ServerConfig
-    probes: tuple[str, ...]
-    workloads: dict[str, Workload]
-    # The flags the configuration's probes add (their union, first occurrence kept): every
-    # server of the configuration gets all of them, whichever probes are still to measure, so
-    # that a cell's key names every argument that reached its server.
-    probe_args: tuple[str, ...] = ()
+from harness.workloads import build as build_workload
 
 
 @dataclass
@@ -136,43 +91,6 @@ class Run:
                        probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)),
                        server_args_fingerprint=params_fingerprint(list(cp.probe_args)),
                        interpreter=interpreter_id(self.targets[role].python))
-
-
-@dataclass
-class Job:
-    """One configuration on one revision: the context the job steps read and extend."""
-
-    cp: ConfigPlan
-    role: Role
-    revision: Revision
-    target: Target  # how this role's server starts, from which interpreter
-    worktree: Path | None
-    keys: dict[str, CellKey | None]
-    todo: list[str] = field(default_factory=list)  # probes still to measure
-    args: tuple[str, ...] = ()  # feature flags + probe flags, as this revision spells them
-    env: dict[str, str] = field(default_factory=dict)  # the configuration's and its slot's (a GPU)
-    server: ServerProcess | None = None
-    launch: Launch | None = None  # its record, given an end time at teardown
-    server_info: dict = field(default_factory=dict)
-    # What every cell of this job records about where it was measured.
-    meta: dict = field(default_factory=dict)
-    # Noisy probes stored by an earlier run: when and what they measured, for reference only.
-    earlier: dict[str, dict] = field(default_factory=dict)
-    # Values masked in everything kept: what the server saw (the caller's environment, the
-    # configuration's, which holds a matrix entry's, and its arguments) must not come back
-    # through its own output.
-    secrets: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one probe ended on one job, before it becomes a CellResult."""
-
-    status: Status
-    reason: str = ""
-    log_tail: str = ""
-    output: ProbeOutput | None = None
-    wall_s: float | None = None
 
 
 # -- the pipeline ----------------------------------------------------------------------
@@ -419,13 +337,15 @@ def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient
     params = run.suite.probe_spec(probe).params
     done: dict[Role, list[Outcome]] = {job.role: [] for job in jobs}
     failed: dict[Role, Outcome] = {}
+    at_once = bool(params.get("sides_at_once"))
+    firsts = first_sides(params["repeats"], at_once, params.get("placement_seed", 0))
     for rep in range(params["repeats"]):
-        sides = [job for job in (jobs if rep % 2 == 0 else jobs[::-1]) if job.role not in failed]
+        sides = [job for job in (jobs if firsts[rep] == 0 else jobs[::-1]) if job.role not in failed]
 
         def measure(job: Job, rep: int = rep) -> Outcome:
             return probe_outcome(run, job, clients[job.role], probe, (rep,))
 
-        if params.get("sides_at_once"):
+        if at_once:
             with ThreadPoolExecutor(len(sides) or 1, thread_name_prefix="round") as pool:
                 outcomes = list(pool.map(measure, sides))
         else:
@@ -435,14 +355,32 @@ def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient
                 done[job.role].append(outcome)
             else:
                 failed[job.role] = outcome
-    return {role: failed.get(role) or merged(probe, outcomes) for role, outcomes in done.items()}
+    placement = {"placement": "at once" if at_once else "alternating",
+                 "first_side": [(jobs if f == 0 else jobs[::-1])[0].role.value for f in firsts],
+                 **({"placement_seed": params.get("placement_seed", 0)} if at_once else {})}
+    return {role: failed.get(role) or merged(probe, outcomes, placement) for role, outcomes in done.items()}
 
 
-def merged(probe: str, outcomes: list[Outcome]) -> Outcome:
+def first_sides(repeats: int, at_once: bool, seed: int) -> list[int]:
+    """Per round, which of the two jobs starts first (0: the configuration's first role). One
+    after the other: A B B A …, so drift falls on both alike. At once: each side starts first in
+    half the rounds, in an order shuffled by `seed` (recorded in the cells), so a head start
+    that favours whichever side's requests reach the card first cannot line up with anything
+    periodic in the rounds."""
+    if not at_once:
+        return [rep % 2 for rep in range(repeats)]
+    order = [rep % 2 for rep in range(repeats)]
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def merged(probe: str, outcomes: list[Outcome], placement: dict) -> Outcome:
+    """One side's rounds as one output, with how the rounds were placed among its facts."""
     try:
         output = PROBES[probe].merge([o.output for o in outcomes])
     except VacuousResult as exc:
         return Outcome(Status.ERROR, f"vacuous: {exc}")
+    output = dataclasses.replace(output, facts={**output.facts, **placement})
     return Outcome(Status.OK, "", outcomes[-1].log_tail, output,
                    wall_s=round(sum(o.wall_s or 0.0 for o in outcomes), 3))
 
@@ -454,7 +392,7 @@ def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
                {p: run.key(cp, p, role) for p in cp.probes}, env=env,
                meta={**run.recorder.host, "target": target.name, "python": target.python,
                      **({"environment": run.envs[role].to_dict()} if role in run.envs else {})},
-               secrets=secret_values({**os.environ, **env}, cp.server.args))
+               secrets=environment_secrets({**os.environ, **env}, cp.server.args))
 
 
 def reuse_stored(run: Run, job: Job) -> bool:
@@ -495,9 +433,21 @@ def resolve_flags(run: Run, job: Job) -> bool:
     return True
 
 
+LOG_DIR = "logs"
+
+
+def server_log(out_dir: Path, config: str, role: Role, revision: str) -> Path:
+    """Where a job's server writes its log."""
+    return out_dir / LOG_DIR / f"{safe_name(config)}-{role.value}-{revision}.log"
+
+
+def server_logs(out_dir: Path) -> list[Path]:
+    """The server logs a run directory holds: files named as `server_log` names them, none else."""
+    return [path for role in Role for path in (out_dir / LOG_DIR).glob(f"*-{role.value}-*.log") if path.is_file()]
+
+
 def launch_server(run: Run, job: Job) -> bool:
-    log_path = (run.req.out_dir / "logs" /
-                f"{safe_name(job.cp.spec.name)}-{job.role.value}-{job.revision.short()}.log")
+    log_path = server_log(run.req.out_dir, job.cp.spec.name, job.role, job.revision.short())
     started_at = time.time()
     # The interpreter's metadata (a subprocess, once per interpreter and sha) is read while the
     # server starts, not after it.
@@ -576,7 +526,11 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
         return Outcome(Status.ERROR, f"probe failed: {type(exc).__name__}: {exc} "
                                      f"(at {Path(frame.filename).name}:{frame.lineno}){died(server)}",
                        server.log_tail())
-    return Outcome(Status.OK, "", server.log_tail(12), output, wall_s=round(time.time() - t0, 3))
+    wall_s = round(time.time() - t0, 3)
+    broken = output.non_finite()
+    if broken:  # the server answered, but a figure it gave is NaN or inf: no statistic may use it
+        return Outcome(Status.FINDING, broken, server.log_tail(), ProbeOutput(output.samples, ()), wall_s=wall_s)
+    return Outcome(Status.OK, "", server.log_tail(12), output, wall_s=wall_s)
 
 
 def finish_job(run: Run, job: Job, outcome: Outcome) -> bool:

@@ -16,8 +16,12 @@ import threading
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
-from harness.matrix import MatrixEntry
+from harness.matrix import MAX_SERVERS_PER_GPU, MatrixEntry
 from harness.results import Role
+
+# Servers a run may have up at once: far more than any host holds (a server is a process with
+# its own memory), and few enough that the slots are cheap to lay out.
+MAX_SLOTS = 256
 
 # How long the main thread waits on the pool between looks: short, so a signal handler (Ctrl-C,
 # SIGTERM) runs promptly while it waits.
@@ -43,6 +47,13 @@ class Unit:
     roles: tuple[Role, ...]
 
 
+def check_slot_count(count: int, option: str = "--slots") -> int:
+    """`count` if it is a number of servers a run can have up at once, else UsageError."""
+    if not 1 <= count <= MAX_SLOTS:
+        raise UsageError(f"{option} {count}: must be between 1 and {MAX_SLOTS}")
+    return count
+
+
 def cpu_slots(count: int) -> tuple[Slot, ...]:
     return tuple(Slot() for _ in range(max(1, count)))
 
@@ -62,8 +73,9 @@ def entry_slots(entry: MatrixEntry, visible: str | None, servers_per_gpu: int | 
     target's default; two or more GPUs, one slot per role on its half of them; one GPU, one
     slot (base and candidate in turn, or interleaved)."""
     per_gpu = servers_per_gpu or entry.servers_per_gpu
-    if servers_per_gpu is not None and (servers_per_gpu < 1 or entry.gpus < 1):
-        raise UsageError(f"--servers-per-gpu {servers_per_gpu}: needs an entry with GPUs and a count >= 1")
+    if servers_per_gpu is not None and (not 1 <= servers_per_gpu <= MAX_SERVERS_PER_GPU or entry.gpus < 1):
+        raise UsageError(f"--servers-per-gpu {servers_per_gpu}: needs an entry with GPUs and a count "
+                         f"from 1 to {MAX_SERVERS_PER_GPU}")
     if per_gpu is not None:
         return gpu_slots(entry.devices(visible), per_gpu)
     if entry.gpus == 0:

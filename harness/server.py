@@ -25,7 +25,7 @@ import psutil
 import requests
 
 from harness.errors import LaunchError
-from harness.lifeline import die_with_parent, register, unregister
+from harness.lifeline import SERVER_MARKER, die_with_parent, register, server_token, unregister
 from harness.targets import HOST
 
 _live: dict[int, ServerProcess] = {}  # started, group not yet stopped; by id()
@@ -169,10 +169,11 @@ class ServerProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        token = server_token()
         try:
             self.proc = subprocess.Popen(
                 list(self.argv),
-                env=self.env,
+                env={**self.env, SERVER_MARKER: token},  # what a later run's reaping checks for
                 cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -182,7 +183,7 @@ class ServerProcess:
             )
             with _lock:
                 _live[id(self)] = self
-            register(self.proc.pid)
+            register(self.proc.pid, token)
         finally:
             log.close()
 

@@ -43,7 +43,11 @@ __all__ = [
     "k3",
     "k3_per_token",
     "kl_tails",
+    "least_samples",
+    "min_mann_whitney_p",
+    "min_wilcoxon_p",
     "pooled_tails",
+    "resolving_distance",
     "samples_needed",
     "summarize",
 ]
@@ -270,15 +274,12 @@ class Summary:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
-        return cls(
-            n=int(d["n"]),
-            median=float(d["median"]),
-            ci_low=float(d["ci_low"]),
-            ci_high=float(d["ci_high"]),
-            mean=float(d["mean"]),
-            min=float(d["min"]),
-            max=float(d["max"]),
-        )
+        # null: a figure strict JSON cannot hold (a side with no finite value), read back as NaN
+        return cls(n=int(d["n"]), **{k: _number(d[k]) for k in ("median", "ci_low", "ci_high", "mean", "min", "max")})
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
 
 
 def _noisy_array(values: Sequence[float]) -> np.ndarray:
@@ -396,7 +397,7 @@ class Comparison:
             verdict=Verdict(d["verdict"]),
             base=Summary.from_dict(d["base"]),
             candidate=Summary.from_dict(d["candidate"]),
-            effect=float(d["effect"]),
+            effect=_number(d["effect"]),
             ci=None if ci is None else (float(ci[0]), float(ci[1])),
             p=None if p is None else float(p),
             floor=float(d["floor"]),
@@ -456,12 +457,12 @@ def compare_exact(base: Sequence[float], candidate: Sequence[float]) -> Comparis
     )
 
 
-def _min_mwu_p(n1: int, n2: int) -> float:
-    # The smallest two-sided p the exact Mann-Whitney test can give (complete separation,
-    # no ties). When it is not below alpha no data can be significant; benchstat's
-    # "need >= 4 samples to detect a difference at alpha level 0.05" is this bound for
-    # n1 == n2 (3 vs 3: 0.1; 4 vs 4: 0.029). It also catches what scipy's normal
-    # approximation hides: with ties, 3 vs 3 can report p = 0.047.
+def min_mann_whitney_p(n1: int, n2: int) -> float:
+    """The smallest two-sided p the exact Mann-Whitney test can give (complete separation,
+    no ties): 2 / C(n1 + n2, n1). When it is not below alpha no data can be significant;
+    benchstat's "need >= 4 samples to detect a difference at alpha level 0.05" is this bound
+    for n1 == n2 (3 vs 3: 0.1; 4 vs 4: 0.029). It also catches what scipy's normal
+    approximation hides: with ties, 3 vs 3 can report p = 0.047."""
     return min(1.0, 2.0 / math.comb(n1 + n2, n1))
 
 
@@ -508,14 +509,20 @@ def samples_needed(spread: float, delta: float, alpha: float, paired: bool) -> i
 
     z = NormalDist().inv_cdf(1.0 - alpha / 2.0) + NormalDist().inv_cdf(POWER)
     n = (1 if paired else 2) * (z * spread / delta) ** 2 / _RANK_ARE
-    least = next((k for k in range(1, 1024)
-                  if (_min_wilcoxon_p(k) if paired else _min_mwu_p(k, k)) < alpha), 1024)
-    return max(least, math.ceil(n))
+    return max(least_samples(alpha, paired), math.ceil(n))
 
 
-def _min_wilcoxon_p(n: int) -> float:
-    # The smallest two-sided p of the exact signed-rank test with n non-zero differences
-    # (every difference of one sign): 2 / 2^n. 5 pairs: 0.0625, 6 pairs: 0.031.
+def least_samples(alpha: float, paired: bool) -> int:
+    """The smallest sample size per side (pairs when ``paired``) whose exact rank test can reach
+    a two-sided p below ``alpha`` at all: the design check of a suite and the floor of
+    :func:`samples_needed` (0.05: 6 pairs, or 4 against 4)."""
+    return next((k for k in range(1, 1024)
+                 if (min_wilcoxon_p(k) if paired else min_mann_whitney_p(k, k)) < alpha), 1024)
+
+
+def min_wilcoxon_p(n: int) -> float:
+    """The smallest two-sided p of the exact signed-rank test with n non-zero differences
+    (every difference of one sign): 2 / 2^n. 5 pairs: 0.0625, 6 pairs: 0.031."""
     return min(1.0, 2.0 / 2.0 ** n)
 
 
@@ -541,6 +548,11 @@ class _Evidence:
 
 
 def _decide(ev: _Evidence, threshold: float, alpha: float) -> tuple[Verdict, str]:
+    """The floor's three regions. *same*: the CI lies inside ``[-threshold, +threshold]``
+    (boundaries included). *different*: the test is significant and the CI lies wholly beyond
+    the floor (``ci_low > threshold`` or ``ci_high < -threshold``; with no floor, the CI
+    excludes 0). A CI that straddles the floor (or touches it from outside) is *unknown*: the
+    change may or may not matter, and more samples would say which."""
     ci_text = f"CI [{_g(ev.ci[0])}, {_g(ev.ci[1])}]"
     if ev.identical:
         return Verdict.SAME, f"identical samples, inside floor ±{_g(threshold)}"
@@ -548,32 +560,48 @@ def _decide(ev: _Evidence, threshold: float, alpha: float) -> tuple[Verdict, str
         return Verdict.SAME, f"{ci_text} inside floor ±{_g(threshold)}"
     if ev.min_p >= alpha:
         return Verdict.UNKNOWN, f"{ev.test} p={ev.p:.2g}; p<{alpha:g} unreachable at this sample size"
-    if ev.p < alpha and abs(ev.effect) > threshold and (ev.ci[0] > 0.0 or ev.ci[1] < 0.0):
-        return Verdict.DIFFERENT, f"{ev.test} p={ev.p:.2g}, effect {ev.effect:+.3g} beyond floor {_g(threshold)}"
+    beyond = ev.ci[0] > threshold or ev.ci[1] < -threshold
+    if ev.p < alpha and beyond and abs(ev.effect) > threshold:
+        return Verdict.DIFFERENT, (f"{ev.test} p={ev.p:.2g}, effect {ev.effect:+.3g}, {ci_text} "
+                                   f"beyond floor ±{_g(threshold)}")
     if ev.p >= alpha:
-        why = f"not significant ({ev.test} p={ev.p:.2g})"
-    elif abs(ev.effect) <= threshold:
-        why = f"{ev.test} p={ev.p:.2g} but effect {ev.effect:+.3g} within floor {_g(threshold)}"
+        why = f"not significant ({ev.test} p={ev.p:.2g}, alpha {alpha:.3g})"
+    elif threshold:
+        why = f"{ev.test} p={ev.p:.2g} but {ci_text} straddles the floor ±{_g(threshold)}"
     else:
         why = f"{ev.test} p={ev.p:.2g} but {ci_text} includes 0"
     return Verdict.UNKNOWN, f"{why}; {ci_text} not inside floor ±{_g(threshold)}"
 
 
+def resolving_distance(effect: float, threshold: float) -> float:
+    """How far the observed effect is from the nearest edge of the floor's regions (``±threshold``,
+    or 0 with no floor): the margin a CI must clear for the verdict to be decided either way."""
+    return abs(abs(effect) - threshold)
+
+
 def _judged(ev: _Evidence, sides: tuple[Summary, Summary], threshold: float, alpha: float,
             spread: float) -> Comparison:
-    """The Comparison of noisy evidence; an *unknown* one carries the samples per side that
-    would resolve an effect of the floor's size (of the observed effect's, with no floor)."""
+    """The Comparison of noisy evidence; an *unknown* one carries ``needed``: the samples per side
+    a power calculation over the observed spread gives for the CI to clear the nearest edge of the
+    floor (:func:`resolving_distance`) — never clamped to one more than measured, so an effect on
+    the floor's edge says how far off a decision is."""
     verdict, note = _decide(ev, threshold, alpha)
     paired = ev.test == "Wilcoxon"
     needed = None
     if verdict == Verdict.UNKNOWN:
         n = sides[0].n
-        estimate = samples_needed(spread, threshold or abs(ev.effect), alpha, paired)
-        if estimate is not None:
-            needed = max(estimate, n + 1)  # undecided at n: at least one more
-            size = f"the floor's size ±{_g(threshold)}" if threshold else f"the observed {ev.effect:+.3g}"
-            note += (f"; needs ≈ {needed - n} more {'paired samples' if paired else 'samples'} per side "
-                     f"(n={needed}) to resolve an effect of {size}")
+        distance = resolving_distance(ev.effect, threshold)
+        needed = samples_needed(spread, distance, alpha, paired)
+        unit = "paired samples" if paired else "samples"
+        edge = f"the floor ±{_g(threshold)}" if threshold else "0"
+        if needed is None:
+            note += f"; the observed effect {ev.effect:+.3g} sits on {edge}: no sample size resolves it"
+        elif needed > n:
+            note += (f"; needs ≈ {needed - n} more {unit} per side (n={needed}) for the CI to clear "
+                     f"{edge} (effect {ev.effect:+.3g}, {_g(distance)} from it)")
+        else:
+            note += (f"; n={needed} {unit} per side would usually resolve an effect {_g(distance)} from "
+                     f"{edge}: this sample is borderline, measure again")
     return Comparison(kind=Kind.NOISY, verdict=verdict, base=sides[0], candidate=sides[1], effect=ev.effect,
                       ci=ev.ci, p=ev.p, floor=threshold, first_difference=None, note=note,
                       paired=paired, needed=needed)
@@ -617,7 +645,7 @@ def compare_noisy(
     diffs = _boot_medians(y, n_boot, rng_c) - _boot_medians(x, n_boot, rng_b)
     identical = bool(np.array_equal(np.sort(x), np.sort(y)))
     ev = _Evidence(cs.median - bs.median, _percentile_ci(diffs, confidence), _mwu_p(x, y),
-                   _min_mwu_p(x.size, y.size), identical, "Mann-Whitney")
+                   min_mann_whitney_p(x.size, y.size), identical, "Mann-Whitney")
     spread = float(np.sqrt((np.var(x, ddof=1) + np.var(y, ddof=1)) / 2)) if min(x.size, y.size) > 1 else 0.0
     return _judged(ev, (bs, cs), floor.threshold(bs.median), alpha, spread)
 
@@ -642,7 +670,7 @@ def compare_paired(base: Sequence[float], candidate: Sequence[float], floor: Flo
     d = y - x
     boot_d = _boot_medians(d, boot.n_boot, np.random.default_rng(boot.seed))
     ci = _percentile_ci(boot_d, boot.confidence) if d.size > 1 else (float(d[0]), float(d[0]))
-    ev = _Evidence(float(np.median(d)), ci, _wilcoxon_p(d), _min_wilcoxon_p(int(np.count_nonzero(d))),
+    ev = _Evidence(float(np.median(d)), ci, _wilcoxon_p(d), min_wilcoxon_p(int(np.count_nonzero(d))),
                    not np.any(d), "Wilcoxon")
     spread = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
     return _judged(ev, (bs, cs), floor.threshold(bs.median), alpha, spread)

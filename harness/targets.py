@@ -13,12 +13,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
+from harness.configs import ServerConfig
 from harness.paths import PROJECT_ROOT
-
-if TYPE_CHECKING:
-    from harness.plan import ServerConfig
 
 # Every server listens on loopback only, on a port the harness picks.
 HOST = "127.0.0.1"
@@ -72,14 +68,15 @@ class Target:
         return [self.python, "-m", self.module, "--model-path", str(config.model),
                 "--host", HOST, "--port", str(port), *feature_args, *config.args]
 
-    def read_help(self, worktree: Path | None, extra_env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-        """(exit code, output) of `--help`; one that hangs past `timeout_s` is killed: (-9, …)."""
+    def read_help(self, worktree: Path | None, extra_env: dict[str, str],
+                  timeout_s: float) -> tuple[int | None, str]:
+        """(exit code, output) of `--help`; one that hangs past `timeout_s` is killed: (None, …)."""
         try:
             proc = subprocess.run(self.help_argv(), env=self.env(worktree, extra_env), cwd=worktree,
                                   capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
             out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return -9, f"{out}\n`--help` did not finish within {timeout_s:.0f} s (the suite's startup_timeout_s)"
+            return None, f"{out}\n`--help` did not finish within {timeout_s:.0f} s (the suite's startup_timeout_s)"
         return proc.returncode, proc.stdout + proc.stderr
 
 

@@ -39,13 +39,14 @@ def detcheck(*args: str, env: dict | None = None, timeout: float = 600,
 
 def refserver_suite(path: Path, probes: list[str], tables: str = "", *, config: str = "det",
                     deterministic: bool = True, prompts: int = 2, prompt_len: tuple[int, int] = (12, 16),
-                    output_len: int = 4, args: tuple[str, ...] = ()) -> Path:
-    """A one-configuration suite on the reference server's hybrid model, written to `path`;
-    `tables` holds its [probe.<name>] tables."""
+                    output_len: int = 4, args: tuple[str, ...] = (),
+                    targets: tuple[str, ...] = ("refserver",)) -> Path:
+    """A one-configuration suite on the reference server's hybrid model (the model of each of
+    `targets`), written to `path`; `tables` holds its [probe.<name>] tables."""
+    models = "".join(f'{target} = "{ROOT / "fixtures/refmodels/hybrid"}"\n' for target in targets)
     path.write_text(f"""name = "{path.stem}"
 [models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
+{models}[server]
 args = {json.dumps(list(args))}
 [workload]
 prompts = {prompts}
@@ -133,6 +134,19 @@ def no_leftovers(monkeypatch) -> str:
     yield tag
     left = leftovers(tag)
     assert not left, f"processes outlived the test: {left}"
+
+
+def fake_gpus(bin_dir: Path, names: list[str], visible: str | None = None) -> dict[str, str]:
+    """The environment of a machine whose `nvidia-smi` lists `names` (a script first on PATH),
+    with CUDA_VISIBLE_DEVICES set to `visible` (None: as all GPUs, unset)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    names_only = "".join(f"echo {json.dumps(name)}\n" for name in names)
+    described = "".join(f"echo {json.dumps(name + ', 550.00, 143771 MiB')}\n" for name in names)
+    (bin_dir / "nvidia-smi").write_text(  # as the two queries detcheck makes are answered
+        f'#!/bin/sh\nif [ "$1" = --query-gpu=name ]; then\n:\n{names_only}else\n:\n{described}fi\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {**env, "CUDA_VISIBLE_DEVICES": visible} if visible is not None else env
 
 
 def _gpu_skip_reason() -> str | None:

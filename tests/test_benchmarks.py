@@ -26,3 +26,16 @@ def test_the_committed_gpu_runs_print_their_schedule_figures(capsys):
     assert all(run.name in out for run in runs) and "harness share" in out
     pooled = next(line.split() for line in out.splitlines() if line.startswith("pooled "))
     assert int(pooled[1]) == sum(len(bench_schedule.read_run(run).launches) for run in runs)
+
+
+def test_bench_aa_writes_a_suite_the_design_check_accepts(tmp_path):
+    import bench_aa
+
+    from harness.plan import load_suite
+    from harness.probes import known_probes
+
+    for at_once in (False, True):
+        path = tmp_path / f"aa-{at_once}.toml"
+        path.write_text(bench_aa.suite_text(3, at_once, 0.05))
+        suite = load_suite(path, known_probes())
+        assert len(suite.configs) == 3 and suite.probe_params["throughput"]["sides_at_once"] is at_once

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from harness.compare import compare_cells, compare_run
 from harness.probes import PROBES
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, Status
@@ -119,3 +121,70 @@ def test_the_same_finding_on_both_sides_is_never_a_pass():
     cand = finding(kl_cell(Role.CANDIDATE, 0.0), "server died during this probe: RuntimeError: x")
     (comp,) = compare_run((base, cand), {}, [("det", "kl")])
     assert comp.verdict == Verdict.ERROR and comp.note.startswith("both: server died")
+
+
+def swa_cell(role: Role, peak: float, plateau: float, retractions: float = 0.0) -> CellResult:
+    return CellResult(config="dspark", probe="swa_peak", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                      status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                      metrics=(Metric("swa_peak", Kind.EXACT, (peak,)), Metric("swa_plateau", Kind.EXACT, (plateau,)),
+                               Metric("retractions", Kind.EXACT, (retractions,))))
+
+
+def test_every_exact_metric_decides_by_default():
+    params = PROBES["swa_peak"].defaults()
+    comp = compare_cells("dspark", "swa_peak", swa_cell(Role.BASE, 96.0, 64.0), swa_cell(Role.CANDIDATE, 96.0, 65.0),
+                         params)
+    assert comp.verdict == "different" and comp.decided_by == "swa_plateau", comp
+    assert comp.changed_exact == ()
+
+
+def test_an_explicit_narrowing_still_names_the_exact_metric_that_changed():
+    params = PROBES["swa_peak"].validate({"verdict_metrics": ["swa_peak"]}, "[probe.swa_peak]")
+    comp = compare_cells("dspark", "swa_peak", swa_cell(Role.BASE, 96.0, 64.0), swa_cell(Role.CANDIDATE, 96.0, 65.0),
+                         params)
+    assert comp.verdict == "same" and comp.decided_by == "swa_peak"
+    assert comp.changed_exact == ("swa_plateau",)
+    assert "changed, not deciding" in comp.note and "swa_plateau: differs at index 0: 64.0 vs 65.0" in comp.note
+    assert ProbeComparison.from_dict(comp.to_dict()) == comp
+
+
+def test_kl_decides_on_k3_and_topk_kl():
+    def cell(role: Role, topk: float) -> CellResult:
+        return CellResult(config="det", probe="kl", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                          status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                          metrics=(Metric("k3", Kind.EXACT, (0.0, 0.0)), Metric("topk_kl", Kind.EXACT, (0.0, topk))))
+
+    comp = compare_cells("det", "kl", cell(Role.BASE, 0.0), cell(Role.CANDIDATE, 5e-8), PROBES["kl"].defaults())
+    assert comp.verdict == "different" and comp.decided_by == "topk_kl"
+
+
+def test_the_suite_floor_applies_to_every_deciding_noisy_metric():
+    def cell(role: Role, c8: tuple[float, ...], c1: tuple[float, ...]) -> CellResult:
+        return CellResult(config="t", probe="throughput", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                          status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                          metrics=(Metric("tok_s_c8", Kind.NOISY, c8, paired=True),
+                                   Metric("tok_s_c1", Kind.NOISY, c1, paired=True)))
+
+    flat = (100.0, 101.0, 99.0, 100.5, 100.2, 99.7)
+    slower = tuple(v * 0.97 for v in flat)  # 3%: inside a 10% floor
+    params = PROBES["throughput"].validate({"floor_rel": 0.1, "verdict_metrics": ["tok_s_c8", "tok_s_c1"]},
+                                           "[probe.throughput]")
+    comp = compare_cells("t", "throughput", cell(Role.BASE, flat, flat), cell(Role.CANDIDATE, flat, slower), params)
+    assert comp.metrics["tok_s_c1"].floor == pytest.approx(10.0, rel=0.02)
+    assert comp.verdict == "same", comp.note
+
+
+def test_deciding_noisy_metrics_share_alpha_so_a_family_is_wrong_at_most_alpha_of_the_time():
+    def cell(role: Role, scale: float) -> CellResult:
+        values = tuple(v * scale for v in (100.0, 101.0, 99.0, 100.5, 100.2, 99.7))
+        return CellResult(config="t", probe="throughput", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                          status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                          metrics=(Metric("tok_s_c8", Kind.NOISY, values, paired=True),
+                                   Metric("tok_s_c1", Kind.NOISY, values, paired=True)))
+
+    base, slower = cell(Role.BASE, 1.0), cell(Role.CANDIDATE, 0.5)
+    one = PROBES["throughput"].validate({}, "[probe.throughput]")
+    assert compare_cells("t", "throughput", base, slower, one).verdict == "different"  # p = 2/2^6 < 0.05
+    both = PROBES["throughput"].validate({"verdict_metrics": ["tok_s_c8", "tok_s_c1"]}, "[probe.throughput]")
+    comp = compare_cells("t", "throughput", base, slower, both)
+    assert comp.verdict == "unknown" and "p<0.025 unreachable" in comp.note, comp.note

@@ -134,7 +134,7 @@ def test_an_environment_is_built_once_and_imports_its_own_version(tmp_path, whee
 @pytest.mark.slow
 def test_an_interrupted_build_is_removed_and_a_failed_one_leaves_nothing(tmp_path, wheels):
     tree = tree_with(tmp_path / "t", "detcheck_envprobe==9.9\n")
-    key = env_key(SHA_A, tree / DEFAULT_ENV_FILE, BaseInterpreter.inspect(sys.executable))
+    key = env_key(SHA_A, tree / DEFAULT_ENV_FILE, BaseInterpreter.inspect(sys.executable), offline(wheels).pip_args)
     half_built = envs_root() / f"{key.name}.4242"
     (half_built / "bin").mkdir(parents=True)  # a build killed before its manifest was written
     env = revision_env(SHA_A, tree, offline(wheels), sys.executable)

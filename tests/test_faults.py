@@ -58,7 +58,7 @@ FAULTS = {
     "null-logprobs": (["--fault", "null-logprobs"], "finding",
                       r"^decode returned null output logprobs on 2 of 2 prompts \(first at position 0 of prompt 0\)$", ""),
     "null-replay": (["--fault", "null-replay-logprobs"], "finding",
-                    r"^cold replay returned null or missing input logprobs on 2 of 2 prompts \(prompt 0: \d+ "
+                    r"^cold replay returned null, non-finite or missing input logprobs on 2 of 2 prompts \(prompt 0: \d+ "
                     r"returned, \d+ of the last 4 null\)$", ""),
     "flush-busy": (["--fault", "flush-busy"], "error",
                    r"^/flush_cache: still busy after \d+ tries over 1 s: Cache not flushed", ""),

@@ -1,9 +1,10 @@
 """Reports rendered from checked-in results JSON must match the golden files byte for byte.
 
-The JSON files are real runs: demo-cache.json from `detcheck demo --json`, h200-pools.json from
-the H200 run in results/h200/pools, revision-kl.json from `detcheck run` of the kl and
-revision_kl probes (3 prompts, output_len 6) on a reference-server repository whose candidate
-carries the planted `logit-scale` (its report shows a reproducer). Regenerate the golden files after an intended change with
+The JSON files are real runs: demo-cache.json from `detcheck demo --json`, h200-pools.json and
+h200-swa-dflash.json (an SWA curve: its sparkline) from the H200 runs in results/h200/pools and
+results/h200/swa-dflash, revision-kl.json from `detcheck run` of the kl and revision_kl probes
+(3 prompts, output_len 6) on a reference-server repository whose candidate carries the planted
+`logit-scale` (its report shows a reproducer). Regenerate the golden files after an intended change with
 `UPDATE_GOLDEN=1 pytest tests/test_golden.py` and review the diff.
 """
 
@@ -23,7 +24,7 @@ from harness.report.markdown import MarkdownReport
 from harness.result_files import read_run, upgraded
 from harness.results import RunResult
 
-CASES = ["demo-cache", "h200-pools", "revision-kl"]
+CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl"]
 
 
 def load(name: str) -> RunResult:

@@ -8,7 +8,7 @@ import subprocess
 
 from conftest import ROOT
 
-STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.redaction", "harness.gitcmd",
+STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.redaction", "harness.gitcmd", "harness.configs",
                "harness.targets", "harness.plan", "harness.matrix", "harness.demo")
 
 
@@ -23,3 +23,59 @@ def test_commands_never_import_one_another():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness.commands"):
                 assert node.module == "harness.commands.common_args", (path.name, node.module)
+
+
+def _imports(path, package_modules: set[str]) -> set[str]:
+    """The harness modules `path` imports at module level, TYPE_CHECKING blocks included (a
+    type import is still a dependency; an import inside a function defers a heavy one)."""
+    found = set()
+    for node in _module_level(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in package_modules}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+            subs = {f"{node.module}.{a.name}" for a in node.names} & package_modules
+            found |= subs or ({node.module} & package_modules)
+    return found
+
+
+def _module_level(tree: ast.Module):
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.If, ast.Try)):  # `if TYPE_CHECKING:` and guarded imports
+            stack += [*node.body, *node.orelse, *getattr(node, "handlers", []), *getattr(node, "finalbody", [])]
+        elif isinstance(node, ast.ExceptHandler):
+            stack += node.body
+
+
+def _module_graph() -> dict[str, set[str]]:
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (ROOT / "harness").rglob("*.py")}
+    return {m: _imports(p, set(files)) - {m} for m, p in files.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_module_level_import_cycle_type_checking_ones_included():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check can fail
+    graph = _module_graph()
+    assert "harness.plan" not in graph["harness.targets"] and "harness.run" not in graph["harness.recorder"]
+    assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])

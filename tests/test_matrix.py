@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import ROOT, detcheck, fake_gpus
 from harness.errors import UsageError
 from harness.fixture_repo import FixtureRepo
 from harness.matrix import MatrixEntry, load_matrix
@@ -43,7 +43,7 @@ def test_the_project_matrix_loads():
 
 def test_entry_fields(tmp_path):
     entry = load_matrix(write(tmp_path, GOOD)).entry("h200x2")
-    assert (entry.gpu, entry.gpus, entry.target, entry.parallel) == ("H200", 2, "sglang", True)
+    assert (entry.gpu, entry.gpus, entry.target, entry.parallel) == ("H200", 2, None, True)  # None: the checkout's
     assert entry.server_args == ("--mem-fraction-static", "0.3")
     assert entry.env == {"NCCL_NVLS_ENABLE": "0"}
     assert entry.suites == ((tmp_path / "default.toml").resolve(),)
@@ -60,7 +60,7 @@ def test_entry_fields(tmp_path):
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\nserver_args = '--a'", "'x'.server_args"),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\ngpu_count = 1", "unknown key 'gpu_count' (known: "),
     ("[[entry]]\nname = 'x'\ngpu = 'H200'\ngpus = 1\nservers_per_gpu = 0\nsuites = ['{suite}']",
-     "'x'.servers_per_gpu: must be an integer >= 1"),
+     "'x'.servers_per_gpu: must be an integer from 1 to 64"),
     ("[[entry]]\nname = 'x'\nservers_per_gpu = 2\nsuites = ['{suite}']", "on an entry with gpus >= 1"),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\n[[entry]]\nname = 'x'\nsuites = ['{suite}']",
      "[[entry]] #2.name: duplicate name 'x' (also [[entry]] #1)"),
@@ -164,7 +164,7 @@ def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
     proc = detcheck("matrix", "run", "cpu-pair", "--matrix", str(tmp_path / "matrix.toml"),
                     "--repo", str(repo.path), "--base", base, "--candidate", cand,
                     "--out", str(tmp_path / "out"), "--format", "json",
-                    env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+                    env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache"), **fake_gpus(tmp_path / "bin", ["cpu", "cpu"])})
     assert proc.returncode == 1, proc.stderr  # the planted regression differs
     assert "base on GPU 0, candidate on GPU 1, at the same time" in proc.stderr
     result = json.loads(proc.stdout)

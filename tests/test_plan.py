@@ -87,9 +87,9 @@ def test_invalid_toml_and_missing_file(tmp_path):
 
 
 def test_probe_params_override_workload(tmp_path):
-    suite = load_suite(write(tmp_path, MINIMAL + "[probe.kl]\nprompts = 3\noutput_len = 7\n"), known_probes())
+    suite = load_suite(write(tmp_path, MINIMAL + "[probe.kl]\nprompts = 6\noutput_len = 7\n"), known_probes())
     spec = suite.workload.with_overrides(suite.probe_spec("kl").params)
-    assert (spec.prompts, spec.output_len) == (3, 7)
+    assert (spec.prompts, spec.output_len) == (6, 7)
 
 
 TWO_PROBES = MINIMAL + '[[config]]\nname = "b"\nprobes = ["throughput"]\n'
@@ -160,7 +160,7 @@ def test_graph_modes_expand_configs_and_fingerprints(tmp_path):
 
 
 def test_cuda_graph_unset_keeps_old_fingerprint(tmp_path):
-    from harness.plan import Features, _features_dict
+    from harness.configs import Features, _features_dict
 
     assert "cuda_graph" not in _features_dict(Features())
     assert _features_dict(Features(cuda_graph=True))["cuda_graph"] is True
@@ -181,3 +181,49 @@ def test_cuda_graph_must_be_bool(tmp_path):
     text = MINIMAL + "cuda_graph = 'yes'\n"
     with pytest.raises(UsageError, match="cuda_graph: expected true or false, got a string .yes."):
         load_suite(write(tmp_path, text), known_probes())
+
+
+def test_every_committed_suite_passes_the_design_check(monkeypatch):
+    # The GPU suites name models that exist only on the GPU machines: the design check needs
+    # their tables and configurations, not the weights.
+    import harness.plan
+
+    monkeypatch.setattr(harness.plan, "_resolve_model", lambda suite, rel, field: Path(rel))
+    files = sorted((ROOT / "suites").rglob("*.toml"))
+    for path in files:
+        load_suite(path, known_probes())  # raises UsageError naming the key when it cannot decide
+
+
+def test_a_suite_whose_rounds_cannot_reach_alpha_is_refused_with_the_smallest_count(tmp_path):
+    from conftest import detcheck, refserver_suite
+
+    suite = refserver_suite(tmp_path / "five.toml", ["throughput"],
+                            "[probe.throughput]\nconcurrency = [1, 4]\nrepeats = 5\n", deterministic=False)
+    with pytest.raises(UsageError) as err:
+        load_suite(suite, known_probes())
+    assert "[probe.throughput].repeats: 5 gives tok_s_c4 5 pairs" in str(err.value)
+    assert "smallest two-sided p is 0.0625" in str(err.value) and "set repeats >= 6" in str(err.value)
+    # the CLI refuses it before any launch: exit 2
+    proc = detcheck("run", "--suite", str(suite), "--out", str(tmp_path / "out"), "--no-progress")
+    assert proc.returncode == 2 and "set repeats >= 6" in proc.stderr, proc.stderr
+    # a stricter alpha asks for more; six rounds at 0.05 load
+    strict = refserver_suite(tmp_path / "strict.toml", ["throughput"],
+                             "[probe.throughput]\nrepeats = 6\nalpha = 0.01\n", deterministic=False)
+    with pytest.raises(UsageError, match="set repeats >= 8"):
+        load_suite(strict, known_probes())
+    load_suite(refserver_suite(tmp_path / "six.toml", ["throughput"], "[probe.throughput]\nrepeats = 6\n",
+                               deterministic=False), known_probes())
+
+
+def test_the_design_check_knows_which_metrics_are_noisy_on_which_configuration(tmp_path):
+    from conftest import refserver_suite
+
+    # three prompts: exact k3 under deterministic inference needs no count at all
+    load_suite(refserver_suite(tmp_path / "det.toml", ["kl"], prompts=3), known_probes())
+    # a non-deterministic kl is judged on per-prompt k3 pairs: three cannot reach 0.05
+    with pytest.raises(UsageError, match=r"\[probe.kl\].prompts: 3 gives k3 3 pairs.*set prompts >= 6"):
+        load_suite(refserver_suite(tmp_path / "noisy.toml", ["kl"], prompts=3, deterministic=False), known_probes())
+    # accept_length: two turns per prompt per round
+    with pytest.raises(UsageError, match=r"repeats: 1 gives accept_length 4 pairs.*set repeats >= 2"):
+        load_suite(refserver_suite(tmp_path / "acc.toml", ["accept_length"], prompts=2, deterministic=False),
+                   known_probes())

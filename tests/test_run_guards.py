@@ -141,8 +141,10 @@ def test_kill_9_of_detcheck_leaves_no_server_and_resume_finishes(tmp_path, bare_
 
 def test_a_server_left_by_a_dead_run_is_reaped_by_the_next(tmp_path, isolated_cache, no_leftovers):
     """The registry path: a record whose harness is gone gets its server's group killed, after
-    the start time proved the pid is still that server."""
-    server = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    the start time and the marker in its environment proved the pid is still that server."""
+    from harness.lifeline import SERVER_MARKER, reap_orphans
+    server = subprocess.Popen(["sleep", "300"], start_new_session=True,
+                              env={**os.environ, SERVER_MARKER: "token-of-this-server"})
     dead_harness = subprocess.Popen(["true"])
     dead_harness.wait()
     import psutil
@@ -150,8 +152,8 @@ def test_a_server_left_by_a_dead_run_is_reaped_by_the_next(tmp_path, isolated_ca
     record.parent.mkdir(parents=True)
     record.write_text(json.dumps({"harness_pid": dead_harness.pid, "harness_started": 1.0,
                                   "server_pid": server.pid,
-                                  "server_started": psutil.Process(server.pid).create_time()}))
-    from harness.lifeline import reap_orphans
+                                  "server_started": psutil.Process(server.pid).create_time(),
+                                  "token": "token-of-this-server"}))
     assert reap_orphans() == [server.pid]
     assert server.wait(timeout=5) == -signal.SIGKILL
     assert not record.exists()

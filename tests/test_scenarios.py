@@ -117,6 +117,11 @@ def test_swa_curves_gauge_and_plots(demo):
         for ext in ("png", "svg"):
             assert (out / "plots" / f"{config}-swa_peak.{ext}").stat().st_size > 1000
         assert f"](plots/{config}-swa_peak.png)" in report
+    # The curves in text too, on one scale: only the candidate that keeps every token reaches █.
+    lines = report.splitlines()
+    at = lines.index("**dflash / `swa_peak`**")
+    curves = {row.split(" | ")[0].lstrip("| "): row.split(" | ")[1] for row in lines[at + 6:at + 8]}
+    assert "█" in curves["candidate"] and "█" not in curves["base"], curves
 
 
 def test_mamba_unified_breaks_only_unified_cache_hits(demo):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck, leftovers
+from conftest import ROOT, detcheck, fake_gpus, leftovers
 from faultlib import Bench, interrupt
 from harness.fixture_repo import FixtureRepo
 
@@ -32,6 +32,7 @@ repeats = 4
 requests_per_client = 2
 warmup = 1
 floor_rel = 0.5
+alpha = 0.2  # four rounds (min p 0.125): a schedule test, not a judgement
 """)
 
 
@@ -122,7 +123,8 @@ def test_a_matrix_entry_runs_its_suites_in_one_pool_with_each_suites_own_results
         f'suites = [{", ".join(repr(str(s)) for s in suites)}]\n')
     proc = detcheck("matrix", "run", "pool", "--matrix", str(tmp_path / "matrix.toml"), "--repo", str(repo.path),
                     "--base", base, "--candidate", candidate, "--out", str(tmp_path / "pool"),
-                    "--store", str(tmp_path / "pool-store"), "--format", "md", "--no-progress")
+                    "--store", str(tmp_path / "pool-store"), "--format", "md", "--no-progress",
+                    env=fake_gpus(tmp_path / "bin", ["cpu"]))
     assert proc.returncode == 1, proc.stderr[-3000:]  # the planted regression differs
     assert "alpha.toml, beta.toml on target refserver, in one pool (8 server slots on GPU 0)" in proc.stderr
     pooled = {s.stem: json.loads((tmp_path / "pool" / s.stem / "results.json").read_text()) for s in suites}

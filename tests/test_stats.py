@@ -239,7 +239,7 @@ def test_compare_noisy_shift_is_different():
     assert c.p is not None and c.p < 0.01
     assert c.effect == pytest.approx(5.0, abs=1.0)
     assert c.ci is not None and c.ci[0] > 0.5
-    assert "beyond floor 0.5" in c.note
+    assert "beyond floor ±0.5" in c.note
 
 
 def test_compare_noisy_zero_floor_noise_is_never_same():
@@ -448,3 +448,49 @@ def test_top1_agreement():
     assert top1_agreement(ref, test) == 0.5
     with pytest.raises(ValueError):
         top1_agreement([], [])
+
+
+def test_least_samples_is_where_the_exact_minimum_p_first_drops_below_alpha():
+    from harness.stats import least_samples, min_mann_whitney_p, min_wilcoxon_p
+
+    assert min_wilcoxon_p(5) == 0.0625 and min_wilcoxon_p(6) == 0.03125
+    assert least_samples(0.05, paired=True) == 6 and least_samples(0.01, paired=True) == 8
+    assert min_mann_whitney_p(3, 3) == 0.1 and least_samples(0.05, paired=False) == 4
+
+
+def _on_the_floor(n: int, shift: float) -> tuple[np.ndarray, np.ndarray]:
+    """Paired samples whose differences are `shift` plus noise of spread 0.05."""
+    rng = np.random.default_rng(n)
+    base = rng.normal(3.0, 0.5, n)
+    return base, base + shift + rng.normal(0.0, 0.05, n)
+
+
+def test_an_effect_on_the_floor_is_unknown_at_every_size_with_a_power_estimate_not_one_more():
+    # The floor is 10% of a base median of about 3.0 (0.3); the drop is exactly that.
+    floor = Floor(relative=0.1)
+    for n in (16, 17, 64):
+        base, cand = _on_the_floor(n, -0.1 * float(np.median(_on_the_floor(n, 0.0)[0])))
+        c = compare_paired(base, cand, floor)
+        assert c.ci is not None and c.ci[0] < -c.floor < c.ci[1], (n, c.ci, c.floor)
+        assert c.verdict == Verdict.UNKNOWN and "straddles the floor" in c.note, (n, c.note)
+        # the CI must clear the floor's edge, which the effect sits next to: many more samples
+        assert c.needed is not None and c.needed > n + 10, (n, c.needed, c.note)
+
+
+def test_a_ci_wholly_beyond_the_floor_is_different_and_one_touching_it_is_not():
+    base, cand = _on_the_floor(32, -0.6)
+    c = compare_paired(base, cand, Floor(absolute=0.3))
+    assert c.verdict == Verdict.DIFFERENT and c.ci is not None and c.ci[1] < -0.3
+    # the same data against a floor as wide as the CI's far end: straddling, unknown
+    wide = compare_paired(base, cand, Floor(absolute=-c.ci[0]))
+    assert wide.verdict == Verdict.SAME
+    mid = compare_paired(base, cand, Floor(absolute=-(c.ci[0] + c.ci[1]) / 2))
+    assert mid.verdict == Verdict.UNKNOWN and "straddles" in mid.note
+
+
+def test_resolving_distance_is_measured_from_the_nearest_edge():
+    from harness.stats import resolving_distance
+
+    assert resolving_distance(-0.25, 0.3) == pytest.approx(0.05)
+    assert resolving_distance(0.4, 0.3) == pytest.approx(0.1)
+    assert resolving_distance(-0.2, 0.0) == pytest.approx(0.2)

@@ -5,6 +5,7 @@ gate). Commands import this module, never one another."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import sys
@@ -15,18 +16,18 @@ from typing import Any, TextIO
 
 from harness import baseline
 from harness.compare import overall
-from harness.envs import DEFAULT_ENV_FILE, EnvOptions
+from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.observer import QuietObserver, RunObserver
 from harness.paths import cache_dir
 from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
-from harness.report.emit import FORMATS, emit
-from harness.result_files import RESULTS_FILE
+from harness.report.emit import FORMATS, PLOT_DIR, emit, report_files
+from harness.result_files import RESULTS_FILE, read_run, run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
-from harness.run import RunRequest
-from harness.schedule import cpu_slots, default_slot_count
+from harness.run import LOG_DIR, RunRequest, server_logs
+from harness.schedule import check_slot_count, cpu_slots, default_slot_count
 from harness.stats import Verdict
 from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
@@ -59,11 +60,11 @@ def add_target_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=TARGET_NAMES, default=None, help=TARGET_HELP)
 
 
-def chosen_target(target: str | None, repo: Path | None) -> str:
-    """--target, else the one --repo's tree holds, else refserver; printed (stderr), so that an
-    SGLang checkout never silently launches the reference server."""
+def chosen_target(target: str | None, repo: Path | None, named_by: str = "--target") -> str:
+    """`target` (given by `named_by`), else the one --repo's tree holds, else refserver; printed
+    (stderr), so that an SGLang checkout never silently launches the reference server."""
     if target is not None:
-        why = "--target"
+        why = named_by
     elif repo is None:
         target, why = "refserver", "no --repo"
     else:
@@ -71,7 +72,7 @@ def chosen_target(target: str | None, repo: Path | None) -> str:
         if found is None:
             raise UsageError(f"--repo {repo} holds neither "
                              f"{' nor '.join(f'{t.package_dir}/{t.package}' for t in TARGETS.values())}: "
-                             f"pass --target")
+                             f"name the target with {named_by}")
         target, why = found.name, f"{found.package_dir}/{found.package} in --repo"
     print(f"detcheck: target {target} ({why})", file=sys.stderr)
     return target
@@ -132,11 +133,15 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
                         "own requirements file)")
     p.add_argument("--env-pip-arg", action="append", default=[], metavar="ARG",
                    help="argument passed to `pip install` when an environment is built (repeatable; "
-                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR)")
+                        "offline: --env-pip-arg=--no-index --env-pip-arg=--find-links=DIR; part of the "
+                        "environment's key; --target, --prefix, --root and --user are refused)")
+    p.add_argument("--env-build-timeout", type=float, default=DEFAULT_BUILD_TIMEOUT_S, metavar="SECONDS",
+                   help="time limit of one environment's build; past it the build is killed and the "
+                        f"revision's cells are errors naming it (default {DEFAULT_BUILD_TIMEOUT_S:g})")
 
 
 def env_options_from(args: argparse.Namespace) -> EnvOptions:
-    return EnvOptions(args.env_file, tuple(args.env_pip_arg))
+    return EnvOptions(args.env_file, tuple(args.env_pip_arg), args.env_build_timeout)
 
 
 def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
@@ -155,23 +160,39 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
     return base, candidate
 
 
-def claim_out_dir(out: Path, resume: bool, force: bool) -> None:
-    """An --out holding another run is never overwritten by accident: --resume continues it,
-    --force replaces it (its logs too, so they are not appended across runs)."""
+def claim_out_dir(out: Path, resume: bool, force: bool, suite: Path | None = None) -> None:
+    """An --out holding another run (results.json or results.json.gz) is never overwritten by
+    accident: --resume continues it (the same suite only), --force replaces it: the files
+    detcheck wrote there go (results, report, server logs, the plots the report links), so
+    they are not appended across runs; anything else in the directory stays."""
+    earlier = run_files(out)
     if resume:
-        if not (out / RESULTS_FILE).is_file():
+        if not earlier:
             raise UsageError(f"--resume needs --out pointing at an earlier run's directory "
                              f"(one with {RESULTS_FILE}); {out} has none")
+        if suite is not None:
+            check_same_suite(out, read_run(out), suite)
         return
-    if not (out / RESULTS_FILE).is_file():
+    if not earlier:
         return
     if not force:
         raise UsageError(f"--out {out} holds an earlier run; pass --resume to continue it or "
                          f"--force to replace it")
-    for name in (RESULTS_FILE, "report.md"):
-        (out / name).unlink(missing_ok=True)
-    for name in ("logs", "plots"):
-        shutil.rmtree(out / name, ignore_errors=True)
+    for path in [*earlier, *server_logs(out), *report_files(out)]:
+        path.unlink(missing_ok=True)
+    for folder in (out / LOG_DIR, out / PLOT_DIR):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def check_same_suite(out: Path, earlier: RunResult, suite: Path) -> None:
+    """--resume continues a run of the suite it is given: another suite's results would be
+    replaced by a run that measures other things."""
+    recorded = earlier.metadata.get("suite_path")
+    same = recorded is not None and Path(recorded).is_file() and os.path.samefile(recorded, suite)
+    if not same:
+        raise UsageError(f"--resume: {out} holds a run of suite {earlier.suite!r} ({recorded}), "
+                         f"not of {suite}; pass that suite, or another --out")
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -202,7 +223,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         if python and shutil.which(python) is None:
             raise UsageError(f"{option} {python}: no such executable")
     out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    claim_out_dir(out, args.resume, args.force)
+    claim_out_dir(out, args.resume, args.force, suite)
     return RunRequest(
         suite_path=suite, target=target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
@@ -218,9 +239,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
 
 
 def slot_count(args: argparse.Namespace, target: str) -> int:
-    if args.slots is not None and args.slots < 1:
-        raise UsageError(f"--slots {args.slots}: at least one server must be allowed")
-    count = args.slots or default_slot_count(target)
+    count = check_slot_count(args.slots) if args.slots is not None else default_slot_count(target)
     return max(count, 2) if args.parallel else count
 
 

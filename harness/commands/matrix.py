@@ -9,20 +9,23 @@ are still one directory per suite), as many servers at once as the entry has slo
 gpus × servers_per_gpu (or --servers-per-gpu), each pinned to its GPU; without servers_per_gpu,
 an entry with two or more GPUs starts base and candidate servers at the same time, each on its
 half of the GPUs. nox's `validate(<entry>)` sessions call `matrix run`.
+The target is the entry's `target`; an entry that names none runs the one the --repo checkout
+holds, as `run` and `bisect` choose it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from harness.commands.common_args import (add_env_args, add_format_arg, add_revision_args, check_baseline_file,
-                                          claim_out_dir, command_line, conclude, env_options_from, observer_for,
-                                          revisions_from)
+from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, add_format_arg, add_revision_args,
+                                          check_baseline_file, chosen_target, claim_out_dir, command_line,
+                                          conclude, env_options_from, observer_for, revisions_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
 from harness.run import RunRequest, execute_together
@@ -42,8 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=run_list)
 
     r = verbs.add_parser("run", help="run every suite of one entry, base vs candidate")
-    r.add_argument("entry", help="entry name; its target (matrix.toml's `target`, sglang when "
-                   "omitted) is launched whatever --repo holds, and printed at the start")
+    r.add_argument("entry", help="entry name. Target: the entry's `target` where it names one, "
+                   "else what --repo holds (python/sglang: sglang; python/refserver, a fixture repo: "
+                   "refserver), refserver without --repo; printed at the start")
     r.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     add_revision_args(r)
     r.add_argument("--out", type=Path, default=None,
@@ -75,7 +79,7 @@ def run_list(args: argparse.Namespace) -> int:
     matrix, here = load_matrix(args.matrix), gpu_names()
     rows = [{"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
              "suites": [str(s) for s in e.suites], "parallel": e.parallel,
-             "slots": len(entry_slots(e, os.environ.get("CUDA_VISIBLE_DEVICES"))),
+             "slots": len(entry_slots(e, None)),  # how many the entry has, wherever its GPUs are
              "runnable_here": e.missing(here) is None, "why_not": e.missing(here)} for e in matrix.entries]
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -83,13 +87,19 @@ def run_list(args: argparse.Namespace) -> int:
     for row in rows:
         where = "runs here" if row["runnable_here"] else f"skipped here: {row['why_not']}"
         slots = f"{row['slots']} server slot{'s' if row['slots'] > 1 else ''}"
-        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {row['target']:<9} {slots:<15} {where}")
+        target = row["target"] or "checkout"  # none named: what --repo holds
+        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {target:<9} {slots:<15} {where}")
     return 0
 
 
 def run_entry(args: argparse.Namespace) -> int:
     entry = load_matrix(args.matrix).entry(args.entry)
+    if (why_not := entry.missing(gpu_names())) is not None:  # as nox's validate(<entry>) skips it
+        print(f"matrix {entry.name}: skipped: {why_not}", file=sys.stderr)
+        return EXIT_NOTHING_MEASURED
     check_baseline_file(args.baseline)
+    entry = dataclasses.replace(entry, target=chosen_target(
+        entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}"))
     base, candidate = revisions_from(args)
     root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu)

@@ -17,9 +17,11 @@ from typing import Any, Sequence
 from harness.client import Generation
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.params import Param
-from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.common import batches
-from harness.probes.shared_params import BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, SIDES_AT_ONCE, WORKLOAD
+from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
+                                          SIDES_AT_ONCE, WORKLOAD)
 from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -114,6 +116,12 @@ def _facts(samples: list[dict[str, Any]], hit_fraction: float) -> dict[str, Any]
     }
 
 
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """Two turns per prompt per round, paired: 2 × prompts values per round."""
+    prompts = params["prompts"] or workload.prompts
+    return (PlannedMetric("accept_length", Kind.NOISY, paired=True, key="repeats", per_unit=2 * prompts),)
+
+
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     median = primary.headline_value() if primary else None
     return (f"accept {fmt(median)} (turn 1 {fmt(facts.get('turn1_median'))}, turn 2 "
@@ -127,9 +135,9 @@ PARAMS = (
     Param("suffix_len", int, 8, "tokens of the next prompt appended as turn 2's follow-up", MEASURED,
           low=0, high=1_000_000),
     Param("repeats", int, 1, "rounds of both turns, each on a flushed cache", MEASURED, low=1, high=1000),
-    SIDES_AT_ONCE,
+    SIDES_AT_ONCE, PLACEMENT_SEED,
     *JUDGING,
 )
 PROBE = register(ProbeKind("accept_length", run,
                            "speculative accept length, shared-prefix multi-turn (noisy)",
-                           params=PARAMS, describe=describe, merge=merge))
+                           params=PARAMS, describe=describe, merge=merge, planned=planned))

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from harness import stats
 from harness.client import SGLangClient
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
-from harness.plan import ServerConfig
+from harness.plan import ServerConfig, WorkloadSpec
 from harness.results import CellResult, Metric, ProbeOutput, Role
 from harness.server import ServerProcess
+from harness.stats import Kind
 from harness.workloads import Workload
 
 
@@ -57,6 +59,34 @@ class Across:
 
 
 @dataclass(frozen=True)
+class PlannedMetric:
+    """A metric as a suite plans it, before anything runs: its kind and, for a noisy one, the
+    samples per side (`per_unit` × the value of the parameter `key`) its rank test will get."""
+
+    name: str
+    kind: Kind
+    paired: bool = False
+    key: str = ""  # the parameter the sample count scales with (repeats, prompts)
+    per_unit: int = 1
+
+    def samples(self, params: dict[str, Any], workload: WorkloadSpec) -> int:
+        return self.per_unit * _param_or_workload(params, workload, self.key)
+
+
+def _param_or_workload(params: dict[str, Any], workload: WorkloadSpec, key: str) -> int:
+    return int(params[key]) if params.get(key) is not None else int(getattr(workload, key))
+
+
+def deciding_metrics(params: dict[str, Any], metrics: Sequence[tuple[str, Kind]]) -> list[str]:
+    """The metrics whose verdicts decide, of `metrics` ((name, kind), primary first): the
+    suite's `verdict_metrics` when it names them (an explicit narrowing), else the primary and
+    every exact metric, so a changed exact figure is never outvoted by the first metric."""
+    if params["verdict_metrics"]:
+        return list(params["verdict_metrics"])
+    return [name for i, (name, kind) in enumerate(metrics) if i == 0 or kind == Kind.EXACT]
+
+
+@dataclass(frozen=True)
 class ProbeKind:
     name: str
     run: Callable[[ProbeContext], ProbeOutput]
@@ -81,6 +111,13 @@ class ProbeKind:
     # compared are derived from both sides' samples (base cell, candidate cell, judged
     # parameters) instead of being each cell's own.
     across: Callable[[CellResult, CellResult, dict[str, Any]], Across] | None = None
+    # The metrics the probe will report under these parameters, primary first, on a
+    # configuration that is (or is not) deterministic: what the suite's design check reads.
+    planned: Callable[[dict[str, Any], WorkloadSpec, bool], tuple[PlannedMetric, ...]] | None = None
+    # The pair's figure as a few lines of Markdown (a Unicode sparkline, a small table), from the
+    # measured cells of both sides: what a report pasted into a PR still shows once its image
+    # links break. Pure text, no matplotlib; the report puts it under the pair's name.
+    text_figure: Callable[[dict[Role, CellResult]], list[str]] | None = None
 
     @property
     def interleaved(self) -> bool:
@@ -95,6 +132,33 @@ class ProbeKind:
         """Every parameter, from `raw` (a [probe.<name>] table) or its default; UsageError
         naming `where` and the key for an unknown key or a bad value."""
         return validate_params(self.params, raw, where)
+
+    def check_design(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
+                     where: str) -> None:
+        """UsageError when a noisy metric that decides cannot reach its share of `alpha` (alpha /
+        the number of deciding noisy metrics, as compare.py judges them) with the samples the
+        suite plans (an exact rank test's smallest p: 2/2^n for n pairs, 2/C(2n, n) for n
+        against n), naming the key and the smallest value that works."""
+        if self.planned is None:
+            return
+        planned = self.planned(params, workload, deterministic)
+        deciding = set(deciding_metrics(params, [(m.name, m.kind) for m in planned]))
+        noisy = [m for m in planned if m.kind == Kind.NOISY and m.name in deciding]
+        # compare.py splits alpha among the deciding noisy metrics (Bonferroni)
+        alpha = params["alpha"] / max(1, len(noisy))
+        for m in noisy:
+            n = m.samples(params, workload)
+            least = stats.least_samples(alpha, m.paired)
+            if n >= least:
+                continue
+            lowest_p = stats.min_wilcoxon_p(n) if m.paired else stats.min_mann_whitney_p(n, n)
+            value = _param_or_workload(params, workload, m.key)
+            raise UsageError(
+                f"{where}.{m.key}: {value} gives {m.name} {n} {'pairs' if m.paired else 'samples per side'}, "
+                f"whose smallest two-sided p is {lowest_p:.3g}: it can never reach alpha {alpha:.3g}"
+                f"{f' (the suite alpha over {len(noisy)} deciding noisy metrics)' if len(noisy) > 1 else ''}, so "
+                f"this suite could not tell a change from none; set {m.key} >= "
+                f"{-(-least // m.per_unit)} (or raise alpha)")
 
     def defaults(self) -> dict[str, Any]:
         return self.validate({}, f"[probe.{self.name}]")

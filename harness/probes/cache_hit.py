@@ -9,11 +9,12 @@ prompts hit, the result is vacuous and says so rather than reporting a match.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from harness.client import OUTPUT_LOGPROBS
 from harness.errors import ProbeNotApplicable, VacuousResult
-from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
@@ -101,10 +102,18 @@ def run_decode(ctx: ProbeContext) -> ProbeOutput:
     return _hit_run(ctx, turn2, [len(p) + 1 for p in prompts], 3)
 
 
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """k3 over each side's own hits (unpaired; at most every prompt hits), and the hit fraction."""
+    return (PlannedMetric("k3", Kind.EXACT if deterministic else Kind.NOISY, key="prompts"),
+            PlannedMetric("hit_fraction", Kind.EXACT))
+
+
 PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)
 PREFILL_PROBE = register(ProbeKind("prefill_cache_hit", run_prefill,
                                    "prefix-cache hit on a seeded prompt vs cold prefill",
-                                   params=PARAMS, describe=describe_kl, judge=judge_gate))
+                                   params=PARAMS, describe=describe_kl, judge=judge_gate,
+                                   planned=planned))
 DECODE_PROBE = register(ProbeKind("decode_cache_hit", run_decode,
                                   "turn-2 hit on decode-written tokens vs cold prefill",
-                                  params=PARAMS, describe=describe_kl, judge=judge_gate))
+                                  params=PARAMS, describe=describe_kl, judge=judge_gate,
+                                   planned=planned))

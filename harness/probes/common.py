@@ -3,6 +3,7 @@ gate, and the SWA pool curve read from Decode log lines."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -41,8 +42,8 @@ def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails:
         for gen, tail in zip(gens, chunk_tails):
             lps = gen.input_logprobs[-tail:] if tail else []
             top = gen.input_top_logprobs[-tail:] if tail and top_k else []
-            nulls = [i for i, v in enumerate(lps) if v is None]
-            top_gap = any(t is None or any(lp is None for lp, _ in t) for t in top)
+            nulls = [i for i, v in enumerate(lps) if _unusable(v)]  # null, NaN or inf
+            top_gap = any(t is None or any(_unusable(lp, allow_neg_inf=True) for lp, _ in t) for t in top)
             if len(lps) < tail or nulls or (top_k and (len(top) < tail or top_gap)):
                 broken.append({"prompt": len(out) + len(broken), "returned": len(gen.input_logprobs),
                                "needed_last": tail, "null_positions_of_last": nulls})
@@ -51,7 +52,7 @@ def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails:
     if broken:
         first = broken[0]
         raise ServerFinding(
-            f"cold replay returned null or missing input logprobs on {len(broken)} of {len(sequences)} "
+            f"cold replay returned null, non-finite or missing input logprobs on {len(broken)} of {len(sequences)} "
             f"prompts (prompt {first['prompt']}: {first['returned']} returned, "
             f"{len(first['null_positions_of_last'])} of the last {first['needed_last']} null)", tuple(broken))
     return out
@@ -63,33 +64,65 @@ def degenerate_outputs(outputs: Sequence[Sequence[int]], min_len: int = 8) -> in
     return sum(1 for o in outputs if len(o) >= min_len and len(set(o)) == 1)
 
 
+def _label(value: float | None) -> str:
+    """What is wrong with a logprob no answer may hold: null, NaN or inf."""
+    if value is None:
+        return "null"
+    return "NaN" if value != value else ("inf" if value > 0 else "-inf")
+
+
+def _unusable(value: float | None, allow_neg_inf: bool = False) -> bool:
+    # A sampled token's logprob is finite: the model gave it mass. A top-k alternative may
+    # be -inf (a masked token ranked in a short list); NaN and +inf are never a logprob.
+    if value is None or value != value:
+        return True
+    return math.isinf(value) and not (allow_neg_inf and value < 0)
+
+
+def _broken_rows(rows: Sequence[Sequence[Any]], bad_at: Any) -> list[dict[str, Any]]:
+    """Per prompt with a bad position: where its nulls are and where its NaN/inf values are."""
+    broken = []
+    for i, row in enumerate(rows):
+        labels = [(j, label) for j, item in enumerate(row) for label in [bad_at(item)] if label]
+        if labels:
+            broken.append({"prompt": i, "tokens": len(row),
+                           "null_positions": [j for j, label in labels if label == "null"],
+                           **({"non_finite_positions": [[j, label] for j, label in labels if label != "null"]}
+                              if any(label != "null" for _, label in labels) else {})})
+    return broken
+
+
+def _raise_broken(what: str, kind: str, broken: list[dict[str, Any]], total: int) -> None:
+    first = broken[0]
+    firsts = [*first["null_positions"], *(j for j, _ in first.get("non_finite_positions", []))]
+    labels = sorted({"null" for b in broken if b["null_positions"]}
+                    | {label for b in broken for _, label in b.get("non_finite_positions", [])},
+                    key=["null", "NaN", "inf", "-inf"].index)
+    raise ServerFinding(f"{what} returned {'/'.join(labels)} {kind} logprobs on {len(broken)} of {total} "
+                        f"prompts (first at position {min(firsts)} of prompt {first['prompt']})", tuple(broken))
+
+
 def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str) -> list[list[float]]:
-    """Every output position of every answer has a logprob, or a ServerFinding that says on how
-    many prompts and where the first null is."""
-    broken = [{"prompt": i, "tokens": len(row), "null_positions": [j for j, v in enumerate(row) if v is None]}
-              for i, row in enumerate(rows) if any(v is None for v in row)]
+    """Every output position of every answer has a finite logprob, or a ServerFinding that says
+    on how many prompts, which kind (null, NaN, inf) and where (prompt, position) the first is."""
+    broken = _broken_rows(rows, lambda v: _label(v) if _unusable(v) else "")
     if broken:
-        first = broken[0]
-        raise ServerFinding(f"{what} returned null output logprobs on {len(broken)} of {len(rows)} prompts "
-                            f"(first at position {first['null_positions'][0]} of prompt {first['prompt']})",
-                            tuple(broken))
+        _raise_broken(what, "output", broken, len(rows))
     return [[float(v) for v in row] for row in rows]
 
 
 def require_top_logprobs(rows: Sequence[Sequence[Sequence[tuple[float | None, int]] | None]],
                          what: str) -> None:
-    """Every output position of every answer has its top-k entries, each with a logprob, or a
-    ServerFinding that says on how many prompts and where the first gap is."""
-    def gaps(row: Sequence) -> list[int]:
-        return [j for j, top in enumerate(row) if top is None or any(lp is None for lp, _ in top)]
+    """Every output position of every answer has its top-k entries, each with a logprob that is
+    not null, NaN or +inf, or a ServerFinding that says on how many prompts and where."""
+    def bad(top: Sequence[tuple[float | None, int]] | None) -> str:
+        if top is None:
+            return "null"
+        return next((_label(lp) for lp, _ in top if _unusable(lp, allow_neg_inf=True)), "")
 
-    broken = [{"prompt": i, "tokens": len(row), "null_positions": gaps(row)}
-              for i, row in enumerate(rows) if gaps(row)]
+    broken = _broken_rows(rows, bad)
     if broken:
-        first = broken[0]
-        raise ServerFinding(f"{what} returned null top-k logprobs on {len(broken)} of {len(rows)} prompts "
-                            f"(first at position {first['null_positions'][0]} of prompt {first['prompt']})",
-                            tuple(broken))
+        _raise_broken(what, "top-k", broken, len(rows))
 
 
 def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,
@@ -113,6 +146,8 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
         "prompts": len(per_prompt),
         "prompts_diverged": len(diverged),
         "first_divergent": min(diverged) if diverged else None,
+        # the prompt that earliest position is in: a row names (prompt, position)
+        "first_divergent_prompt": firsts.index(min(diverged)) if diverged else None,
     }
     metric = Metric(name=name, kind=Kind.EXACT if deterministic else Kind.NOISY,
                     values=tuple(per_prompt), better="lower", headline="mean", paired=paired)
@@ -135,7 +170,9 @@ def describe_kl(facts: dict[str, Any], primary: Metric | None) -> str:
         text += (f" · top-{facts['top_k']} KL {fmt(facts['topk_kl_mean'])} "
                  f"(max {fmt(facts.get('topk_kl_max'))}, top-1 agree {facts['top1_agree']:.0%})")
     if facts.get("first_divergent") is not None:
-        text += f", first diff @{facts['first_divergent']}"
+        prompt = facts.get("first_divergent_prompt")  # absent from cells stored before it was
+        at = f"prompt {prompt}, " if prompt is not None else ""
+        text += f", first differs from the replay at {at}output position {facts['first_divergent']}"
     if "hit_fraction" in facts:
         text += f", hit {facts['hit_fraction']:.0%}"
     if facts.get("degenerate_prompts"):

@@ -45,11 +45,28 @@ def run(ctx: ProbeContext) -> ProbeOutput:
         samples.append({"batch_size": size, "signature": signature, **record})
         ctx.advance(i + 1, len(sizes))
     unique = len(set(signatures))
-    first_other = next((s["batch_size"] for s in samples if s["signature"] != signatures[0]), None)
-    facts = {"unique_outputs": unique, "batch_sizes": sizes, "first_differing_batch_size": first_other,
+    other = next((s for s in samples if s["signature"] != signatures[0]), None)
+    facts = {"unique_outputs": unique, "batch_sizes": sizes,
+             "first_differing_batch_size": other["batch_size"] if other else None,
+             "first_difference": first_difference(samples[0], other) if other else None,
              "compares": "output ids + logprobs" if with_logprobs else "output ids"}
     metric = Metric("unique_outputs", Kind.EXACT, (float(unique),), better="lower", headline="first")
     return ProbeOutput(samples=tuple(samples), metrics=(metric,), facts=facts)
+
+
+def first_difference(reference: dict, other: dict) -> dict:
+    """Where `other`'s output first departs from the first batch size's: the prompt (the target
+    is prompt 0 of the workload), the output position, and whether the token ids changed there
+    or only the logprobs (the same tokens, other numbers: a reduction order that moved)."""
+    ids, other_ids = reference["output_ids"], other["output_ids"]
+    at = next((j for j, (a, b) in enumerate(zip(ids, other_ids)) if a != b), None)
+    if at is None and len(ids) != len(other_ids):
+        at = min(len(ids), len(other_ids))
+    if at is not None:
+        return {"batch_size": other["batch_size"], "prompt": 0, "position": at, "changed": "ids"}
+    lps, other_lps = reference["logprobs"] or [], other["logprobs"] or []
+    at = next((j for j, (a, b) in enumerate(zip(lps, other_lps)) if a != b), 0)
+    return {"batch_size": other["batch_size"], "prompt": 0, "position": at, "changed": "logprobs only"}
 
 
 def sizes_text(sizes: list[int] | None) -> str:
@@ -61,7 +78,11 @@ def sizes_text(sizes: list[int] | None) -> str:
 
 def describe(facts: dict, primary) -> str:
     text = f"{facts.get('unique_outputs')} unique over batch sizes {sizes_text(facts.get('batch_sizes'))}"
-    if facts.get("first_differing_batch_size") is not None:
+    first = facts.get("first_difference")
+    if first:
+        text += (f" (first differs at batch size {first['batch_size']}: prompt {first['prompt']}, "
+                 f"token {first['position']}, {first['changed']})")
+    elif facts.get("first_differing_batch_size") is not None:  # a cell stored before positions were
         text += f" (first differs at {facts['first_differing_batch_size']})"
     return text
 

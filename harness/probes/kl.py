@@ -14,7 +14,8 @@ from typing import Any, Sequence
 from harness import stats
 from harness.client import Logprobs
 from harness.params import Param
-from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.common import (batches, cold_replay, degenerate_outputs, describe_kl, judge_gate,
                                    kl_metric, require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
@@ -85,6 +86,14 @@ def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[
     return metric, facts, [{"topk_kl": k_, "top1_agree": a} for k_, a in zip(per_prompt, agree)]
 
 
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """k3 and (with top_k) top-k KL per prompt, paired: exact under deterministic inference."""
+    kind = Kind.EXACT if deterministic else Kind.NOISY
+    names = ("k3", "topk_kl") if params["top_k"] else ("k3",)
+    return tuple(PlannedMetric(n, kind, paired=True, key="prompts") for n in names)
+
+
 PROBE = register(ProbeKind(
     "kl", run, "decode vs cold prefill replay (k3 on sampled-token logprobs, KL over the top-k)",
-    params=(*WORKLOAD, BATCH_SIZE, TOP_K, *KL, *JUDGING), describe=describe_kl, judge=judge_gate))
+    params=(*WORKLOAD, BATCH_SIZE, TOP_K, *KL, *JUDGING), describe=describe_kl, judge=judge_gate,
+    planned=planned))

@@ -220,9 +220,11 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     text = (f"KL to base {fmt(facts['kl_mean'])} (p99 {fmt(facts['kl_p99'])}, max {fmt(facts['kl_max'])}), "
             f"k3 {fmt(facts['k3_mean'])}, top-1 agree {facts['top1_agree']:.0%}, "
             f"greedy {'identical' if facts['greedy_identical'] else 'differs'}")
-    first = facts.get("first_divergent") or facts.get("decode_first_divergent")
+    # The scored sequence's position is an index into its input ids; the decode's, an output's.
+    first, where = ((facts["first_divergent"], "scored token") if facts.get("first_divergent")
+                    else (facts.get("decode_first_divergent"), "output position"))
     if first:
-        text += f", first diff prompt {first['prompt']} @{first['position']}"
+        text += f", first differs at prompt {first['prompt']}, {where} {first['position']}"
     return text
 
 

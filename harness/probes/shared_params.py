@@ -48,12 +48,15 @@ JUDGING = (
     Param("floors", dict[str, dict[str, float]], {},
           "per metric: {absolute, relative} practical floor of a noisy comparison", JUDGED,
           check=_floor_table),
-    Param("floor_abs", float, 0.0, "absolute floor of the primary metric", JUDGED, low=0.0),
-    Param("floor_rel", float, 0.0, "floor of the primary metric, relative to the base median",
+    Param("floor_abs", float, 0.0, "absolute floor of every noisy metric without its own `floors` entry",
           JUDGED, low=0.0),
-    Param("alpha", float, 0.05, "Mann-Whitney significance level", JUDGED, low=0.0, high=1.0),
+    Param("floor_rel", float, 0.0, "floor of every noisy metric without its own `floors` entry, "
+          "relative to the base median", JUDGED, low=0.0),
+    Param("alpha", float, 0.05, "significance level of the rank tests (Wilcoxon, Mann-Whitney)",
+          JUDGED, low=0.0, high=1.0),
     Param("bootstrap_seed", int, 0, "seed of the bootstrap confidence intervals", JUDGED, low=0),
-    Param("verdict_metrics", list[str], None, "metrics that decide the verdict (default: the primary)",
+    Param("verdict_metrics", list[str], None, "metrics that decide the verdict (default: the primary and every exact "
+          "metric; exact ones left out still show when they change)",
           JUDGED, check=non_empty),
 )
 
@@ -64,3 +67,7 @@ SIDES_AT_ONCE = Param(
     "run each round on both sides at the same time instead of one after the other (A B B A): "
     "on a card other jobs share, whatever else loads it falls on both sides alike, at the cost "
     "of the two sides sharing it too", MEASURED)
+# MEASURED: it decides which side's requests reach the card first in each round.
+PLACEMENT_SEED = Param(
+    "placement_seed", int, 0, "with sides_at_once: seed of the order in which the sides start each "
+    "round (each side first in half the rounds, shuffled)", MEASURED, low=0)

@@ -25,7 +25,8 @@ from harness.params import Param
 from harness.probes.base import ProbeContext, ProbeKind, register
 from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
-from harness.report.format import fmt
+from harness.report.format import fmt, md_table
+from harness.report.sparkline import sparkline
 from harness.results import CellResult, Metric, ProbeOutput, Role
 from harness.stats import Kind
 
@@ -175,6 +176,34 @@ def plot(config: str, cells: dict[Role, CellResult], out_dir: Path) -> str:
     return draw.png_path(name)
 
 
+# The text figure: characters per curve, and the requests per side drawn (a suite may ask for
+# many prompts; the first few show the shape, the plot and the samples hold every one).
+SPARK_WIDTH = 40
+SPARK_REQUESTS = 4
+
+
+def text_figure(cells: dict[Role, CellResult]) -> list[str]:
+    """The curves of `plot` as sparklines on one scale (one column is the largest count held
+    over its share of the generated tokens), with each request's peak: the shape survives a
+    report pasted without its image."""
+    curves = [(role, i, sample) for role, cell in cells.items()
+              for i, sample in enumerate(cell.samples[:SPARK_REQUESTS])]
+    x_max = max((max(s["generated"], default=0) for _, _, s in curves), default=0)
+    y_max = max((max(s["swa_tokens"], default=0) for _, _, s in curves), default=0)
+    width = max(1, min(SPARK_WIDTH, int(x_max)))  # never a column narrower than one token
+    several = any(len(cell.samples) > 1 for cell in cells.values())
+    body = []
+    for role, i, sample in curves:
+        line = sparkline(sample["generated"], sample["swa_tokens"], x_max=x_max, y_max=y_max, width=width)
+        side = f"{role.value}, request {i + 1}" if several else role.value
+        body.append((side, f"`{line}`" if line else "–", fmt(max(sample["swa_tokens"], default=None))))
+    shown = "".join(f"; {role.value}: first {SPARK_REQUESTS} of {len(cell.samples)} requests"
+                    for role, cell in cells.items() if len(cell.samples) > SPARK_REQUESTS)
+    return [f"SWA tokens held (`#swa token`) over 0–{fmt(x_max)} generated tokens, {width} characters "
+            f"(each the largest count in its stretch), ▁ 0 … █ {fmt(y_max)}{shown}:", "",
+            *md_table(("side", "SWA tokens held", "peak"), body)]
+
+
 PARAMS = (
     *WORKLOAD,
     Param("gauge_poll_s", float, 0.1, "seconds between scrapes of the SWA gauge", MEASURED,
@@ -183,4 +212,4 @@ PARAMS = (
 )
 PROBE = register(ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",
                            params=PARAMS, server_args=("--decode-log-interval", "1", "--enable-metrics"),
-                           describe=describe, plot=plot))
+                           describe=describe, plot=plot, text_figure=text_figure))

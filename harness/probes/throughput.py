@@ -5,11 +5,10 @@ each, back to back; tok/s = completion tokens / wall time of the level. Levels a
 within each of `repeats` rounds, so drift spreads over all of them. Each level is a noisy
 metric `tok_s_c<c>` (the highest level first: it decides the verdict unless the suite names
 `verdict_metrics`). The pipeline interleaves the rounds of the two sides (both servers up),
-and the metrics are paired by round. Each level also has a per-request metric `req_tok_s_c<c>`
-(a request's completion tokens over its own latency, every request of every round: unpaired),
-which decides a comparison with few rounds, e.g. one round of a 32k-token generation per side
-(requests of one round share their batch, so they are not fully independent: name it in
-`verdict_metrics` knowingly). With `sides_at_once` the pipeline runs each round on both sides
+and the metrics are paired by round. Each level also has a per-request metric `req_tok_s_c<c>`:
+per round, the median over its requests of a request's completion tokens over its own latency.
+The round is the unit of replication for both (a round's requests share their batches: they
+are not independent samples), so either needs `repeats` rounds that can reach alpha. With `sides_at_once` the pipeline runs each round on both sides
 at the same time: on a card that other jobs share (server slots), their load then falls on
 both sides alike, which alternating rounds guarantee only over many rounds. Retractions
 (`meta_info.num_retractions`), the pools when each retraction happened (its log line, as of
@@ -25,7 +24,10 @@ closes, no further request is sent and every request still running is aborted (S
 /abort_request), whose answer carries the tokens it had so far. tok/s = tokens generated within
 the window / the window (or / the level's wall time, when every request ended sooner); a
 request's `req_tok_s_c<c>` = its tokens / its own time in the window. A request cut by the window
-is neither an error nor a finding; one the server aborted itself counts as it always did.
+is neither an error nor a finding; one the server aborted itself counts as it always did. A
+request that runs on through ABORTS_IGNORED aborts and then answers in full is a finding for the
+cell: the server does not honour aborts, and its tokens, produced after the window, would
+otherwise make that side read faster.
 SGLang 0.5.16 answers a cut request in one of two ways: a running one finishes after one more
 step (its tokens so far, as usual); one cut in the waiting queue (a retracted request waiting to
 run again) is answered by the tokenizer manager with the tokens the scheduler had passed on (a
@@ -45,12 +47,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 from harness.client import SGLangClient
-from harness.errors import VacuousResult
+from harness.errors import ServerFinding, VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
-from harness.probes.base import ProbeContext, ProbeKind, register
+from harness.plan import WorkloadSpec
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
 from harness.probes.common import swa_curve
-from harness.probes.shared_params import JUDGING, MEASURED, SIDES_AT_ONCE, WORKLOAD, non_empty
+from harness.probes.shared_params import JUDGING, MEASURED, PLACEMENT_SEED, SIDES_AT_ONCE, WORKLOAD, non_empty
 from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -68,6 +71,11 @@ def request_metric_name(level: int) -> str:
 # just before the window closed may reach the server after its abort, which SGLang ignores (an
 # unknown rid), so it would otherwise run to its end.
 ABORT_RETRY_S = 1.0
+# A request answered without an abort after this many aborts (two full retry intervals past the
+# window's close) ran on: the server does not honour /abort_request, and its tokens, produced
+# after the window, must not be counted in it. One or two aborts leave room for a request that
+# was finishing anyway when the window closed.
+ABORTS_IGNORED = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +86,7 @@ class RequestResult:
     seconds: float  # from its send to its answer, or to the window's end when the window cut it
     cut: bool  # aborted because the measurement window closed
     retractions: int
+    ran_on: bool = False  # answered without an abort after ABORTS_IGNORED aborts: not honoured
 
     @property
     def tok_s(self) -> float:
@@ -94,7 +103,7 @@ class MeasurementWindow:
         self._lock = threading.Lock()
         self._closed = False
         self._in_flight: set[str] = set()
-        self._aborted: set[str] = set()
+        self._aborts: dict[str, int] = {}  # rid -> aborts sent for it
 
     def admit(self, rid: str) -> bool:
         """Register a request about to be sent; False once the window has closed."""
@@ -104,11 +113,11 @@ class MeasurementWindow:
             self._in_flight.add(rid)
             return True
 
-    def answered(self, rid: str) -> bool:
-        """Unregister an answered request; True if the window aborted it."""
+    def answered(self, rid: str) -> int:
+        """Unregister an answered request; how many aborts the window sent it (0: none)."""
         with self._lock:
             self._in_flight.discard(rid)
-            return rid in self._aborted
+            return self._aborts.get(rid, 0)
 
     def close_when_due(self, futures: list[Future]) -> None:
         """Wait for the requests or the window's end, whichever comes first; then abort every
@@ -121,7 +130,8 @@ class MeasurementWindow:
         while True:
             with self._lock:
                 rids = sorted(self._in_flight)
-                self._aborted.update(rids)  # before the abort: its answer may come back at once
+                for rid in rids:  # counted before the abort: its answer may come back at once
+                    self._aborts[rid] = self._aborts.get(rid, 0) + 1
             for rid in rids:
                 self.client.abort(rid)
             if not wait(futures, timeout=ABORT_RETRY_S).not_done:
@@ -141,15 +151,15 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
         gen = clients[i % level].generate(prompts[i % len(prompts)],
                                           max_new_tokens=ctx.workload.output_len, rid=rid)[0]
         ended = time.perf_counter()
-        cut = False
-        if window is not None:
-            # Only an abort the window asked for: an abort the server made on its own (out of
-            # memory) counts as it always did.
-            cut = window.answered(rid) and gen.aborted
-            if cut:
-                ended = min(ended, window.ends_at)
+        aborts = window.answered(rid) if window is not None else 0
+        # Only an abort the window asked for: an abort the server made on its own (out of
+        # memory) counts as it always did.
+        cut = aborts > 0 and gen.aborted
+        if cut:
+            ended = min(ended, window.ends_at)
         return RequestResult(gen.completion_tokens, ended - t0, cut,
-                             int(gen.meta.get("num_retractions", 0) or 0))
+                             int(gen.meta.get("num_retractions", 0) or 0),
+                             ran_on=aborts >= ABORTS_IGNORED and not gen.aborted)
 
     n = level * ctx.param("requests_per_client")
     ctx.client.flush_cache()
@@ -196,6 +206,15 @@ def level_rates(answered: list[RequestResult], wall: float, window_s: float | No
     }
     if window_s is None:
         return rates
+    ran_on = [r for r in answered if r.ran_on]
+    if ran_on:
+        # Its tokens came after the window: counted in it they would make this side faster.
+        raise ServerFinding(
+            f"the server did not honour /abort_request: {len(ran_on)} of {len(answered)} requests ran on "
+            f"after the {window_s:g} s window closed and {ABORTS_IGNORED} aborts, answering "
+            f"{sum(r.completion_tokens for r in ran_on)} tokens {max(r.seconds for r in ran_on) - window_s:.1f} s "
+            f"late (not counted: a window holds only tokens produced in it)",
+            tuple({"completion_tokens": r.completion_tokens, "seconds": r.seconds} for r in ran_on))
     if tokens == 0:
         raise VacuousResult(f"no request produced a token within the {window_s:g} s window "
                             f"({len(answered)} sent)")
@@ -234,9 +253,11 @@ def _output(samples: list[dict[str, Any]]) -> ProbeOutput:
                unit="tok/s", better="higher", headline="median", paired=True)
         for c in ordered
     ) + tuple(
+        # The round is the unit of replication: a round's requests share its batches, so they
+        # are one observation (their median), never as many independent samples as requests.
         Metric(request_metric_name(c), Kind.NOISY,
-               tuple(v for s in samples if s["concurrency"] == c for v in s["request_tok_s"]),
-               unit="tok/s", better="higher", headline="median")
+               tuple(statistics.median(s["request_tok_s"]) for s in samples if s["concurrency"] == c),
+               unit="tok/s", better="higher", headline="median", paired=True)
         for c in ordered
         if all("request_tok_s" in s for s in samples)  # cells stored before it was measured lack it
     )
@@ -266,6 +287,14 @@ def _facts(samples: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
     return facts
 
 
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """Every level's two metrics, the highest level first, each paired by round: `repeats` pairs."""
+    levels = sorted(set(params["concurrency"]))
+    ordered = [levels[-1], *levels[:-1]]
+    return tuple(PlannedMetric(name(c), Kind.NOISY, paired=True, key="repeats")
+                 for name in (metric_name, request_metric_name) for c in ordered)
+
+
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     levels = facts.get("concurrency") or []
     parts = [f"c{c} {fmt(facts.get(f'{metric_name(c)}_median'))}" for c in levels]
@@ -288,8 +317,11 @@ PARAMS = (
           low=1, high=4096, check=non_empty),
     Param("requests_per_client", int, 1, "requests each client sends per level", MEASURED,
           low=1, high=100_000),
-    Param("repeats", int, 3, "rounds over all levels", MEASURED, low=1, high=1000),
-    SIDES_AT_ONCE,
+    # 6: the fewest rounds whose paired Wilcoxon p can go below 0.05 (2/2^6); the suite's design
+    # check refuses fewer at that alpha.
+    Param("repeats", int, 6, "rounds over all levels (the unit of replication: metrics pair by round)",
+          MEASURED, low=1, high=1000),
+    SIDES_AT_ONCE, PLACEMENT_SEED,
     Param("window_s", float, None, "measure each level for this many seconds, aborting the "
           "requests still running (None: until every request ends)", MEASURED,
           low=0.1, high=86_400.0),
@@ -297,4 +329,4 @@ PARAMS = (
     *JUDGING,
 )
 PROBE = register(ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
-                           params=PARAMS, describe=describe, merge=merge))
+                           params=PARAMS, describe=describe, merge=merge, planned=planned))

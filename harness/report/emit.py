@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,19 @@ from harness.result_files import atomic_write_text
 from harness.results import RunResult
 
 FORMATS = ("console", "md", "json")
+REPORT_FILE = "report.md"
+PLOT_DIR = "plots"  # under the run directory; report.md links each plot drawn there
+
+
+def report_files(out_dir: Path) -> list[Path]:
+    """What `emit` wrote into a run directory: report.md and the plots it links (PNG and SVG
+    twin); nothing else that may lie in plots/."""
+    try:
+        report = (out_dir / REPORT_FILE).read_text(errors="replace")
+    except OSError:
+        return []
+    pngs = re.findall(rf"\]\(({PLOT_DIR}/[^)\s/]+)\.png\)", report)
+    return [out_dir / REPORT_FILE, *(out_dir / f"{png}{ext}" for png in pngs for ext in (".png", ".svg"))]
 
 
 def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], str]:
@@ -39,7 +53,7 @@ def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
         markdown = MarkdownReport(result, plots).render()
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(out_dir / "report.md", markdown)
+            atomic_write_text(out_dir / REPORT_FILE, markdown)
     except OSError as exc:
         print(f"detcheck: warning: report.md and plots not written to {out_dir}: "
               f"{exc.strerror or exc}", file=sys.stderr)

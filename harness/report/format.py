@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from harness.paths import PROJECT_ROOT
 from harness.results import Metric
@@ -34,6 +34,19 @@ def describe_default(facts: dict[str, Any], primary: Metric | None) -> str:
         return "–"
     unit = f" {primary.unit}" if primary.unit else ""
     return f"{primary.name} {fmt(primary.headline_value())}{unit}"
+
+
+def md_escape(text: str) -> str:
+    """Text that stays inside one Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: Iterable[str], body: Iterable[Iterable[Any]]) -> list[str]:
+    """A Markdown table's lines: the header as given, every body cell escaped."""
+    header = list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(md_escape(str(c)) for c in row) + " |" for row in body]
+    return lines
 
 
 def plural(n: int, noun: str, many: str | None = None) -> str:

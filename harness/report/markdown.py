@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Iterable
 
-from harness.report.format import fmt, plural, portable
-from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, headline, index_item,
-                                 launches_text, revision_label, rows)
+from harness.probes import PROBES
+from harness.report.format import fmt, md_escape, md_table, plural, portable
+from harness.report.rows import (VERDICT_MARK, comparison_text, failure_text, figure_cells, headline,
+                                 index_item, launches_text, revision_label, rows, value_place)
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
-
-
-def _esc(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _table(header: Iterable[str], body: Iterable[Iterable[str]]) -> list[str]:
-    header = list(header)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_esc(str(c)) for c in row) + " |" for row in body]
-    return lines
 
 
 def _rev(label: str, info) -> str:
@@ -44,9 +33,10 @@ class MarkdownReport:
                f"Base: {_rev('', r.base).strip()}  ",
                f"Candidate: {_rev('', r.candidate).strip()}",
                ""]
-        out += _table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
-                      ((row.config, f"`{row.probe}`", row.base, row.candidate,
-                        VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r)))
+        out += md_table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
+                        ((row.config, f"`{row.probe}`", row.base, row.candidate,
+                          VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r)))
+        out += self._text_figures()
         if self.plots:
             out += ["", "Plots (relative links: attach the files to the PR, or they break once pasted):"]
         for (config, probe), path in self.plots.items():
@@ -57,6 +47,17 @@ class MarkdownReport:
         out += ["</details>", ""]
         out += self._footer()
         return "\n".join(out) + "\n"
+
+    def _text_figures(self) -> list[str]:
+        """Each pair's figure in text, from its probe's `text_figure` hook: it stays when the
+        report is pasted somewhere its image links break."""
+        out = []
+        for comp in self.result.comparisons:
+            kind = PROBES.get(comp.probe)
+            cells = figure_cells(self.result, comp)
+            if kind is not None and kind.text_figure is not None and cells:
+                out += ["", f"**{comp.config} / `{comp.probe}`**", "", *kind.text_figure(cells)]
+        return out
 
     def _details(self, config: str, probe: str) -> list[str]:
         r = self.result
@@ -69,14 +70,16 @@ class MarkdownReport:
                 metrics = [x.metric(name) if x else None for x in (base, cand)]
                 item = index_item(comp, base, metrics[0])
                 body.append((name, c.kind.value, *(_summary(s, m, item) for s, m in zip((c.base, c.candidate), metrics)),
-                             comparison_text(c, *metrics, item=item), c.verdict.value))
-            out += _table(("metric", "kind", "base", "candidate", "comparison", "verdict"), body)
+                             comparison_text(c, *metrics, item=item,
+                                             where=value_place(item, (base, cand), (metrics[0], metrics[1]))),
+                             c.verdict.value))
+            out += md_table(("metric", "kind", "base", "candidate", "comparison", "verdict"), body)
             out.append("")
         for side, cell in (("base", base), ("candidate", cand)):
             if cell is None:
                 continue
             if cell.status != Status.OK:
-                out += [f"**{side}: {cell.status.value}** — {_esc(portable(failure_text(cell)))}", ""]
+                out += [f"**{side}: {cell.status.value}** — {md_escape(portable(failure_text(cell)))}", ""]
                 if cell.status == Status.FINDING and cell.samples:
                     out += [f"{side}'s evidence (first of {len(cell.samples)} in results.json):", "",
                             "```", *(json.dumps(s, default=str) for s in cell.samples[:3]), "```", ""]
@@ -97,7 +100,7 @@ class MarkdownReport:
         if not keys:
             return []
         get = lambda side, k: fmt(side[k]) if k in side else "–"
-        return _table(("fact", "base", "candidate"), ((k, *(get(side, k) for side in facts)) for k in keys)) + [""]
+        return md_table(("fact", "base", "candidate"), ((k, *(get(side, k) for side in facts)) for k in keys)) + [""]
 
     def _footer(self) -> list[str]:
         r = self.result
@@ -128,13 +131,13 @@ def _reproducer(rep: Reproducer) -> list[str]:
     first = rep.first_divergent
     where = ", ".join(f"{k} {v}" for k, v in first.items()) if first else "–"
     out = [f"**Reproducer** (prompts {list(rep.prompts) or '–'}; first divergent: {where}; "
-           f"re-measurements: {rep.re_measurements}). {_esc(rep.shrink)}.", ""]
+           f"re-measurements: {rep.re_measurements}). {md_escape(rep.shrink)}.", ""]
     if rep.position_range is not None:
         out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
     if rep.requests:
         out += ["Post to each side's server (its argv above, `--port 30000`), in order:", "", "```sh"]
         out += [f"# {r.what}\n{r.curl()}" for r in rep.requests] + ["```", ""]
-    return out + [f"Expect: {_esc(rep.expect)}", ""]
+    return out + [f"Expect: {md_escape(rep.expect)}", ""]
 
 
 def _summary(s, metric: Metric | None, item: str) -> str:

@@ -17,9 +17,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.probes import PROBES
-from harness.results import CellResult, Role, RunResult, Status
+from harness.report.emit import PLOT_DIR
+from harness.report.rows import figure_cells
+from harness.results import CellResult, Role, RunResult
 
-PLOT_DIR = "plots"
 COLORS = {Role.BASE: "#1f77b4", Role.CANDIDATE: "#d62728"}
 _RC = {"svg.hashsalt": "detcheck"}
 
@@ -57,9 +58,7 @@ def draw_all(result: RunResult, out_dir: Path) -> dict[tuple[str, str], str]:
         kind = PROBES.get(comp.probe)
         if kind is None or kind.plot is None:
             continue
-        cells = {role: cell for role in (Role.BASE, Role.CANDIDATE)
-                 for cell in [result.cell(comp.config, comp.probe, role)]
-                 if cell is not None and cell.status == Status.OK and cell.samples}
+        cells = figure_cells(result, comp)
         if cells:
             plots[(comp.config, comp.probe)] = kind.plot(comp.config, cells, out_dir)
     return plots

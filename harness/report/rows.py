@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from harness.compare import overall
 from harness.logparse import last_exception
@@ -43,12 +44,13 @@ def deciding_metric(cell: CellResult, comp: ProbeComparison) -> Metric | None:
 
 
 def comparison_text(c: Comparison, base: Metric | None = None, cand: Metric | None = None,
-                    item: str = "value") -> str:
+                    item: str = "value", where: Callable[[int], str] | None = None) -> str:
     """One comparison in words. Exact: the headline statistic the cells show (`base`, `cand`:
-    the two sides' metric) and the first `item` (prompt, round…) whose values differ. Noisy:
-    the ratio of medians where one reads as such (tok/s: faster or slower), then the test."""
+    the two sides' metric) and the first `item` (prompt, round…) whose values differ, placed
+    by `where` where it says more than the item (`value_place`). Noisy: the ratio of medians
+    where one reads as such (tok/s: faster or slower), then the test."""
     if c.kind == Kind.EXACT:
-        return _exact_text(c, base, cand, item)
+        return _exact_text(c, base, cand, item, where or (lambda i: f"{item} {i}"))
     ci = f"[{fmt(c.ci[0])}, {fmt(c.ci[1])}]" if c.ci else "–"
     p = fmt(c.p) if c.p is not None else "–"
     if c.paired:
@@ -58,12 +60,15 @@ def comparison_text(c: Comparison, base: Metric | None = None, cand: Metric | No
     ratio = ratio_text(c, base)
     if ratio:
         text = f"{ratio}: {text}"
-    if c.needed is not None:
-        text += f"; needs n≈{c.needed} per side ({max(c.needed - c.base.n, 1)} more)"
+    if c.needed is not None and c.needed > c.base.n:
+        text += f"; needs n≈{c.needed} per side ({c.needed - c.base.n} more)"
+    elif c.needed is not None:
+        text += f"; n≈{c.needed} per side would usually resolve it: borderline, measure again"
     return text
 
 
-def _exact_text(c: Comparison, base: Metric | None, cand: Metric | None, item: str) -> str:
+def _exact_text(c: Comparison, base: Metric | None, cand: Metric | None, item: str,
+                where: Callable[[int], str]) -> str:
     if base is None or cand is None:
         return c.note
     if c.verdict == Verdict.SAME and len(base.values) == len(cand.values):
@@ -73,7 +78,7 @@ def _exact_text(c: Comparison, base: Metric | None, cand: Metric | None, item: s
     i = c.first_difference
     if i >= min(len(base.values), len(cand.values)):
         return f"{plural(len(base.values), item)} vs {len(cand.values):,}, equal as far as both go"
-    text = f"first at {item} {i}: {fmt(base.values[i])} → {fmt(cand.values[i])}"
+    text = f"first at {where(i)}: {fmt(base.values[i])} → {fmt(cand.values[i])}"
     if len(base.values) == len(cand.values):
         differing = sum(1 for x, y in zip(base.values, cand.values) if x != y)
         text += f" ({differing} of {plural(len(base.values), item)} differ)"
@@ -164,8 +169,17 @@ def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
 
 
 def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
-    notes = [_verdict_note(comp, base, cand), dummy_weights_text(base, cand), provenance_text(base, cand)]
+    notes = [_verdict_note(comp, base, cand), changed_exact_text(comp), dummy_weights_text(base, cand),
+             provenance_text(base, cand)]
     return "; ".join(n for n in notes if n)
+
+
+def changed_exact_text(comp: ProbeComparison) -> str:
+    """Exact metrics the suite's verdict_metrics left out, that changed: never silent."""
+    if not comp.changed_exact:
+        return ""
+    return "⚠ changed, not deciding: " + "; ".join(
+        f"{name} {comp.metrics[name].note}" for name in comp.changed_exact if name in comp.metrics)
 
 
 def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
@@ -174,7 +188,9 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
         if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
             return comp.note
         metrics = [c.metric(name) if c is not None else None for c in (base, cand)]
-        text = comparison_text(comp.metrics[name], *metrics, item=index_item(comp, base, metrics[0]))
+        item = index_item(comp, base, metrics[0])
+        text = comparison_text(comp.metrics[name], *metrics, item=item,
+                               where=value_place(item, (base, cand), (metrics[0], metrics[1])))
         return f"{name}: {text}" if len(comp.metrics) > 1 else text
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
@@ -191,6 +207,36 @@ def index_item(comp: ProbeComparison, cell: CellResult | None, metric: Metric | 
     if cell is None or metric is None:
         return "value"
     return "prompt" if comp.facts(cell).get("prompts") == len(metric.values) else "value"
+
+
+# The sample key in which a per-prompt sample locates the first output position where that
+# side's answer departed from its reference (the kl probes: decode or cache hit vs cold replay).
+FIRST_POSITION = "first_divergent"
+
+
+def value_place(item: str, cells: tuple[CellResult | None, CellResult | None],
+                metrics: tuple[Metric | None, Metric | None]) -> Callable[[int], str]:
+    """Value i's place in words: "prompt 0", and where each side's samples are its metric's
+    values one for one and locate where the answer departed, that output position too ("prompt
+    0, output position 3"; "output position 3 → 5" where the sides departed at different ones)."""
+    def first(cell: CellResult | None, metric: Metric | None, i: int) -> int | None:
+        if cell is None or metric is None or len(cell.samples) != len(metric.values) or i >= len(cell.samples):
+            return None
+        return cell.samples[i].get(FIRST_POSITION)
+
+    def place(i: int) -> str:
+        found = [p for p in (first(cell, metric, i) for cell, metric in zip(cells, metrics)) if p is not None]
+        if item != "prompt" or not found:
+            return f"{item} {i}"
+        return f"{item} {i}, output position {' → '.join(str(p) for p in dict.fromkeys(found))}"
+    return place
+
+
+def figure_cells(result: RunResult, comp: ProbeComparison) -> dict[Role, CellResult]:
+    """The sides a figure of the pair draws: measured cells with samples (none: no figure)."""
+    return {role: cell for role in (Role.BASE, Role.CANDIDATE)
+            for cell in [result.cell(comp.config, comp.probe, role)]
+            if cell is not None and cell.status == Status.OK and cell.samples}
 
 
 def headline(result: RunResult) -> str:

@@ -44,7 +44,9 @@ def test_kl_line_shows_k3_and_top_k_side_by_side_then_the_gate():
              "topk_kl_max": 0.03, "top1_agree": 0.97, "first_divergent": 5,
              "threshold": 1e-9, "passes_threshold": True}
     assert describe_kl(facts, None) == ("k3 0 (max 0, 0% > τ) · top-8 KL 0.002 (max 0.03, top-1 agree 97%), "
-                                        "first diff @5; gate < 1.00e-09 ✓")
+                                        "first differs from the replay at output position 5; gate < 1.00e-09 ✓")
+    located = {**facts, "first_divergent_prompt": 2}
+    assert "first differs from the replay at prompt 2, output position 5;" in describe_kl(located, None)
     cache = {"k3_mean": 0.5, "k3_max": 1.0, "frac_over_tau": 0.25, "hit_fraction": 1.0}
     assert describe_kl(cache, None) == "k3 0.5 (max 1, 25% > τ), hit 100%"
 

@@ -36,3 +36,17 @@ def test_by_default_every_batch_size_up_to_the_largest_is_tested():
     assert determinism.batch_sizes(SimpleNamespace(param=given.__getitem__)) == [1, 16]
     facts = {"unique_outputs": 1, "batch_sizes": list(range(1, 9)), "first_differing_batch_size": None}
     assert probe.describe(facts, None) == "1 unique over batch sizes 1–8"
+
+
+def test_the_row_names_the_first_differing_token_and_whether_ids_changed():
+    from harness.probes.determinism import first_difference
+
+    one = {"batch_size": 1, "output_ids": [5, 6, 7, 8], "logprobs": [-0.1, -0.2, -0.3, -0.4]}
+    ids = {"batch_size": 3, "output_ids": [5, 6, 9, 8], "logprobs": [-0.1, -0.2, -0.5, -0.4]}
+    lps = {"batch_size": 5, "output_ids": [5, 6, 7, 8], "logprobs": [-0.1, -0.2, -0.3, -0.40000001]}
+    assert first_difference(one, ids) == {"batch_size": 3, "prompt": 0, "position": 2, "changed": "ids"}
+    assert first_difference(one, lps) == {"batch_size": 5, "prompt": 0, "position": 3, "changed": "logprobs only"}
+    facts = {"unique_outputs": 2, "batch_sizes": [1, 3], "first_differing_batch_size": 3,
+             "first_difference": first_difference(one, ids)}
+    assert determinism.describe(facts, None) == ("2 unique over batch sizes [1, 3] (first differs at batch size 3: "
+                                                 "prompt 0, token 2, ids)")

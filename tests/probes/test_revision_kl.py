@@ -172,3 +172,13 @@ def test_an_infinite_kl_in_noisy_mode_is_compared_exactly_not_crashed_on():
     comp = compare(base, cand, deterministic=False)
     assert comp.verdict == Verdict.DIFFERENT and comp.metrics["kl"].kind == "exact"
     assert comp.judged["candidate"]["kl_infinite_prompts"] == [0]
+
+
+def test_the_cell_names_where_the_first_divergence_is_in_words():
+    describe = PROBES["revision_kl"].describe
+    facts = {"kl_mean": 0.003, "kl_p99": 0.004, "kl_max": 0.005, "k3_mean": 0.2, "top1_agree": 1.0,
+             "greedy_identical": True, "first_divergent": {"prompt": 0, "position": 7}}
+    assert describe(facts, None).endswith("greedy identical, first differs at prompt 0, scored token 7")
+    decode = {**facts, "first_divergent": None, "decode_first_divergent": {"prompt": 2, "position": 1}}
+    assert describe(decode, None).endswith(", first differs at prompt 2, output position 1")
+    assert describe({**decode, "decode_first_divergent": None}, None).endswith("greedy identical")

@@ -68,16 +68,16 @@ def test_the_window_aborts_what_is_in_flight_and_admits_nothing_after():
     client = AbortingClient(pending)
     window = MeasurementWindow(client, 0.05)
     assert window.admit("done") and window.admit("running")
-    assert window.answered("done") is False  # answered before the window closed
+    assert window.answered("done") == 0  # answered before the window closed
     window.close_when_due(futures)
-    assert client.aborted == ["running"] and window.answered("running") is True
+    assert client.aborted == ["running"] and window.answered("running") == 1
     assert not window.admit("late")  # the window has closed: never sent
 
 
 @pytest.mark.slow
 def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_path):
     suite = refserver_suite(tmp_path / "live.toml", ["throughput", "accept_length"],
-                            "[probe.throughput]\nconcurrency = [2, 1]\nrepeats = 2\n", config="plain",
+                            "[probe.throughput]\nconcurrency = [2, 1]\nrepeats = 2\nalpha = 0.9\n", config="plain",
                             deterministic=False, prompts=4, prompt_len=(16, 16), output_len=16,
                             args=("--random-seed", "1"))
     out = tmp_path / "run"
@@ -87,10 +87,13 @@ def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_pat
     cells = {(c["probe"], c["role"]): c for c in result["cells"]}
     tput = cells["throughput", "base"]
     assert tput["status"] == "ok", tput["reason"]
-    # The highest level decides; per-request figures follow, every request of every round.
+    # The highest level decides; per-request figures follow, one per round (its requests' median:
+    # the round is the unit of replication), paired by round like the level's tok/s.
     assert [m["name"] for m in tput["metrics"]] == ["tok_s_c2", "tok_s_c1", "req_tok_s_c2", "req_tok_s_c1"]
     per_request = {m["name"]: m for m in tput["metrics"]}
-    assert len(per_request["req_tok_s_c2"]["values"]) == 2 * 2 and not per_request["req_tok_s_c2"].get("paired")
+    assert len(per_request["req_tok_s_c2"]["values"]) == 2 and per_request["req_tok_s_c2"]["paired"]
+    by_round = [s["request_tok_s"] for s in tput["samples"] if s["concurrency"] == 2]
+    assert per_request["req_tok_s_c2"]["values"] == pytest.approx([sum(r) / 2 for r in by_round])
     assert [(s["repeat"], s["concurrency"]) for s in tput["samples"]] == [(0, 1), (0, 2), (1, 1), (1, 2)]
     assert all(s["completion_tokens"] == 16 * s["requests"] and s["tok_s"] > 0 for s in tput["samples"])
     assert "tok/s" in proc.stdout
@@ -104,7 +107,7 @@ def test_a_window_bounds_a_level_and_counts_the_cut_requests(tmp_path):
     the level with every request cut (aborted) and the tokens it had, and no second request."""
     suite = refserver_suite(tmp_path / "window.toml", ["throughput"],
                             "[probe.throughput]\nconcurrency = [2]\nrequests_per_client = 2\n"
-                            "repeats = 1\nwarmup = 0\nwindow_s = 2.0\n", config="plain",
+                            "repeats = 2\nalpha = 0.9\nwarmup = 0\nwindow_s = 2.0\n", config="plain",
                             deterministic=False, prompts=2, prompt_len=(16, 16), output_len=20_000)
     out = tmp_path / "run"
     proc = detcheck("run", "--suite", str(suite), "--out", str(out), "--no-progress")
@@ -112,14 +115,15 @@ def test_a_window_bounds_a_level_and_counts_the_cut_requests(tmp_path):
     result = json.loads((out / "results.json").read_text())
     for cell in result["cells"]:
         assert cell["status"] == "ok", cell["reason"]
-        (sample,) = cell["samples"]
-        assert sample["wall_s"] < 2.0 + 3.0  # the window, then the aborts' answers
-        assert sample["requests"] == 4 and sample["requests_sent"] == 2  # the window closed first
-        assert sample["request_cut"] == [True, True] and sample["measured_s"] == 2.0
-        assert 0 < sample["completion_tokens"] < 2 * 20_000 and sample["tok_s"] > 0
-        assert all(v > 0 for v in sample["request_tok_s"])
-        assert cell["facts"]["window_s"] == 2.0 and cell["facts"]["requests_cut"] == 2
-    assert "2 s window (2 of 2 requests cut)" in (out / "report.md").read_text()
+        assert len(cell["samples"]) == 2  # two rounds
+        for sample in cell["samples"]:
+            assert sample["wall_s"] < 2.0 + 3.0  # the window, then the aborts' answers
+            assert sample["requests"] == 4 and sample["requests_sent"] == 2  # the window closed first
+            assert sample["request_cut"] == [True, True] and sample["measured_s"] == 2.0
+            assert 0 < sample["completion_tokens"] < 2 * 20_000 and sample["tok_s"] > 0
+            assert all(v > 0 for v in sample["request_tok_s"])
+        assert cell["facts"]["window_s"] == 2.0 and cell["facts"]["requests_cut"] == 4
+    assert "2 s window (4 of 4 requests cut)" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow
@@ -127,8 +131,9 @@ def test_a_window_bounds_a_level_and_counts_the_cut_requests(tmp_path):
 def test_retractions_decide_per_request_throughput_and_record_the_swa_tokens(tmp_path, output_len, window):
     """The seed-scale DFLASH case in miniature: the candidate skips SWA eviction on the DFLASH
     decode path, four long requests overflow its SWA pool and it retracts; the base never does.
-    One round per side, decided by the per-request metric. With a window, as the seed-scale suite
-    measures it, the base's requests are all cut, and the candidate retracts within the window.
+    Two rounds per side (the round is the per-request metric's unit: one could decide nothing).
+    With a window, as the seed-scale suite measures it, the base's requests are all cut, and the
+    candidate retracts within the window.
 
     Nothing here rests on how fast the machine is. The candidate retracts once its 819-token SWA
     pool fills, about 160 decode steps in: the 15 s window leaves it ~90 ms a step (the reference
@@ -159,7 +164,8 @@ probes = ["throughput"]
 refserver = "{ROOT / 'fixtures/refmodels/hybrid-draft'}"
 [probe.throughput]
 concurrency = [4]
-repeats = 1
+repeats = 2
+alpha = 0.9  # two rounds: what was recorded is the test, not the verdict
 warmup = 0
 verdict_metrics = ["req_tok_s_c4"]
 {f"window_s = {window}" if window else ""}
@@ -185,10 +191,10 @@ verdict_metrics = ["req_tok_s_c4"]
     if window:
         # The window cut every request of the base; each of the candidate's was cut by it or
         # aborted by the server (finish reason abort: it outgrew its SWA pool alone) before.
-        assert base["requests_cut"] == 4 and base["window_s"] == window
-        (cand_round,) = cells["candidate"]["samples"]
-        assert cand_round["requests_sent"] == 4
-        # No request ran to its 15,000th token: a request the window did not cut, the server ended.
-        assert cand_round["completion_tokens"] < 4 * output_len
-        assert cand_round["measured_s"] == min(cand_round["wall_s"], window)
-        assert cells["base"]["samples"][0]["measured_s"] == window
+        assert base["requests_cut"] == 2 * 4 and base["window_s"] == window
+        for cand_round in cells["candidate"]["samples"]:
+            assert cand_round["requests_sent"] == 4
+            # No request ran to its 15,000th token: one the window did not cut, the server ended.
+            assert cand_round["completion_tokens"] < 4 * output_len
+            assert cand_round["measured_s"] == min(cand_round["wall_s"], window)
+        assert all(r["measured_s"] == window for r in cells["base"]["samples"])

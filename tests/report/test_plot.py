@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from harness.probes import swa_peak
 from harness.probes.common import swa_curve
 from harness.report import plot
 from harness.report.markdown import MarkdownReport
@@ -57,3 +58,27 @@ def test_draw_all_skips_failed_sides_and_probes_without_a_plot(tmp_path):
 
 def test_the_file_name_keeps_only_safe_characters():
     assert plot.png_path("a/b c-swa_peak") == "plots/a_b_c-swa_peak.png"
+
+
+def test_the_curves_read_as_text_where_the_image_is_not():
+    """Without any plot drawn, report.md shows both curves as sparklines on one scale: the base
+    (DFLASH, evicting: peak 24) stays low beside the candidate (no eviction: up to 70), which
+    ends at 12 of the 23 generated tokens."""
+    cells = (_swa_cell(Role.BASE, LOG), _swa_cell(Role.CANDIDATE, PLAIN_LOG))
+    lines = MarkdownReport(_result(cells)).render().splitlines()
+    at = lines.index("**dflash / `swa_peak`**")
+    assert lines[at + 2] == ("SWA tokens held (`#swa token`) over 0–23 generated tokens, 23 characters "
+                             "(each the largest count in its stretch), ▁ 0 … █ 70:")
+    table = {row.split(" | ")[0].strip("| "): row.split(" | ")[1:] for row in lines[at + 6:at + 8]}
+    base, cand = (table[side][0].strip("`") for side in ("base", "candidate"))
+    assert len(base) == len(cand) == 23  # one character per generated token: no narrower column
+    assert max(base) == "▃" and max(cand) == "█"  # 24 and 70 on a scale to 70
+    assert cand == "  " + "▇" * 6 + "█" * 5 + " " * 10  # tokens 2…12 of 23 hold 60 → 70
+    assert [table[side][1] for side in ("base", "candidate")] == ["24 |", "70 |"]
+
+
+def test_many_requests_show_the_first_few_and_say_so():
+    many = dataclasses.replace(_swa_cell(Role.BASE, LOG), samples=_swa_cell(Role.BASE, LOG).samples * 6)
+    text = swa_peak.text_figure({Role.BASE: many})
+    assert text[0].endswith("; base: first 4 of 6 requests:")
+    assert [row.split(" | ")[0] for row in text[4:]] == [f"| base, request {i}" for i in range(1, 5)]

@@ -7,9 +7,10 @@ import dataclasses
 from pathlib import Path
 
 from harness.report.format import portable, portable_path
-from harness.report.rows import comparison_text, dummy_weights_text, ratio_text, without_shared_side_notes
+from harness.report.rows import (comparison_text, dummy_weights_text, ratio_text, value_place,
+                                 without_shared_side_notes)
 from harness.result_files import read_run
-from harness.results import Metric
+from harness.results import CellResult, Metric, RevisionInfo, Role, Status
 from harness.stats import Floor, Kind, compare_exact, compare_noisy
 
 RUN = read_run(Path(__file__).resolve().parents[1] / "data" / "h200-pools.json")
@@ -57,6 +58,29 @@ def test_exact_differences_read_in_words_and_singulars_hold():
     cand = dataclasses.replace(base, values=(0.0, 0.006593097613568202, 0.0))
     assert (comparison_text(compare_exact(base.values, cand.values), base, cand, item="prompt")
             == "mean 0 → 0.0022; first at prompt 1: 0 → 0.00659 (1 of 3 prompts differ)")
+
+
+def k3_cell(role: Role, firsts: tuple[int | None, ...]) -> CellResult:
+    """A kl cell whose per-prompt samples say where each answer first departed from its replay."""
+    return CellResult(config="det", probe="kl", role=role, revision=RevisionInfo("main", "a" * 40),
+                      status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                      samples=tuple({"k3": 0.0, "first_divergent": f} for f in firsts))
+
+
+def test_a_differing_prompt_names_the_output_position_where_it_departed():
+    base = Metric("k3", Kind.EXACT, (0.0, 0.0, 0.0), headline="mean")
+    cand = dataclasses.replace(base, values=(0.0, 0.006593097613568202, 0.0))
+    cells = (k3_cell(Role.BASE, (None, None, None)), k3_cell(Role.CANDIDATE, (None, 3, None)))
+    where = value_place("prompt", cells, (base, cand))
+    assert (comparison_text(compare_exact(base.values, cand.values), base, cand, item="prompt", where=where)
+            == "mean 0 → 0.0022; first at prompt 1, output position 3: 0 → 0.00659 (1 of 3 prompts differ)")
+    both = (k3_cell(Role.BASE, (5, 2, 4)), k3_cell(Role.CANDIDATE, (5, 7, None)))
+    assert [value_place("prompt", both, (base, cand))(i) for i in range(3)] == [
+        "prompt 0, output position 5", "prompt 1, output position 2 → 7", "prompt 2, output position 4"]
+    # No position without samples one per value, nor for values that are not prompts.
+    assert value_place("prompt", (cells[0], None), (base, None))(1) == "prompt 1"
+    assert value_place("prompt", cells, (base, dataclasses.replace(cand, values=(0.0,))))(1) == "prompt 1"
+    assert value_place("value", cells, (base, cand))(1) == "value 1"
 
 
 def test_side_notes_both_sides_share_are_left_out_and_the_headline_stays():

@@ -1,0 +1,77 @@
+"""What a configuration is, resolved: the features a suite names (`Features`,
+`SpeculativeSpec`) and a configuration made concrete for one target (`ServerConfig`).
+
+The facts layer (standard library only): `plan` builds these from suites, `targets` turns a
+`ServerConfig` into a launch command, and neither imports the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SpeculativeSpec:
+    algorithm: str
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    block_size: int | None = None  # DFLASH / DSPARK block
+    multi_layer: bool = False
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a configuration *means*; capabilities.py turns it into a revision's flags."""
+
+    deterministic: bool = False
+    mamba_pool: str | None = None
+    mamba_track_interval: int | None = None
+    speculative: SpeculativeSpec | None = None
+    swa_ratio: float | None = None
+    disable_radix_cache: bool = False
+    # None: the server's default (graphs on); False/True: graphs off/on, spelled per revision.
+    cuda_graph: bool | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A configuration resolved for one target: model path, features, extra args, env."""
+
+    name: str
+    target: str
+    model: Path
+    features: Features
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    draft_model: Path | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of what determines the server's behaviour: model config, features, args, env."""
+        h = hashlib.sha256()
+        for path in (self.model, self.draft_model):
+            cfg = path / "config.json" if path else None
+            h.update(cfg.read_bytes() if cfg and cfg.is_file() else b"-")
+        h.update(json.dumps(
+            {
+                "target": self.target,
+                "features": _features_dict(self.features),
+                "args": list(self.args),
+                "env": {k: v for k, v in sorted(self.env.items())},
+            },
+            sort_keys=True,
+        ).encode())
+        return h.hexdigest()[:16]
+
+
+def _features_dict(f: Features) -> dict[str, Any]:
+    d = dict(f.__dict__)
+    d["speculative"] = dict(f.speculative.__dict__) if f.speculative else None
+    if f.cuda_graph is None:
+        del d["cuda_graph"]  # fingerprints of configurations that leave graphs alone are unchanged
+    return d

@@ -1,0 +1,104 @@
+"""The units the pipeline passes around: what was asked (`RunRequest`), a configuration's
+plan (`ConfigPlan`), one configuration on one revision (`Job`) and how one probe ended on it
+(`Outcome`). Below both `run` (which drives jobs) and `recorder` (which turns outcomes into
+cells), so neither needs the other's types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.envs import EnvOptions
+from harness.plan import ConfigSpec, ServerConfig
+from harness.results import Launch, ProbeOutput, Role, Status
+from harness.revisions import Revision
+from harness.schedule import Slot
+from harness.server import ServerProcess
+from harness.store import CellKey
+from harness.targets import Target
+from harness.workloads import Workload
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    suite_path: Path
+    target: str
+    base: Revision
+    candidate: Revision
+    out_dir: Path
+    store_root: Path
+    fresh: bool = False
+    python: str | None = None
+    only_configs: tuple[str, ...] = ()
+    only_probes: tuple[str, ...] = ()
+    extra_args: tuple[str, ...] = ()
+    # Extra server environment for every configuration (part of its fingerprint, unlike a slot's).
+    extra_env: dict[str, str] = field(default_factory=dict)
+    command_line: str = ""
+    # `--set probe.param=value`: probe parameters over the suite's tables (recorded in results).
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # How many servers may be up at once, and what pins each (a GPU, a role's GPUs): with more
+    # than one, jobs run in threads and the observer must be thread-safe. One slot: sequential.
+    slots: tuple[Slot, ...] = (Slot(),)
+    # Prompts per workload × this: bisect re-measures an *unknown* verdict with more samples.
+    workload_scale: int = 1
+    # The interpreter of one role's servers where it is not `python`: a revision that needs
+    # other packages (another torch, another kernel wheel) runs from its own environment.
+    # Given, it wins over the environment the revision's env file would build.
+    role_python: dict[Role, str] = field(default_factory=dict)
+    # Where a revision declares its own environment and how that is built (harness.envs).
+    env_options: EnvOptions = EnvOptions()
+
+    def revision(self, role: Role) -> Revision:
+        return self.base if role == Role.BASE else self.candidate
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    spec: ConfigSpec
+    server: ServerConfig
+    probes: tuple[str, ...]
+    workloads: dict[str, Workload]
+    # The flags the configuration's probes add (their union, first occurrence kept): every
+    # server of the configuration gets all of them, whichever probes are still to measure, so
+    # that a cell's key names every argument that reached its server.
+    probe_args: tuple[str, ...] = ()
+
+
+@dataclass
+class Job:
+    """One configuration on one revision: the context the job steps read and extend."""
+
+    cp: ConfigPlan
+    role: Role
+    revision: Revision
+    target: Target  # how this role's server starts, from which interpreter
+    worktree: Path | None
+    keys: dict[str, CellKey | None]
+    todo: list[str] = field(default_factory=list)  # probes still to measure
+    args: tuple[str, ...] = ()  # feature flags + probe flags, as this revision spells them
+    env: dict[str, str] = field(default_factory=dict)  # the configuration's and its slot's (a GPU)
+    server: ServerProcess | None = None
+    launch: Launch | None = None  # its record, given an end time at teardown
+    server_info: dict = field(default_factory=dict)
+    # What every cell of this job records about where it was measured.
+    meta: dict = field(default_factory=dict)
+    # Noisy probes stored by an earlier run: when and what they measured, for reference only.
+    earlier: dict[str, dict] = field(default_factory=dict)
+    # Values masked in everything kept: what the server saw (the caller's environment, the
+    # configuration's, which holds a matrix entry's, and its arguments) must not come back
+    # through its own output.
+    secrets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one probe ended on one job, before it becomes a CellResult."""
+
+    status: Status
+    reason: str = ""
+    log_tail: str = ""
+    output: ProbeOutput | None = None
+    wall_s: float | None = None

@@ -1,0 +1,500 @@
+"""Hostile input, round 3: per-revision environments, result files, secrets, slots, multi-GPU
+entries, bisect sessions, the leftover-server registry and the messages. Each test is one
+defect class reproduced; the slow ones start real processes."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import git, refserver_suite
+from harness.capabilities import revision_capabilities
+from harness.errors import LaunchError, UsageError
+from harness.plan import load_suite
+from harness.targets import get_target
+
+# -- 8. messages -------------------------------------------------------------------------
+
+
+def test_a_full_disk_names_the_file_whose_write_failed(tmp_path, monkeypatch, capsys):
+    """ENOSPC as a real write reports it: from the write or the fsync, with no file name."""
+    from harness import cli, result_files
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(result_files.os, "fsync", full)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text((Path(__file__).parent / "data" / "demo-cache.json").read_text())
+    code = cli.main(["baseline", "populate", "--results", str(run_dir), "--out", str(tmp_path / "b.json")])
+    err = capsys.readouterr().err
+    assert code == 4 and "No space left on device" in err and str(tmp_path / "b.json") in err, err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.json")]  # no temp file left
+
+
+def test_a_help_that_hangs_says_it_timed_out_not_an_exit_code(tmp_path):
+    hangs = tmp_path / "python"
+    hangs.write_text("#!/bin/sh\nexec sleep 60\n")
+    hangs.chmod(0o755)
+    with pytest.raises(LaunchError) as caught:
+        revision_capabilities(get_target("refserver", str(hangs)), None, None, timeout_s=1)
+    assert "timed out after 1 s" in str(caught.value) and "exit code" not in str(caught.value)
+    assert caught.value.exit_code is None
+
+
+def test_a_nested_table_as_a_suite_env_value_is_bad_input(tmp_path):
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"])
+    suite.write_text(suite.read_text().replace("[workload]", "[server.env]\nNESTED = { a = 1 }\n[workload]", 1))
+    with pytest.raises(UsageError, match=r"\[server\]\.env\.NESTED must be a string or a number, not a table"):
+        load_suite(suite)
+    suite.write_text(suite.read_text().replace("NESTED = { a = 1 }", 'PLAIN = "1"'))
+    assert load_suite(suite).server_env == {"PLAIN": "1"}
+
+
+# -- 4. slots ----------------------------------------------------------------------------
+
+HUGE = "99999999999999999999"
+
+
+def test_a_slot_count_beyond_any_host_is_bad_input(tmp_path):
+    """Before: --slots 10**20 laid out 10**20 slots (the process grew by ~25 MB/s, forever)."""
+    from harness.bisect import BisectSpec, bisect
+    from harness.cli import build_parser
+    from harness.commands.common_args import slot_count
+
+    def count(slots: str) -> int:
+        return slot_count(build_parser().parse_args(["run", "--suite", "s.toml", "--slots", slots]), "refserver")
+
+    with pytest.raises(UsageError, match=f"--slots {HUGE}: must be between 1 and 256"):
+        count(HUGE)
+    assert count("256") == 256
+    with pytest.raises(UsageError, match="--slots 0: must be between 1 and 256"):
+        count("0")
+    spec = BisectSpec(repo=tmp_path, good="0" * 40, suite=tmp_path / "s.toml", probes=("kl",))
+    with pytest.raises(UsageError, match=f"--slots {HUGE}: must be between 1 and 256"):
+        bisect(spec, "HEAD", slots=int(HUGE))
+
+
+@pytest.mark.parametrize("field", [f"servers_per_gpu = {HUGE}", f"gpus = {HUGE}"])
+def test_a_matrix_entry_with_more_gpus_or_servers_than_a_host_is_bad_input(tmp_path, field):
+    from harness.matrix import load_matrix
+
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"])
+    gpus = "" if field.startswith("gpus") else "gpus = 1\n"
+    (tmp_path / "m.toml").write_text(f'[[entry]]\nname = "x"\ngpu = "H200"\n{gpus}{field}\nsuites = ["{suite}"]\n')
+    with pytest.raises(UsageError, match=r"'x'\.(gpus|servers_per_gpu): must be an integer from [01] to 64"):
+        load_matrix(tmp_path / "m.toml")
+
+
+# -- 5. multi-GPU entries ----------------------------------------------------------------
+
+
+def test_an_entry_never_hands_out_fewer_gpus_than_it_needs():
+    """Before: a 2-GPU entry with CUDA_VISIBLE_DEVICES=0 gave both roles CUDA_VISIBLE_DEVICES=''."""
+    from harness.matrix import MatrixEntry
+    from harness.schedule import entry_slots
+
+    two = MatrixEntry(name="two", gpu="H200", gpus=2, suites=())
+    for visible in ("0", ""):
+        with pytest.raises(UsageError, match="'two' needs 2 GPUs; CUDA_VISIBLE_DEVICES="):
+            entry_slots(two, visible)
+    assert [s.env for s in entry_slots(two, "3,5")] == [{"CUDA_VISIBLE_DEVICES": "3"}, {"CUDA_VISIBLE_DEVICES": "5"}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpus_here, visible, why", [
+    (["NVIDIA H200", "NVIDIA H200"], "0", "needs 2× H200; this machine has 1 (GPUs: NVIDIA H200)"),
+    ([], None, "needs 2× H200; this machine has 0 (GPUs: none)"),
+])
+def test_matrix_run_skips_an_entry_whose_gpus_are_not_there(tmp_path, gpus_here, visible, why):
+    from conftest import detcheck, fake_gpus
+    from harness.fixture_repo import FixtureRepo
+
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"])
+    (tmp_path / "m.toml").write_text(
+        f'[[entry]]\nname = "h200x2"\ngpu = "H200"\ngpus = 2\ntarget = "refserver"\nsuites = ["{suite}"]\n')
+    repo = FixtureRepo.create(tmp_path / "repo")
+    proc = detcheck("matrix", "run", "h200x2", "--matrix", str(tmp_path / "m.toml"), "--repo", str(repo.path),
+                    "--base", repo.head(), "--candidate", repo.head(), "--out", str(tmp_path / "out"),
+                    "--no-progress", env=fake_gpus(tmp_path / "bin", gpus_here, visible))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert f"matrix h200x2: skipped: {why}" in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing launched, nothing written
+
+
+# -- 2. result files ---------------------------------------------------------------------
+
+DEMO_RUN = Path(__file__).parent / "data" / "demo-cache.json"
+
+
+def gzipped_run(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json.gz").write_bytes(gzip.compress(text.encode()))
+    return folder
+
+
+def test_an_out_holding_a_gzipped_run_is_an_earlier_run(tmp_path):
+    from harness.commands.common_args import claim_out_dir
+
+    out = gzipped_run(tmp_path / "out", DEMO_RUN.read_text())
+    (out / "report.md").write_text("the earlier report")
+    with pytest.raises(UsageError, match="holds an earlier run; pass --resume"):
+        claim_out_dir(out, resume=False, force=False)
+    assert (out / "report.md").read_text() == "the earlier report"
+    claim_out_dir(out, resume=False, force=True)
+    assert not (out / "results.json.gz").exists() and not (out / "report.md").exists()
+
+
+def test_a_folder_holding_both_result_files_that_disagree_is_not_read(tmp_path, capsys):
+    from harness import cli
+
+    text = DEMO_RUN.read_text()
+    out = gzipped_run(tmp_path / "run", text)
+    (out / "results.json").write_text(text)
+    assert cli.main(["report", str(out), "--check", "--format", "json"]) == 1  # the same run twice: read
+    capsys.readouterr()
+    data = json.loads(text)
+    for comp in data["comparisons"]:
+        comp["verdict"] = "same"
+    (out / "results.json").write_text(json.dumps(data))
+    assert cli.main(["report", str(out), "--check", "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "holds both results.json and results.json.gz, and they differ" in err and str(out) in err
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_inflated_whole(tmp_path, monkeypatch):
+    from harness import result_files
+    from harness.errors import CorruptResult
+
+    monkeypatch.setattr(result_files, "MAX_INFLATED_BYTES", 2**20, raising=False)
+    bomb = tmp_path / "run" / "results.json.gz"
+    bomb.parent.mkdir()
+    with gzip.open(bomb, "wb") as f:
+        for _ in range(4):
+            f.write(b" " * 2**20)  # 4 MiB of whitespace: valid JSON padding around nothing
+    with pytest.raises(CorruptResult, match=r"inflates to more than 1 MiB"):
+        result_files.read_run(bomb.parent)
+
+
+def test_resume_with_another_suite_is_refused(tmp_path):
+    from harness.cli import build_parser
+    from harness.commands.common_args import request_from
+    from harness.revisions import Revision
+
+    ran = refserver_suite(tmp_path / "ran.toml", ["kl"])
+    other = refserver_suite(tmp_path / "other.toml", ["kl"])
+    out = tmp_path / "out"
+    out.mkdir()
+    data = json.loads(DEMO_RUN.read_text())
+    data["suite"], data["metadata"]["suite_path"] = "ran", str(ran)
+    (out / "results.json").write_text(json.dumps(data))
+    installed = Revision.installed("installed")
+
+    def resume(suite: Path):
+        args = build_parser().parse_args(["run", "--suite", str(suite), "--resume", "--out", str(out)])
+        return request_from(args, installed, installed, suite)
+
+    with pytest.raises(UsageError, match=r"--resume: .* holds a run of suite 'ran' .*, not of .*other\.toml"):
+        resume(other)
+    assert resume(ran).out_dir == out
+
+
+def test_force_removes_only_what_detcheck_wrote(tmp_path):
+    from harness.commands.common_args import claim_out_dir
+
+    out = tmp_path / "out"
+    (out / "logs").mkdir(parents=True)
+    (out / "plots").mkdir()
+    (out / "results.json").write_text(DEMO_RUN.read_text())
+    (out / "report.md").write_text("# run\n\n![swa swa_peak](plots/swa-swa_peak.png)\n")
+    written = [out / "logs" / "swa-base-0123456789ab.log", out / "logs" / "swa-candidate-ba9876543210.log",
+               out / "plots" / "swa-swa_peak.png", out / "plots" / "swa-swa_peak.svg"]
+    mine = [out / "logs" / "my-notes.txt", out / "plots" / "my-figure.png", out / "notes.md"]
+    for path in written + mine:
+        path.write_text("x")
+    claim_out_dir(out, resume=False, force=True)
+    assert [p for p in written if p.exists()] == []
+    assert [p for p in mine if not p.exists()] == []
+    assert not (out / "results.json").exists() and not (out / "report.md").exists()
+
+
+# -- 3. secrets --------------------------------------------------------------------------
+
+ECHO_SHIM = """import os, runpy, sys
+argv = sys.argv[1:]
+print('launch argv:', ' '.join(argv), flush=True)
+print('launch env:', ' '.join(f'{k}={v}' for k, v in sorted(os.environ.items())), flush=True)
+if '--help' in argv:
+    print('  --api-key KEY  --db-passwd PW  --credential C')
+kept = []
+words = iter(argv)
+for word in words:
+    if word in ('--db-passwd',):
+        next(words)
+    elif not word.startswith(('--api-key', '--credential')):
+        kept.append(word)
+sys.argv = ['sglang.launch_server', *kept]
+runpy.run_module('faults', run_name='__main__')
+"""
+
+
+@pytest.mark.slow
+def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, bare_python, isolated_cache):
+    """A server that echoes its argv and its whole environment into its log (and --help)."""
+    import subprocess
+
+    from conftest import make_sglang_repo
+    from faultlib import Bench
+
+    secret = {name: f"{name}-{os.urandom(6).hex()}" for name in
+              ("abbrev", "passwd", "credential", "suite_cred", "suite_pass", "url")}
+    repo = make_sglang_repo(tmp_path, module="faults")
+    (repo / "python" / "sglang" / "launch_server.py").write_text(ECHO_SHIM)
+    for message in ("echo argv and env", "candidate"):
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                        "-q", "--allow-empty", "-am", message], check=True)
+    bench = Bench(tmp_path, bare_python, repo=repo)
+    bench.write_suite({"one": ["--fault", "http-500"]},  # a failing cell keeps a log tail too
+                      env={"SERVICE_CREDENTIAL": secret["suite_cred"], "PGPASS": secret["suite_pass"]})
+    proc = detcheck_with(bench, {"MIRROR_URL": f"https://mirror-user:{secret['url']}@mirror.invalid/simple"},
+                         f"--server-a=--api-key={secret['abbrev']}",  # argparse's abbreviation of --server-arg
+                         "--server-arg=--db-passwd", f"--server-arg={secret['passwd']}",
+                         f"--server-arg=--credential={secret['credential']}")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    logs = "".join(p.read_text() for p in (bench.out / "logs").iterdir())
+    assert "launch argv:" in logs and "launch env:" in logs and "mirror.invalid" in logs
+    for root in (bench.out, isolated_cache):
+        for path in root.rglob("*"):
+            if path.is_file():
+                text = path.read_bytes().decode("utf-8", "replace")
+                assert not [name for name, value in secret.items() if value in text], path
+    assert not [name for name, value in secret.items() if value in proc.stdout + proc.stderr]
+
+
+def detcheck_with(bench, env: dict[str, str], *extra: str):
+    from conftest import detcheck
+
+    return detcheck(*bench.args(*extra), env={**bench.env(), **env}, timeout=120)
+
+
+# -- 7. the leftover-server registry -----------------------------------------------------
+
+
+def orphan_record(cache: Path, pid: int, **fields) -> Path:
+    """A registry record naming `pid`, whose harness is gone (a pid no process has, start 1.0)."""
+    import psutil
+
+    record = cache / "servers" / f"999999999-{pid}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"harness_pid": 999999999, "harness_started": 1.0, "server_pid": pid,
+                                  "server_started": psutil.Process(pid).create_time(), **fields}))
+    return record
+
+
+@pytest.mark.parametrize("marker, token", [
+    (None, None),  # a process detcheck never started, named by a record without a token
+    (None, "a-token"),  # … or by a record with one
+    ("another-token", "a-token"),  # a server of another record
+])
+def test_the_registry_kills_only_a_process_carrying_its_records_marker(isolated_cache, marker, token):
+    """Before: any process whose pid and start time matched a record was killed (a `sleep`)."""
+    import subprocess
+
+    from harness.lifeline import SERVER_MARKER, reap_orphans
+
+    env = {k: v for k, v in os.environ.items() if k != SERVER_MARKER}
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                                env={**env, **({SERVER_MARKER: marker} if marker else {})})
+    try:
+        record = orphan_record(isolated_cache, stranger.pid, **({"token": token} if token else {}))
+        assert reap_orphans() == []
+        assert stranger.poll() is None and not record.exists()
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+def test_the_registry_never_kills_another_users_process(isolated_cache):
+    import subprocess
+
+    from harness.lifeline import SERVER_MARKER, reap_orphans
+
+    other_user = subprocess.Popen(["sleep", "60"], start_new_session=True, user=65534,
+                                  env={**os.environ, SERVER_MARKER: "a-token"})
+    try:
+        orphan_record(isolated_cache, other_user.pid, token="a-token")
+        assert reap_orphans() == []
+        assert other_user.poll() is None
+    finally:
+        other_user.kill()
+        other_user.wait()
+
+
+# -- 6. bisect sessions ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("file, text", [
+    ("session.json", "{not json"),
+    ("session.json", '{"repo": "/r"}'),  # fields missing
+    ("evaluations.jsonl", '{"phase": "step"}\n'),
+])
+def test_a_corrupt_bisect_session_is_reported_with_its_path(tmp_path, capsys, file, text):
+    from harness import cli
+    from harness.bisect import BisectSpec
+
+    session = tmp_path / "session"
+    if file != "session.json":  # a good session, in a repository whose HEAD the step judges
+        git(tmp_path, "init", "-q")
+        git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+        BisectSpec(repo=tmp_path, good="0" * 40, suite=tmp_path / "s.toml", probes=("kl",),
+                   session_dir=session).save()
+    session.mkdir(exist_ok=True)
+    (session / file).write_text(text)
+    assert cli.main(["bisect-step", "--session", str(session), "--commit", "HEAD"]) == 128
+    err = capsys.readouterr().err
+    assert f"{session / file}" in err and "corrupt bisect" in err, err
+
+
+@pytest.mark.slow
+def test_a_second_bisect_of_a_repository_is_refused_while_the_first_runs(tmp_path, bare_python, no_leftovers):
+    """Before: both used one session folder and worktree and died in raw git errors."""
+    import subprocess
+
+    from conftest import detcheck, detcheck_argv
+    from faultlib import Bench
+
+    bench = Bench(tmp_path, bare_python)
+    # The first bisect sits in its endpoint's launch (a server that never gets healthy) while
+    # the second starts: whatever the machine's speed, the two overlap.
+    bench.write_suite({"one": ["--fault", "never-healthy"]}, startup_timeout_s=300)
+    args = ["bisect", "--repo", str(bench.repo), "--good", "main~1", "--bad", "main", "--suite", str(bench.suite),
+            "--probe", "kl", "--target", "sglang", "--python", bench.python]
+    first = subprocess.Popen(detcheck_argv(*args), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, **bench.env()})
+    try:
+        bench.wait_launches("one", 1, timeout_s=120)
+        second = detcheck(*args, env=bench.env(), timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert f"another bisect of {bench.repo} is running" in second.stderr
+        assert "fatal:" not in second.stderr and "Traceback" not in second.stderr
+        assert first.poll() is None  # the first goes on, undisturbed
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+
+
+# -- 1. per-revision environments --------------------------------------------------------
+
+SHA = "a" * 40
+
+
+def revision_tree(path: Path, requirements: str) -> Path:
+    from harness.envs import DEFAULT_ENV_FILE
+
+    path.mkdir(parents=True)
+    (path / DEFAULT_ENV_FILE).write_text(requirements)
+    return path
+
+
+def wheel_folder(path: Path, *versions: str) -> Path:
+    from envprobe import write_envprobe_wheel
+
+    for version in versions:
+        write_envprobe_wheel(path, version)
+    return path
+
+
+def built_names() -> list[str]:
+    from harness.envs import envs_root
+
+    return sorted(p.name for p in envs_root().iterdir() if p.is_dir() or p.is_symlink()) if envs_root().is_dir() else []
+
+
+@pytest.mark.parametrize("pip_args", [("--target=/tmp/elsewhere",), ("--target", "/tmp/elsewhere"), ("-t", "/x"),
+                                      ("-t/x",), ("--prefix=/x",), ("--root", "/x"), ("--user",)])
+def test_pip_options_that_move_the_install_are_refused(pip_args):
+    from harness.envs import EnvOptions
+
+    with pytest.raises(UsageError, match="installs outside the environment being built"):
+        EnvOptions(pip_args=pip_args)
+
+
+@pytest.mark.slow
+def test_a_build_that_installed_nothing_into_the_environment_is_never_published(tmp_path):
+    """Before: `--targ=DIR` (pip's abbreviation of --target) installed into DIR, the empty
+    environment was published, and every later run reused it (packages null), exit 0."""
+    import sys
+
+    from harness.envs import EnvOptions, revision_env
+
+    tree = revision_tree(tmp_path / "t", "detcheck_envprobe==2.0\n")
+    wheels = wheel_folder(tmp_path / "wheels", "2.0")
+    options = EnvOptions(pip_args=("--no-index", f"--find-links={wheels}", f"--targ={tmp_path / 'elsewhere'}"))
+    env = revision_env(SHA, tree, options, sys.executable)
+    assert (tmp_path / "elsewhere" / "detcheck_envprobe").is_dir()  # where pip put it
+    assert "without what detcheck-requirements.txt names: detcheck_envprobe absent (pinned 2.0)" in env.error
+    assert built_names() == []  # nothing published, nothing left half-built
+
+
+@pytest.mark.slow
+def test_the_pip_options_are_part_of_the_environments_key(tmp_path):
+    """Before: switching --find-links from a folder of 1.0 to one of 2.0 reused the 1.0 build."""
+    import sys
+
+    from harness.envs import EnvOptions, revision_env
+
+    tree = revision_tree(tmp_path / "t", "detcheck_envprobe\n")
+    envs = [revision_env(SHA, tree, EnvOptions(pip_args=("--no-index", f"--find-links={folder}")), sys.executable)
+            for folder in (wheel_folder(tmp_path / "one", "1.0"), wheel_folder(tmp_path / "two", "2.0"))]
+    assert [env.packages for env in envs] == [{"detcheck_envprobe": "1.0"}, {"detcheck_envprobe": "2.0"}]
+    assert envs[0].path != envs[1].path and len([name for name in built_names() if "." not in name]) == 2
+
+
+def test_an_env_file_that_resolves_outside_the_tree_is_refused(tmp_path):
+    """Before: a link to /etc/hostname made pip install a package named after that file's content."""
+    import sys
+
+    from harness.envs import DEFAULT_ENV_FILE, EnvOptions, revision_env
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("some-host-name\n")
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / DEFAULT_ENV_FILE).symlink_to(outside)
+    with pytest.raises(UsageError, match=f"resolves to {outside}, outside the revision's tree"):
+        revision_env(SHA, tree, EnvOptions(pip_args=("--no-index",)), sys.executable)
+    assert built_names() == []
+
+
+HANGING_BACKEND = """import time
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    time.sleep(600)  # a setup.py waiting on something that never comes
+"""
+
+
+@pytest.mark.slow
+def test_a_build_that_hangs_is_killed_at_its_time_limit(tmp_path, no_leftovers):
+    """Before: a package whose build hangs blocked the run forever (no limit)."""
+    import sys
+
+    from harness.envs import EnvOptions, revision_env
+
+    tree = revision_tree(tmp_path / "t", "./hangs\n")
+    (tree / "hangs").mkdir()
+    (tree / "hangs" / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "hanging_backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "hangs"\nversion = "1"\n')
+    (tree / "hangs" / "hanging_backend.py").write_text(HANGING_BACKEND)
+    options = EnvOptions(pip_args=("--no-index", "--no-build-isolation"), build_timeout_s=3)
+    env = revision_env(SHA, tree, options, sys.executable)
+    assert env.error.startswith("pip install timed out after 3 s (the build's limit, --env-build-timeout)"), env.error
+    assert built_names() == []

@@ -1,0 +1,150 @@
+"""The verdict follows all the evidence: each class of change that once read *same* (or an
+undecidable *unknown*) with exit 0 while a measured figure said otherwise, planted on the
+reference server and read end to end. The figures each test reads are in its assertion
+messages.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, detcheck, refserver_suite
+from harness.fixture_repo import FixtureRepo
+
+
+def planted(tmp_path: Path, regression: str) -> tuple[FixtureRepo, str, str]:
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit(regression)
+    return repo, base, repo.commit(f"plant {regression}")
+
+
+def run(repo: FixtureRepo, base: str, candidate: str, suite: Path, out: Path, *extra: str) -> tuple[int, dict, str]:
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                    "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md", *extra)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    text = (out / "results.json").read_text()
+    # strict JSON: a bare NaN or Infinity token would be rejected here
+    result = json.loads(text, parse_constant=lambda token: pytest.fail(f"results.json holds {token}"))
+    return proc.returncode, result, proc.stdout
+
+
+def comparison(result: dict, probe: str) -> dict:
+    return next(c for c in result["comparisons"] if c["probe"] == probe)
+
+
+def demo_swa(path: Path, extra: str = "") -> Path:
+    text = (ROOT / "suites/demo-swa.toml").read_text().replace('"../fixtures', f'"{ROOT}/fixtures')
+    path.write_text(text + extra)
+    return path
+
+
+@pytest.mark.slow
+def test_class1_a_changed_exact_metric_decides_and_a_narrowed_verdict_names_it(tmp_path):
+    """One token more held per eviction: the plateau moves, the peak (the prompt) does not."""
+    repo, base, cand = planted(tmp_path, "swa-leak-one")
+    code, result, report = run(repo, base, cand, demo_swa(tmp_path / "swa.toml"), tmp_path / "default",
+                               "--config", "no-spec")
+    comp = comparison(result, "swa_peak")
+    peak, plateau = comp["metrics"]["swa_peak"], comp["metrics"]["swa_plateau"]
+    assert peak["verdict"] == "same" and plateau["verdict"] == "different", comp
+    assert comp["verdict"] == "different" and comp["decided_by"] == "swa_plateau" and code == 1, comp
+    # A suite that narrows explicitly: judged again from the store, the row still names the change.
+    narrowed = demo_swa(tmp_path / "narrow.toml", '\n[probe.swa_peak]\nverdict_metrics = ["swa_peak"]\n')
+    code, result, report = run(repo, base, cand, narrowed, tmp_path / "narrow", "--config", "no-spec")
+    comp = comparison(result, "swa_peak")
+    assert comp["verdict"] == "same" and comp["changed_exact"] == ["swa_plateau"], comp
+    assert "changed, not deciding: swa_plateau differs at index 0" in report, report
+
+
+@pytest.mark.slow
+def test_class2_too_few_rounds_are_refused_and_six_decide_a_slowdown(tmp_path):
+    """Every answer held back 3 s: five rounds could never reach p < 0.05; six read different."""
+    repo, base, cand = planted(tmp_path, "late-answer")
+    table = "[probe.throughput]\nconcurrency = [1]\nwarmup = 0\nfloor_rel = 0.1\nrepeats = {}\n"
+    five = refserver_suite(tmp_path / "five.toml", ["throughput"], table.format(5), deterministic=False,
+                           prompts=1, output_len=8)
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", cand, "--suite", str(five),
+                    "--out", str(tmp_path / "five"), "--no-progress")
+    assert proc.returncode == 2 and "repeats: 5 gives tok_s_c1 5 pairs" in proc.stderr, proc.stderr
+    assert "set repeats >= 6" in proc.stderr
+    six = refserver_suite(tmp_path / "six.toml", ["throughput"], table.format(6), deterministic=False,
+                          prompts=1, output_len=8)
+    code, result, _ = run(repo, base, cand, six, tmp_path / "six")
+    metric = comparison(result, "throughput")["metrics"]["tok_s_c1"]
+    assert comparison(result, "throughput")["verdict"] == "different" and code == 1, metric
+    assert metric["p"] == pytest.approx(0.03125) and metric["ci"][1] < -metric["floor"], metric
+
+
+@pytest.mark.slow
+def test_class3_an_accept_length_drop_at_the_floor_is_never_a_bare_flip(tmp_path):
+    """A ~10% accept-length drop against a 10% floor: different only with the CI wholly beyond
+    the floor; unknown with a CI across it and a power estimate, never "1 more"."""
+    repo, base, cand = planted(tmp_path, "spec-accept-mild")
+    text = (ROOT / "suites/demo-spec.toml").read_text().replace('"../fixtures', f'"{ROOT}/fixtures')
+    suite = tmp_path / "spec.toml"
+    suite.write_text(text.replace('probes = ["accept_length", "kl"]', 'probes = ["accept_length"]'))
+    code, result, report = run(repo, base, cand, suite, tmp_path / "out", "--config", "eagle")
+    comp = comparison(result, "accept_length")
+    m = comp["metrics"]["accept_length"]
+    low, high = m["ci"]
+    assert comp["verdict"] != "same", m
+    if comp["verdict"] == "different":
+        assert high < -m["floor"] and code == 1, m
+    else:
+        assert low < -m["floor"] < high or m["p"] >= 0.05, m
+        assert m["needed"] is not None and m["needed"] != m["base"]["n"] + 1, m
+
+
+@pytest.mark.slow
+def test_class4_nan_logprobs_are_a_finding_naming_where_and_the_file_stays_json(tmp_path):
+    repo, base, cand = planted(tmp_path, "nan-logprobs")
+    suite = refserver_suite(tmp_path / "kl.toml", ["kl"])
+    code, result, report = run(repo, base, cand, suite, tmp_path / "out")
+    cells = {c["role"]: c for c in result["cells"]}
+    assert cells["base"]["status"] == "ok"
+    assert cells["candidate"]["status"] == "finding", cells["candidate"]
+    assert cells["candidate"]["reason"] == ("decode returned NaN output logprobs on 2 of 2 prompts "
+                                            "(first at position 0 of prompt 0)")
+    assert comparison(result, "kl")["verdict"] == "different" and code == 1
+
+
+@pytest.mark.slow
+def test_class5_a_server_that_ignores_aborts_is_a_finding_not_a_faster_side(tmp_path):
+    repo, base, cand = planted(tmp_path, "ignore-abort")
+    suite = refserver_suite(tmp_path / "window.toml", ["throughput"],
+                            "[probe.throughput]\nconcurrency = [2]\nrepeats = 2\nalpha = 0.9\nwarmup = 0\n"
+                            "window_s = 1.0\n", deterministic=False, prompts=2, output_len=1500)
+    code, result, _ = run(repo, base, cand, suite, tmp_path / "out")
+    cells = {c["role"]: c for c in result["cells"]}
+    assert cells["base"]["status"] == "ok" and cells["base"]["facts"]["requests_cut"] == 4, cells["base"]
+    cand_cell = cells["candidate"]
+    assert cand_cell["status"] == "finding", cand_cell
+    assert cand_cell["reason"].startswith("the server did not honour /abort_request: 2 of 2 requests ran on")
+    assert comparison(result, "throughput")["verdict"] == "different" and code == 1
+
+
+@pytest.mark.slow
+def test_class6_and_7_rounds_are_the_unit_and_at_once_placement_is_balanced_and_recorded(tmp_path):
+    """A/A (a changelog-only candidate), per-request tok/s deciding, both sides at once: one
+    value per round, each side first in half the rounds (seeded), and no false difference
+    beyond a 25% floor (now applied to every deciding metric, not the primary alone)."""
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    cand = repo.note("a comment-only change")
+    suite = refserver_suite(tmp_path / "aa.toml", ["throughput"],
+                            "[probe.throughput]\nconcurrency = [4]\nrequests_per_client = 2\nrepeats = 6\n"
+                            "warmup = 0\nsides_at_once = true\nplacement_seed = 7\nfloor_rel = 0.25\n"
+                            'verdict_metrics = ["req_tok_s_c4"]\n', deterministic=False, output_len=8)
+    code, result, _ = run(repo, base, cand, suite, tmp_path / "out")
+    comp = comparison(result, "throughput")
+    m = comp["metrics"]["req_tok_s_c4"]
+    assert m["paired"] and m["base"]["n"] == 6, m  # six rounds, not 48 requests
+    assert m["floor"] > 0 and comp["verdict"] != "different", m
+    for cell in result["cells"]:
+        facts = cell["facts"]
+        assert facts["placement"] == "at once" and facts["placement_seed"] == 7
+        assert sorted(facts["first_side"]) == ["base"] * 3 + ["candidate"] * 3, facts
