@@ -29,7 +29,7 @@ PY=${PY:-python3}
 SPG=${SPG:-48}                   # servers at once on the card (matrix run --servers-per-gpu)
 export DETCHECK_CACHE_DIR=${DETCHECK_CACHE_DIR:-/tmp/detcheck-cache-h200}
 export PATH=$PATH:/usr/local/cuda/bin HF_HUB_OFFLINE=1 SGLANG_DISABLE_REQUEST_LOGGING=1 PYTHONUNBUFFERED=1
-MODELS=${MODELS-tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-4l-eagle3 tiny-llama-4l-dflash tiny-llama-4l-dspark tiny-inkling}
+MODELS=${MODELS-tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-4l-eagle3 tiny-llama-4l-dflash tiny-llama-4l-dspark tiny-inkling tiny-gptoss tiny-gptoss-dflash}
 
 # record NAME LIMIT CMD...: one command into $DEST/NAME with its command line kept beside it.
 # SIGTERM at the limit: detcheck stops its servers and keeps every finished cell.
@@ -179,8 +179,9 @@ monitor() {  # GPU memory, load and host memory every 15 s, in the background
 }
 
 # The main session, side by side: the three GPU suites in one pool (validate(h200x1), 0.5.16 vs
-# 0.5.17; its EAGLE3 rows are the new fixture, graphs off and on), and multi-layer EAGLE 2 steps
-# and graphs on at 0.5.17 vs 0.5.17+backports.
+# 0.5.17; its EAGLE3 rows are the new fixture, graphs off and on), multi-layer EAGLE 2 steps
+# and graphs on at 0.5.17 vs 0.5.17+backports, and the DFLASH fix pair's revision_kl and SWA
+# peak (0.5.16 vs dflash-fix).
 session() {
   local validate=(python3 -m nox -s "validate(h200x1)" --)
   local run=(python3 -m harness.cli run)
@@ -191,9 +192,14 @@ session() {
     --config multi-layer-eagle-graphs-on --config multi-layer-eagle-2-steps-graphs-off \
     --config multi-layer-eagle-2-steps-graphs-on --out "$DEST/backports/run" --no-progress --format md &
   local backports=$!
+  # The DFLASH fix pair served token for token (revision_kl, graphs off and on) beside its SWA peak.
+  record dflash-fix "${LIMIT_DFLASH:-540}" "${run[@]}" --target sglang --repo "$REPO" --base 0.5.16 \
+    --candidate dflash-fix --suite suites/h200/dflash-fix-revision.toml --slots 8 \
+    --out "$DEST/dflash-fix/run" --no-progress --format md &
+  local dflash=$!
   record validate-pool "${LIMIT_VALIDATE:-600}" "${validate[@]}" --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
     --servers-per-gpu "$SPG" --out "$DEST/validate-pool/runs" --format md
-  wait $backports
+  wait $backports $dflash
   echo "session done" >> "$DEST/summary.txt"
 }
 
@@ -238,7 +244,7 @@ case "${1:-}" in
     mkdir -p "$DEST/bin" && printf '#!/bin/sh\n[ "$1" = --query-gpu=name ] && echo "NVIDIA H200" || echo "NVIDIA H200, dry-run, 143771 MiB"\n' > "$DEST/bin/nvidia-smi" \
       && chmod +x "$DEST/bin/nvidia-smi" && export PATH=$DEST/bin:$PATH
     setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
-    LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} session
+    LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300} session
     followups; pack h200-dry ;;
   *) sed -n 2,20p "$0"; exit 2 ;;
 esac
