@@ -10,7 +10,8 @@ recorded start and end times): no schedule can beat it, so wall / slowest job sa
 the concurrent run comes (goal: 1.3 or less, with enough slots for every job).
 
 Then the same figures for the committed GPU runs (results/h200/validate/*, pools-readahead/,
-seed/window-run/ and seed/rounds-run/, read, not run):
+seed/window-run/ and seed/rounds-run/, and validate-pool/ as one pool over its suites, read,
+not run):
 their wall (results.json's started_at → finished_at), their slowest job, the sum of their jobs
 (what one slot would take), and the harness's share of the wall: the time no server of the run
 was up (checkout, `--help`, writing results).
@@ -76,28 +77,32 @@ def measure(suite: Path, slots: int) -> dict:
             "same_verdicts": same}
 
 
-def server_time(result: RunResult) -> float:
-    """Seconds in which at least one of the run's servers was up (the union of the jobs)."""
-    return covered([(l.started_at, l.ended_at) for l in result.launches
+def server_time(launches: list) -> float:
+    """Seconds in which at least one of the servers was up (the union of the jobs)."""
+    return covered([(l.started_at, l.ended_at) for l in launches
                     if l.started_at is not None and l.ended_at is not None])
 
 
-def stored(run_dir: Path) -> dict:
-    result = read_run(run_dir)
-    when = [datetime.strptime(result.metadata[k], "%Y-%m-%dT%H:%M:%SZ") for k in ("started_at", "finished_at")]
-    wall = (when[1] - when[0]).total_seconds()
-    jobs = [l.ended_at - l.started_at for l in result.launches if l.started_at is not None and l.ended_at is not None]
-    return {"run": run_dir.name, "jobs": len(jobs), "slots": result.metadata.get("slots"), "wall": wall,
-            "slowest": slowest_job(result), "sum": sum(jobs),
-            "harness": max(0.0, wall - server_time(result)) / wall}
+def stored(run_dirs: list[Path], name: str) -> dict:
+    """The figures of one run, or of a matrix entry's suites run in one pool (one folder per
+    suite): the wall from the first start to the last finish, over every suite's jobs."""
+    results = [read_run(d) for d in run_dirs]
+    when = [datetime.strptime(r.metadata[k], "%Y-%m-%dT%H:%M:%SZ")
+            for r in results for k in ("started_at", "finished_at")]
+    wall = (max(when) - min(when)).total_seconds()
+    launches = [l for r in results for l in r.launches]
+    jobs = [l.ended_at - l.started_at for l in launches if l.started_at is not None and l.ended_at is not None]
+    return {"run": name, "jobs": len(jobs), "slots": results[0].metadata.get("slots"), "wall": wall,
+            "slowest": max(map(slowest_job, results)), "sum": sum(jobs),
+            "harness": max(0.0, wall - server_time(launches)) / wall}
 
 
-def print_stored(runs: list[Path]) -> None:
+def print_stored(runs: list[tuple[list[Path], str]]) -> None:
     print("\ncommitted GPU runs (read from results.json: one H200; the release pair 0.5.16 vs 0.5.17, the seed\n"
           "runs 0.5.16 vs 0.5.16 + the DFLASH SWA-eviction patch)")
     print(f"{'run':<20} {'jobs':>4} {'slots':>5} {'wall s':>7} {'slowest job s':>13} {'wall/slowest':>12} "
           f"{'sum of jobs s':>13} {'vs one slot':>11} {'harness share':>13}")
-    for r in map(stored, runs):
+    for r in (stored(dirs, name) for dirs, name in runs):
         print(f"{r['run']:<20} {r['jobs']:>4} {r['slots']:>5} {r['wall']:>7.0f} {r['slowest']:>13.1f} "
               f"{r['wall'] / r['slowest']:>12.2f} {r['sum']:>13.0f} {r['sum'] / r['wall']:>10.1f}× {r['harness']:>13.1%}")
 
@@ -118,8 +123,11 @@ def main(argv: list[str]) -> None:
               f"{r['wall_1'] / r['wall_n']:>7.1f}× {r['slowest']:>13.1f} {r['ratio']:>14.2f}  "
               f"{'yes' if r['same_verdicts'] else 'NO'}", flush=True)
     h200 = ROOT / "results" / "h200"
-    print_stored([*sorted(p for p in (h200 / "validate").iterdir() if p.is_dir()), h200 / "pools-readahead",
-                  h200 / "seed" / "window-run", h200 / "seed" / "rounds-run"])
+    pooled = [([p for p in sorted(h200.joinpath(d).iterdir()) if p.is_dir() and p.name != "logs"], f"{d} (one pool)")
+              for d in ("validate-pool",) if h200.joinpath(d).is_dir()]
+    print_stored([*(([p], p.name) for p in sorted((h200 / "validate").iterdir()) if p.is_dir()),
+                  *(([h200.joinpath(*d)], d[-1]) for d in (("pools-readahead",), ("seed", "window-run"),
+                                                           ("seed", "rounds-run"))), *pooled])
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.capabilities import revision_capabilities
 from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
-from harness.errors import UsageError
+from harness.errors import LaunchError, UsageError
 from harness.results import Role, RunResult, Status
 from harness.gitcmd import fixed_identity_env, git, git_argv, git_run
 from harness.paths import PROJECT_ROOT, cache_dir, file_lock, safe_name
@@ -50,8 +51,9 @@ from harness.revisions import Revision
 from harness.plan import load_suite
 from harness.probes import known_probes
 from harness.run import RunRequest, execute, plan
-from harness.schedule import check_slot_count
+from harness.schedule import check_slot_count, cpu_slots
 from harness.stats import Verdict, combine_verdicts
+from harness.targets import get_target
 
 SAME, DIFFERENT, SKIP, ABORT = 0, 1, 125, 128
 SESSION_FILE = "session.json"
@@ -130,12 +132,13 @@ class Evaluation:
                 f"{self.source}{scale}  {self.subject[:60]!r}{note}{where}")
 
 
-def evaluate(spec: BisectSpec, sha: str, phase: str = "step") -> Evaluation:
-    """Judge one commit against good through the pipeline; log it in the session."""
+def evaluate(spec: BisectSpec, sha: str, phase: str = "step", slots: int = 1) -> Evaluation:
+    """Judge one commit against good through the pipeline, with up to `slots` servers at once
+    (the endpoint: good and bad measured together); log it in the session."""
     subject = git(spec.repo, "log", "-1", "--format=%s", sha, check=False)
     launches, scale = 0, 1
     while True:
-        req = _request(spec, sha, scale)
+        req = _request(spec, sha, scale, slots)
         results = str(req.out_dir / "results.json")
         try:
             result = execute(req)
@@ -158,13 +161,14 @@ def evaluate(spec: BisectSpec, sha: str, phase: str = "step") -> Evaluation:
     return ev
 
 
-def _request(spec: BisectSpec, sha: str, scale: int) -> RunRequest:
+def _request(spec: BisectSpec, sha: str, scale: int, slots: int = 1) -> RunRequest:
     return RunRequest(
         suite_path=spec.suite, target=spec.target,
         base=Revision.resolve(spec.repo, spec.good), candidate=Revision.resolve(spec.repo, sha),
         out_dir=spec.session_dir / "runs" / f"{sha[:12]}-x{scale}", store_root=spec.store_root,
         python=spec.python, only_configs=spec.configs, only_probes=spec.probes,
         workload_scale=scale, env_options=spec.env_options, command_line=f"detcheck bisect-step --commit {sha}",
+        slots=cpu_slots(slots),
     )
 
 
@@ -234,6 +238,8 @@ class Outcome:
     confirm: Evaluation | None = None
     confirm_note: str = ""
     problem: str = ""
+    # Per k-ary round: the commits checked out (and `--help` read) while it ran, for the next.
+    prepared_ahead: list[tuple[str, ...]] = field(default_factory=list)
 
     @property
     def launches(self) -> int:
@@ -292,7 +298,16 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
     say(f"bisect {spec.repo.name}: {n} commits after good {good.short()} up to bad {bad.short()}; "
         f"probe {', '.join(spec.probes)} of {spec.suite.name}; at most {_bound_text(out)}")
 
-    out.endpoint = evaluate(spec, bad.sha, phase="endpoint")
+    # Good and bad at once where there are slots; the first round's commits are checked out and
+    # their `--help` read meanwhile.
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="bisect-prepare")
+    if slots > 1:
+        history = first_parent_history(spec, good.sha, bad.sha)
+        for i in split_points(Span(0, len(history) - 1), slots):
+            ahead.submit(prepare, spec, history[i])
+    out.endpoint = evaluate(spec, bad.sha, phase="endpoint", slots=min(2, slots))
+    # Nothing to bisect: what was not prepared yet never will be needed.
+    ahead.shutdown(wait=True, cancel_futures=out.endpoint.exit_code != DIFFERENT)
     say(out.endpoint.line("endpoint"))
     if out.endpoint.exit_code != DIFFERENT:
         out.problem = {SAME: "the bad endpoint compares same to good: nothing to bisect"}.get(
@@ -420,15 +435,57 @@ def narrow(span: Span, codes: dict[int, int]) -> Span:
     return Span(lo, hi, span.skipped | {i for i, c in codes.items() if c == SKIP})
 
 
+def first_parent_history(spec: BisectSpec, good: str, bad: str) -> list[str]:
+    """good..bad oldest first; a merge counts as one commit of the line it was merged into."""
+    return git(spec.repo, "rev-list", "--reverse", "--first-parent", f"{good}..{bad}").split()
+
+
+def next_round_points(span: Span, points: list[int], slots: int) -> set[int]:
+    """Every commit the next round may evaluate, whichever of `points` turns out to be the first
+    bad (or none): what to check out while this round runs."""
+    ahead: set[int] = set()
+    for first_bad in range(len(points) + 1):
+        codes = {i: SAME for i in points[:first_bad]}
+        if first_bad < len(points):
+            codes[points[first_bad]] = DIFFERENT
+        ahead.update(split_points(narrow(span, codes), slots))
+    return ahead - set(points)
+
+
+def prepare(spec: BisectSpec, sha: str) -> None:
+    """Check one commit out and read its `--help` into the per-sha cache, ahead of its
+    evaluation (which then finds both). A revision with an env file of its own is only checked
+    out: its `--help` must come from its own interpreter, which its run builds. A failure here
+    is left for the evaluation to meet and report."""
+    try:
+        worktree = Revision.resolve(spec.repo, sha).checkout()
+        if worktree is None or (worktree / spec.env_options.file).exists():
+            return
+        suite = load_suite(spec.suite, known_probes())
+        revision_capabilities(get_target(spec.target, spec.python), sha, worktree, suite.startup_timeout_s)
+    except (UsageError, LaunchError, OSError):  # the evaluation meets it and reports it
+        return
+
+
 def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None]) -> None:
-    # First parent: a merge counts as one commit of the line it was merged into.
-    history = git(spec.repo, "rev-list", "--reverse", "--first-parent", f"{out.good.sha}..{out.bad.sha}").split()
+    history = first_parent_history(spec, out.good.sha, out.bad.sha)
     span = Span(0, len(history) - 1)
-    with ThreadPoolExecutor(out.slots, thread_name_prefix="bisect-slot") as pool:
+    prepared: set[int] = set()
+    with ThreadPoolExecutor(out.slots, thread_name_prefix="bisect-slot") as pool, \
+            ThreadPoolExecutor(1, thread_name_prefix="bisect-prepare") as ahead:
         while points := split_points(span, out.slots):
             out.rounds += 1
             say(f"round {out.rounds}: {len(span.candidates())} candidates, evaluating {len(points)} at once")
-            evs = list(pool.map(lambda i: evaluate(spec, history[i], phase="step"), points))
+            running = [pool.submit(evaluate, spec, history[i], "step") for i in points]
+            # While this round runs: the checkouts and `--help` of whatever the next one may pick.
+            following = sorted(next_round_points(span, points, out.slots) - prepared)
+            prepared.update(following)
+            out.prepared_ahead.append(tuple(history[i] for i in following))
+            for i in following:
+                ahead.submit(prepare, spec, history[i])
+            if following:
+                say(f"round {out.rounds}: checking out the {len(following)} commits the next round may pick, meanwhile")
+            evs = [f.result() for f in running]
             out.steps.extend(evs)
             for ev in evs:
                 say(ev.line(f"round {out.rounds}"))

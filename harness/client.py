@@ -204,9 +204,11 @@ class SGLangClient:
         return out
 
     def abort(self, rid: str) -> None:
-        """Abort the requests whose rid starts with `rid` (SGLang 0.5.16, /abort_request). The
-        server answers 200 whether or not one matched; each pending /generate then answers 200
-        with its tokens so far and `finish_reason` of type "abort" (`Generation.aborted`)."""
+        """Abort the request `rid` while it is being served, with every request whose rid
+        starts with it (SGLang 0.5.17, /abort_request; a rid already answered, or a batch's
+        parent rid, aborts nothing). The server answers 200 whether or not one matched; each
+        pending /generate then answers 200 with its tokens so far and `finish_reason` of type
+        "abort" (`Generation.aborted`)."""
         resp = self._request("POST", "/abort_request", {"rid": rid}, timeout=30)
         if resp.status_code != 200:
             raise ServerError(f"/abort_request: HTTP {resp.status_code}: {_error_message(resp)}")

@@ -212,6 +212,22 @@ def eagle3_tensors(cfg: dict) -> list[TensorSpec]:
     return out
 
 
+def eagle3_aux_states(target: dict, draft: dict) -> tuple[int, int]:
+    """(hidden states an EAGLE3 draft gets from its target, hidden states its fc expects), as
+    SGLang 0.5.16–0.5.17 decide them. The target's `set_eagle3_layers_to_capture` keeps the
+    input of layer id + 1 for each of the draft's `eagle_config.eagle_aux_hidden_state_layer_ids`,
+    or, without them, of layers [2, n // 2, n - 3]; a layer is captured once, and only if it
+    exists, so a 2-layer target hands over one state where the draft's fc reads three. The fc is
+    sized by `num_aux_hidden_states`, else by the number of layer ids, else 3. With CUDA graphs
+    the buffers have the fc's width (the launch dies on the mismatch); without them a single
+    state as wide as the embedding skips the fc, so the auxiliary path is never run."""
+    n = target["num_hidden_layers"]
+    ids = (draft.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    wanted = [i + 1 for i in ids] if ids else [2, n // 2, n - 3]
+    captured = len({i for i in wanted if 0 <= i < n})
+    return captured, draft.get("num_aux_hidden_states") or len(ids or [0, 0, 0])
+
+
 def gpt_oss_tensors(cfg: dict) -> list[TensorSpec]:
     """GptOssForCausalLM, bf16 (models/gpt_oss.py, _load_normal_weights), in the Hugging Face
     layout SGLang loads: q/k/v/o with biases (stacked into qkv_proj), per-head attention `sinks`

@@ -43,7 +43,7 @@ from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerF
 from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
 from harness.metadata import interpreter_id, revision_interpreter_metadata
-from harness.observer import QuietObserver, RunObserver
+from harness.observer import QuietObserver, RunObserver, SuiteObserver
 from harness.paths import safe_name
 from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
 from harness.plan import Suite, WorkloadSpec, check_reserved, load_suite
@@ -96,19 +96,34 @@ class Run:
 # -- the pipeline ----------------------------------------------------------------------
 
 def execute(req: RunRequest, observer: RunObserver | None = None) -> RunResult:
-    run = open_run(req, observer or QuietObserver())
-    # On disk from the start, so that `--resume` works after any death, even in the first cell.
-    save(run, partial=True)
-    run.observer.begin(sum(2 * len(cp.probes) for cp in run.plans))
-    try:
-        run_scheduled(run)
-    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
+    return execute_together((req,), observer)[0]
+
+
+def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None = None) -> list[RunResult]:
+    """Several suites' runs (a matrix entry's) in one slot pool: every job of every suite waits
+    for a free slot in one queue, suite after suite in plan order, so the suites overlap instead
+    of each waiting for the slowest server of the one before. Each run keeps its own outputs
+    (results.json, logs) and verdicts, as if it had run alone. The requests must share their
+    slots (one pool)."""
+    if any(req.slots != reqs[0].slots for req in reqs):
+        raise ValueError("runs in one pool must have the same slots")
+    observer = observer or QuietObserver()
+    runs = [open_run(req, observer if len(reqs) == 1 else SuiteObserver(observer, req.suite_path.stem))
+            for req in reqs]
+    for run in runs:  # on disk from the start, so that `--resume` works after any death, even in the first cell
         save(run, partial=True)
-        exc.resume_hint = (f"--resume --out {req.out_dir}" if run.recorder.cells else None)
+    observer.begin(sum(2 * len(cp.probes) for run in runs for cp in run.plans))
+    try:
+        run_scheduled(runs)
+    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
+        for run in runs:
+            save(run, partial=True)
+        exc.resume_hint = (f"--resume --out {reqs[0].out_dir}"
+                           if len(runs) == 1 and runs[0].recorder.cells else None)
         raise
     finally:
-        run.observer.end()
-    return finish(run)
+        observer.end()
+    return [finish(run) for run in runs]
 
 
 def open_run(req: RunRequest, observer: RunObserver) -> Run:
@@ -158,32 +173,37 @@ def role_python(req: RunRequest, envs: dict[Role, RevisionEnv], role: Role) -> s
     return envs[role].python if role in envs else req.python
 
 
-def run_scheduled(run: Run) -> None:
-    """Every job of the suite, as many at once as the run has server slots, started in plan
-    order; results.json is saved as each configuration completes. An interrupt (or a job that
-    raised) stops every server in flight and lets the other jobs end at their next step."""
-    pool, units = SlotPool(run.req.slots), plan_units(run.plans)
-    countdown = Countdown(units)
-    workers = ThreadPoolExecutor(len(run.req.slots), thread_name_prefix="job")
-    helps = read_capabilities_ahead(run)
+def run_scheduled(runs: list[Run]) -> None:
+    """Every job of the runs, as many at once as their server slots allow, started in plan order
+    (run after run); each run's results.json is saved as each of its configurations completes.
+    An interrupt (or a job that raised) stops every server in flight and lets the other jobs end
+    at their next step."""
+    pool = SlotPool(runs[0].req.slots)
+    units = [(run, unit) for run in runs for unit in plan_units(run.plans)]
+    countdowns = {id(run): Countdown([unit for r, unit in units if r is run]) for run in runs}
+    workers = ThreadPoolExecutor(len(pool.slots), thread_name_prefix="job")
+    helps = [read_capabilities_ahead(run) for run in runs]
     futures: list[Future] = []
     try:
-        for unit in units:
+        for run, unit in units:
             slots = pool.acquire(unit.roles)
             raise_failure(futures)
-            futures.append(workers.submit(run_unit, run, unit, slots, pool, countdown))
+            futures.append(workers.submit(run_unit, run, unit, slots, pool, countdowns[id(run)]))
         for future in futures:
             future.result()
     except BaseException:
-        run.cancelled.set()
+        for run in runs:
+            run.cancelled.set()
         # Not waiting for the workers: a second Ctrl-C must reach the CLI at once, whose
         # stop_all(grace_s=0) then ends servers that sit out their SIGTERM grace.
         workers.shutdown(wait=False, cancel_futures=True)
-        helps.shutdown(wait=False, cancel_futures=True)
+        for reader in helps:
+            reader.shutdown(wait=False, cancel_futures=True)
         stop_all()
         raise
     workers.shutdown()
-    helps.shutdown()
+    for reader in helps:
+        reader.shutdown()
 
 
 def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
-from harness.matrix import MatrixEntry
+from harness.matrix import MAX_SERVERS_PER_GPU, MatrixEntry
 from harness.results import Role
 
 # Servers a run may have up at once: far more than any host holds (a server is a process with
@@ -67,12 +67,17 @@ def default_slot_count(target: str) -> int:
     return 2
 
 
-def entry_slots(entry: MatrixEntry, visible: str | None) -> tuple[Slot, ...]:
-    """A matrix entry's slots. With servers_per_gpu: that many per GPU, each pinned to its GPU.
-    Without: a CPU entry gets the target's default; two or more GPUs, one slot per role on its
-    half of them; one GPU, one slot (base and candidate in turn, or interleaved)."""
-    if entry.servers_per_gpu is not None:
-        return gpu_slots(entry.devices(visible), entry.servers_per_gpu)
+def entry_slots(entry: MatrixEntry, visible: str | None, servers_per_gpu: int | None = None) -> tuple[Slot, ...]:
+    """A matrix entry's slots. With servers_per_gpu (the entry's, or `servers_per_gpu` given
+    for this run): that many per GPU, each pinned to its GPU. Without: a CPU entry gets the
+    target's default; two or more GPUs, one slot per role on its half of them; one GPU, one
+    slot (base and candidate in turn, or interleaved)."""
+    per_gpu = servers_per_gpu or entry.servers_per_gpu
+    if servers_per_gpu is not None and (not 1 <= servers_per_gpu <= MAX_SERVERS_PER_GPU or entry.gpus < 1):
+        raise UsageError(f"--servers-per-gpu {servers_per_gpu}: needs an entry with GPUs and a count "
+                         f"from 1 to {MAX_SERVERS_PER_GPU}")
+    if per_gpu is not None:
+        return gpu_slots(entry.devices(visible), per_gpu)
     if entry.gpus == 0:
         return cpu_slots(default_slot_count(entry.target))
     role_env = {Role(role): env for role, env in entry.gpu_env(visible).items()}

@@ -157,7 +157,7 @@ def _gpu_skip_reason() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return "needs a CUDA GPU (no nvidia-smi on this machine)"
     if importlib.util.find_spec("sglang") is None:
-        return "needs SGLang importable (see results/h200/setup.sh for the offline kit)"
+        return "needs SGLang importable (see results/h200/gpu-run.sh for the offline kit)"
     return None
 
 
@@ -166,5 +166,7 @@ def pytest_collection_modifyitems(config, items):
     if reason is None:
         return
     for item in items:
-        if "gpu" in item.keywords:
+        # The marker, not a keyword: keywords hold every parent's name too (a checkout in a folder
+        # named "gpu" would skip every test).
+        if item.get_closest_marker("gpu") is not None:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -9,6 +9,7 @@ also tested as pure functions.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 from conftest import ROOT, detcheck
 from harness import bisect as bisect_mod
 from harness.bisect import (ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation, Span, evaluate, narrow,
-                            next_scale, round_bound, split_points)
+                            next_round_points, next_scale, round_bound, split_points)
 from harness.stats import Comparison, Kind, Summary, Verdict
 from harness.demo import build_demo_history
 from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
@@ -210,12 +211,16 @@ def kary(tmp_path_factory):
     env = {"DETCHECK_CACHE_DIR": str(root / "cache")}
     argv = ["bisect", "--repo", str(h.path), "--good", h.good, "--bad", h.bad, *ARGS,
             "--store", str(root / "store"), "--slots", "2"]
-    return h, detcheck(*argv, env=env), detcheck(*argv, env=env)
+    first = detcheck(*argv, env=env)
+    # The endpoint's run as the first bisect left it (the second writes the same folder).
+    where = re.search(r"^endpoint .*\n\s+results: (\S+)$", first.stdout, re.M)
+    endpoint = json.loads(Path(where.group(1)).read_text()) if where else None
+    return h, first, detcheck(*argv, env=env), endpoint
 
 
 @pytest.mark.slow
 def test_kary_finds_and_confirms_the_planted_commit_within_the_bound(kary):
-    h, first, _ = kary
+    h, first, *_ = kary
     assert first.returncode == 0, first.stdout + first.stderr
     out = first.stdout
     assert f"first bad commit: {h.culprit[:12]}" in out
@@ -229,17 +234,41 @@ def test_kary_finds_and_confirms_the_planted_commit_within_the_bound(kary):
 
 @pytest.mark.slow
 def test_kary_skips_the_unbuildable_commit(kary):
-    h, first, _ = kary
+    h, first, *_ = kary
     line = next(l for l in first.stdout.splitlines() if l.startswith("round") and h.unbuildable[:12] in l)
     assert "skip" in line and "exit 125" in line and "not launched" in line
 
 
 @pytest.mark.slow
 def test_kary_rerun_launches_no_server(kary):
-    h, _, again = kary
+    h, _, again, _ = kary
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"first bad commit: {h.culprit[:12]}" in again.stdout
     assert "servers launched: 0" in again.stdout and "measured (" not in again.stdout
+
+
+@pytest.mark.slow
+def test_kary_measures_both_endpoints_at_once(kary):
+    h, first, _, endpoint = kary
+    assert endpoint is not None, first.stdout
+    assert endpoint["metadata"]["slots"] == 2
+    up = sorted((l["started_at"], l["ended_at"], l["role"]) for l in endpoint["launches"])
+    assert [r for *_, r in up] in (["base", "candidate"], ["candidate", "base"])
+    assert up[1][0] < up[0][1]  # the second started before the first ended
+    assert re.search(r"^round 1: checking out the \d+ commits the next round may pick, meanwhile$", first.stdout, re.M)
+
+
+@pytest.mark.parametrize("span, points", [(Span(0, 32), [10, 21]), (Span(0, 16, frozenset({4})), [5, 10]),
+                                          (Span(3, 9), [5, 7]), (Span(0, 30), [7, 15, 23])])
+def test_the_next_rounds_commits_are_known_before_this_round_ends(span, points):
+    """Whatever this round finds, the next round picks among the commits prepared for it."""
+    slots = len(points)
+    ahead = next_round_points(span, points, slots)
+    assert not ahead & set(points)
+    for first_bad in [*points, span.hi]:  # each outcome (without skips)
+        codes = {i: DIFFERENT if i >= first_bad else SAME for i in points}
+        assert set(split_points(narrow(span, codes), slots)) <= ahead
+    assert len(ahead) <= slots * (slots + 1)
 
 
 def test_slots_below_one_is_exit_2(history):

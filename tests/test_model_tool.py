@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from harness.errors import UsageError
-from harness.model_tool import make_model
+from harness.model_tool import eagle3_aux_states, make_model
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,10 +67,43 @@ def test_eagle_heads(tmp_path):
     t = safetensors_torch.load_file(str(make_model(ROOT / "fixtures/models/tiny-llama-eagle", tmp_path / "e")))
     assert t["fc.weight"].shape == (256, 512) and "layers.0.input_layernorm.weight" not in t
     assert "lm_head.weight" not in t and "model.norm.weight" not in t
-    t3 = safetensors_torch.load_file(str(make_model(ROOT / "fixtures/models/tiny-llama-eagle3", tmp_path / "e3")))
+    t3 = safetensors_torch.load_file(str(make_model(ROOT / "fixtures/models/tiny-llama-4l-eagle3", tmp_path / "e3")))
     assert t3["fc.weight"].shape == (256, 768)
     assert t3["midlayer.self_attn.q_proj.weight"].shape == (256, 512)
     assert t3["lm_head.weight"].shape == (32000, 256)
+
+
+def config(name: str) -> dict:
+    return json.loads((ROOT / "fixtures/models" / name / "config.json").read_text())
+
+
+def test_eagle3_aux_states_follow_sglangs_layer_rule():
+    draft = {k: v for k, v in config("tiny-llama-4l-eagle3").items() if k != "eagle_config"}
+    # SGLang's default layers [2, n // 2, n - 3]: one state from a 2-layer target (layer 1), two
+    # from a 4-layer one (layers 2, 2, 1), three from seven layers on.
+    assert eagle3_aux_states({"num_hidden_layers": 2}, draft) == (1, 3)
+    assert eagle3_aux_states({"num_hidden_layers": 4}, draft) == (2, 3)
+    assert eagle3_aux_states({"num_hidden_layers": 7}, draft) == (3, 3)
+    # The draft's own layer ids: the input of layer id + 1, only where that layer exists.
+    assert eagle3_aux_states(config("tiny-llama-4l"), config("tiny-llama-4l-eagle3")) == (3, 3)
+    assert eagle3_aux_states(config("tiny-llama"), config("tiny-llama-4l-eagle3")) == (1, 3)
+
+
+def test_every_eagle3_pair_of_the_suites_hands_the_draft_the_states_it_expects():
+    """The EAGLE3 rows with graphs on died at boot (768 vs 256) and the graphs-off ones never ran
+    the draft's fc: the 2-layer target captured one hidden state for a draft that reads three."""
+    pairs = []
+    for path in sorted((ROOT / "suites").rglob("*.toml")):
+        suite = tomllib.loads(path.read_text())
+        for spec in suite.get("config", []):
+            if (spec.get("speculative") or {}).get("algorithm") != "EAGLE3" or "sglang" not in spec.get("draft", {}):
+                continue
+            # .models/X (seeded by `detcheck make-model fixtures/models/X`) has X's config.json.
+            target, draft = (config(Path(p).name) for p in (
+                spec.get("model", {}).get("sglang") or suite["models"]["sglang"], spec["draft"]["sglang"]))
+            pairs.append((path.name, spec["name"], *eagle3_aux_states(target, draft)))
+    assert len(pairs) >= 3, pairs
+    assert [p for p in pairs if p[2] != p[3]] == []
 
 
 # --- Families checked against SGLang's loaders --------------------------------------------------

@@ -73,6 +73,14 @@ def test_servers_per_gpu_gives_each_slot_one_gpu_spread_over_the_cards():
     assert all(s.role is None for s in slots)
 
 
+def test_servers_per_gpu_given_for_a_run_replaces_the_entrys():
+    assert len(entry_slots(entry(1, servers_per_gpu=48), visible=None, servers_per_gpu=24)) == 24
+    assert len(entry_slots(entry(2), visible=None, servers_per_gpu=3)) == 6  # no longer one side per half
+    for bad in (entry(0, target="refserver"), entry(1)):
+        with pytest.raises(UsageError, match="needs an entry with GPUs and a count from 1 to 64"):
+            entry_slots(bad, visible=None, servers_per_gpu=2 if bad.gpus == 0 else 65)
+
+
 def test_an_entry_without_servers_per_gpu_keeps_one_side_per_half_or_one_gpu():
     pair = entry_slots(entry(2), visible=None)
     assert [(s.role, s.env["CUDA_VISIBLE_DEVICES"]) for s in pair] == [(BASE, "0"), (CAND, "1")]

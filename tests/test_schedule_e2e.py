@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck, leftovers
+from conftest import ROOT, detcheck, fake_gpus, leftovers
 from faultlib import Bench, interrupt
 from harness.fixture_repo import FixtureRepo
 
@@ -22,20 +22,7 @@ KL_CONFIGS = ("a", "b", "c", "d")
 
 def concurrent_suite(path: Path) -> Path:
     """Four kl configurations (exact) and one throughput configuration (interleaved)."""
-    configs = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n'
-                      for name in KL_CONFIGS)
-    path.write_text(f"""name = "concurrent"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1234"]
-startup_timeout_s = 240
-request_timeout_s = 120
-[workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 4
-{configs}[[config]]
+    return kl_suite(path, KL_CONFIGS, extra="""[[config]]
 name = "tput"
 deterministic = false
 probes = ["throughput"]
@@ -47,6 +34,23 @@ warmup = 1
 floor_rel = 0.5
 alpha = 0.2  # four rounds (min p 0.125): a schedule test, not a judgement
 """)
+
+
+def kl_suite(path: Path, configs: tuple[str, ...], extra: str = "") -> Path:
+    """A suite of exact kl configurations, and `extra` TOML after them."""
+    body = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n' for name in configs)
+    path.write_text(f"""name = "{path.stem}"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = ["--random-seed", "1234"]
+startup_timeout_s = 240
+request_timeout_s = 120
+[workload]
+prompts = 2
+prompt_len = [12, 16]
+output_len = 4
+{body}{extra}""")
     return path
 
 
@@ -103,6 +107,46 @@ def test_four_slots_overlap_jobs_and_give_the_cells_and_verdicts_of_one_slot(tmp
     order = [role for _, role, _ in starts]
     assert all(order[i] != order[i + 1] for i in range(0, len(order), 2)), order
     assert [rep for _, _, rep in starts] == [r for r in range(4) for _ in (0, 1)], starts
+
+
+def test_a_matrix_entry_runs_its_suites_in_one_pool_with_each_suites_own_results(tmp_path):
+    """Two suites (both with a configuration "a") in one entry of 8 slots: the second suite's
+    jobs start while the first's still run, and each suite's folder holds what a run of that
+    suite alone gives."""
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("batch-noise")
+    candidate = repo.commit("planted regression: batch-noise")
+    suites = (kl_suite(tmp_path / "alpha.toml", ("a", "b")), kl_suite(tmp_path / "beta.toml", ("a", "c")))
+    (tmp_path / "matrix.toml").write_text(
+        '[[entry]]\nname = "pool"\ngpu = "cpu"\ngpus = 1\nservers_per_gpu = 8\ntarget = "refserver"\n'
+        f'suites = [{", ".join(repr(str(s)) for s in suites)}]\n')
+    proc = detcheck("matrix", "run", "pool", "--matrix", str(tmp_path / "matrix.toml"), "--repo", str(repo.path),
+                    "--base", base, "--candidate", candidate, "--out", str(tmp_path / "pool"),
+                    "--store", str(tmp_path / "pool-store"), "--format", "md", "--no-progress",
+                    env=fake_gpus(tmp_path / "bin", ["cpu"]))
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the planted regression differs
+    assert "alpha.toml, beta.toml on target refserver, in one pool (8 server slots on GPU 0)" in proc.stderr
+    pooled = {s.stem: json.loads((tmp_path / "pool" / s.stem / "results.json").read_text()) for s in suites}
+    assert all(r["metadata"]["slots"] == 8 for r in pooled.values())
+    # Suite after suite, the second would start once the first had ended.
+    assert min(l["started_at"] for l in pooled["beta"]["launches"]) < \
+        max(l["ended_at"] for l in pooled["alpha"]["launches"])
+
+    for suite in suites:
+        out = tmp_path / f"alone-{suite.stem}"
+        alone = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                         "--suite", str(suite), "--out", str(out), "--store", str(out / "store"),
+                         "--slots", "4", "--format", "md", "--no-progress")
+        assert alone.returncode == 1, alone.stderr[-3000:]
+        separate = json.loads((out / "results.json").read_text())
+        together = pooled[suite.stem]
+        assert [(c["config"], c["role"], c["probe"], c["status"], c["samples"]) for c in together["cells"]] == \
+            [(c["config"], c["role"], c["probe"], c["status"], c["samples"]) for c in separate["cells"]]
+        assert [(c["config"], c["probe"], c["verdict"]) for c in together["comparisons"]] == \
+            [(c["config"], c["probe"], c["verdict"]) for c in separate["comparisons"]]
+        assert [(l["config"], l["role"]) for l in together["launches"]] == \
+            [(l["config"], l["role"]) for l in separate["launches"]]
 
 
 def test_an_interrupt_with_several_jobs_in_flight_stops_every_server_and_resumes(tmp_path, bare_python,

@@ -3,10 +3,12 @@
     detcheck matrix list [--json]
     detcheck matrix run ENTRY --repo PATH --base A --candidate B [--baseline FILE]
 
-`run` runs every suite of the entry with its server arguments and environment, as many servers
-at once as the entry has slots: gpus × servers_per_gpu, each pinned to its GPU; without
-servers_per_gpu, an entry with two or more GPUs starts base and candidate servers at the same
-time, each on its half of the GPUs. nox's `validate(<entry>)` sessions call `matrix run`.
+`run` runs every suite of the entry with its server arguments and environment, all of them in one
+slot pool (every job of every suite queues for the same slots, so the suites overlap; results
+are still one directory per suite), as many servers at once as the entry has slots:
+gpus × servers_per_gpu (or --servers-per-gpu), each pinned to its GPU; without servers_per_gpu,
+an entry with two or more GPUs starts base and candidate servers at the same time, each on its
+half of the GPUs. nox's `validate(<entry>)` sessions call `matrix run`.
 The target is the entry's `target`; an entry that names none runs the one the --repo checkout
 holds, as `run` and `bisect` choose it.
 """
@@ -26,7 +28,7 @@ from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, a
                                           conclude, env_options_from, observer_for, revisions_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
-from harness.run import RunRequest, execute
+from harness.run import RunRequest, execute_together
 from harness.schedule import Slot, entry_slots
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
@@ -53,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--store", type=Path, default=None, help="result store (default: $DETCHECK_CACHE_DIR/store)")
     r.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
     r.add_argument("--force", action="store_true", help="replace the runs an existing --out holds")
+    r.add_argument("--servers-per-gpu", type=int, default=None, metavar="N",
+                   help="servers at once on each GPU instead of the entry's servers_per_gpu "
+                        "(fewer when host or GPU memory is short)")
     add_env_args(r)
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
@@ -97,17 +102,17 @@ def run_entry(args: argparse.Namespace) -> int:
         entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}"))
     base, candidate = revisions_from(args)
     root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu)
     env_options = env_options_from(args)
-    codes = []
+    reqs = []
     for suite in entry.suites:
         claim_out_dir(root / suite.stem, resume=False, force=args.force)
-        req = RunRequest(
+        reqs.append(RunRequest(
             suite_path=suite, target=entry.target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
             slots=slots, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
-            command_line=command_line())
-        print(f"matrix {entry.name}: {suite.name} on target {entry.target}{placement(slots)}", file=sys.stderr)
-        result = execute(req, observer_for(args))
-        codes.append(conclude(result, args.format, req.out_dir, args.baseline))
-    return max(codes)
+            command_line=command_line()))
+    print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
+          f"in one pool{placement(slots)}", file=sys.stderr)
+    results = execute_together(tuple(reqs), observer_for(args))
+    return max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))

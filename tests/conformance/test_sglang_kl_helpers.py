@@ -11,11 +11,10 @@ the decode-cache-hit suffix ","; the LongBench prompt loader, replaced by seeded
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
@@ -28,11 +27,11 @@ if str(FIXTURES) not in sys.path:
 from tests_refserver.refserver_testlib import (DET, HYBRID, SWA_MODEL, Server,  # noqa: E402
                                               prompts)
 
+from tests.conformance.sglang_kl_helpers import HELPERS, SUFFIX_TOKEN, loaded  # noqa: E402
+
 pytestmark = [pytest.mark.conformance, pytest.mark.slow]
 
 SGLANG_VERSIONS = ("0.5.16", "0.5.17")
-HELPERS = ("sglang/test/kl_test_utils.py", "sglang/test/kl_multiturn_utils.py")
-SUFFIX_TOKEN = 7  # what the stub tokenizer encodes "," to
 PIP_TIMEOUT_S = 10  # per network operation: an unreachable registry skips quickly
 TRACK = 16  # --mamba-track-interval of the hybrid server
 EXACT = 1e-9  # SGLang's gate for bit-exact deterministic mode (a strict "<")
@@ -76,37 +75,12 @@ def fetch_helpers(version: str) -> Path:
     return cache
 
 
-class StubTokenizer:
-    def encode(self, text: str) -> list[int]:
-        assert text == ",", text  # the helpers only encode the turn-2 suffix
-        return [SUFFIX_TOKEN]
-
-
 @pytest.fixture(scope="module", params=SGLANG_VERSIONS)
 def helpers(request):
     """(kl_test_utils, kl_multiturn_utils) of one pinned release, with only the GPU/tokenizer
     import stubbed."""
-    root = fetch_helpers(request.param)
-    saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
-    for name in ("sglang", "sglang.test", "sglang.srt", "sglang.srt.utils"):
-        pkg = types.ModuleType(name)
-        pkg.__path__ = []  # a namespace to hang the loaded files on
-        sys.modules[name] = pkg
-    hf = types.ModuleType("sglang.srt.utils.hf_transformers_utils")
-    hf.get_tokenizer = lambda *a, **kw: StubTokenizer()
-    sys.modules[hf.__name__] = hf
-    mods = []
-    for h in HELPERS:
-        name = h[:-3].replace("/", ".")
-        spec = importlib.util.spec_from_file_location(name, root / h)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        mods.append(mod)
-    yield tuple(mods)
-    for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
-        del sys.modules[k]
-    sys.modules.update(saved)
+    with loaded(fetch_helpers(request.param)) as mods:
+        yield mods
 
 
 def inputs(n: int = 6, seed: int = 50) -> list[list[int]]:
@@ -198,3 +172,43 @@ def test_triton_profile_within_sglang_threshold(helpers, use_inputs, tmp_path):
                                                        max_samples=6, max_new_tokens=32)
     finally:
         s.stop()
+
+
+def test_the_gpu_conformance_tool_gives_sglangs_figure_beside_detchecks(tmp_path):
+    """results/h200/conformance.py on the reference server (its dry run): one server, SGLang's
+    helpers and detcheck's probes on the same prompts. The triton profile is not bit-exact, so
+    the figures are not zero, and SGLang's decode-vs-replay k3 is detcheck's kl k3."""
+    root = fetch_helpers("0.5.16")  # the kit's release, whose helpers the H200 run loads
+    suite = tmp_path / "conformance.toml"
+    suite.write_text(f"""name = "conformance"
+[models]
+refserver = "{SWA_MODEL}"
+[server]
+args = ["--random-seed", "1234", "--attention-backend", "triton"]
+startup_timeout_s = 120
+[workload]
+prompts = 6
+prompt_len = [60, 90]
+output_len = 24
+vocab = 500
+[[config]]
+name = "triton"
+deterministic = true
+probes = ["kl", "prefill_cache_hit", "decode_cache_hit"]
+""")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "results/h200/conformance.py"), "--target", "refserver",
+                           "--suite", str(suite), "--config", "triton", "--helpers", str(root), "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checks = json.loads((out / "conformance.json").read_text())["checks"]
+    assert [(c["check"], c["by"]) for c in checks] == [
+        ("kl", "detcheck"), ("kl", "sglang"), ("prefill_cache_hit", "detcheck"), ("prefill_cache_hit", "sglang"),
+        ("prefill_cache_hit", "sglang"), ("decode_cache_hit", "detcheck"), ("decode_cache_hit", "sglang"),
+        ("decode_cache_hit", "sglang")]
+    assert not [c for c in checks if c.get("error")], checks
+    ours, theirs = checks[0], checks[1]
+    assert ours["mean"] > 0 and theirs["exact_by_sglang_gate"] is False
+    assert theirs["values"] == pytest.approx(ours["values"], rel=1e-6, abs=1e-12)
+    assert "| kl | sglang | kl_test_utils.test_input_output_logprobs_match_helper | 6 × 24 |" in \
+        (out / "conformance.md").read_text()

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# The GPU run tool: ship the kit to the H200, set up the revisions, run, collect.
+# (Replaces the one-off call scripts the older records' COMMAND.txt name; their text is in git.)
+#
+#   here:        bash results/h200/gpu-run.sh prepare        # .gpu-kit/: bundles, kit, extra; prints the calls
+#   device run:  bash results/h200/gpu-run.sh ship N         # every bundle but the last: to /tmp/gpu-kit
+#                bash results/h200/gpu-run.sh install N      # the last bundle, install, smoke, one server's memory
+#                bash results/h200/gpu-run.sh main           # setup, then SESSION in the background;
+#                                                            # packs $OUT/h200-main.tgz at HOLD seconds
+#                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
+#                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
+#   here, CPU:   DRY_RUN=1 bash results/h200/gpu-run.sh dry  # setup + every session command against
+#                                                            # local release sources and the reference
+#                                                            # server: typos fail here, not on the GPU
+#
+# Revisions of $REPO (setup): tag 0.5.16 = the released source (main~1), tag 0.5.17 (main), branch
+# 0.5.17+backports = 0.5.17 + patches/0.5.17-backport-*.patch (one commit each: the two
+# multi-layer EAGLE fixes, never a release), branch dflash-fix = 0.5.16 + dflash-swa-eviction.patch
+# (the DFLASH fix pair). Every run's command line, environment and exit status land in
+# $DEST/<name>/COMMAND.txt and $DEST/summary.txt (record).
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROJECT=$(cd "$HERE/../.." && pwd)
+cd "$PROJECT"
+REPO=${REPO:-/tmp/sglang-release}
+DEST=${DEST:-/tmp/h200}
+SITE=${SITE:-/tmp/site}          # the installed kit (its sglang = 0.5.16)
+PY=${PY:-python3}
+SPG=${SPG:-48}                   # servers at once on the card (matrix run --servers-per-gpu)
+export DETCHECK_CACHE_DIR=${DETCHECK_CACHE_DIR:-/tmp/detcheck-cache-h200}
+export PATH=$PATH:/usr/local/cuda/bin HF_HUB_OFFLINE=1 SGLANG_DISABLE_REQUEST_LOGGING=1 PYTHONUNBUFFERED=1
+MODELS=${MODELS-tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-4l-eagle3 tiny-llama-4l-dflash tiny-llama-4l-dspark tiny-inkling tiny-gptoss tiny-gptoss-dflash}
+
+# record NAME LIMIT CMD...: one command into $DEST/NAME with its command line kept beside it.
+# SIGTERM at the limit: detcheck stops its servers and keeps every finished cell.
+record() {
+  local name=$1 limit=$2; shift 2
+  mkdir -p "$DEST/$name"
+  { printf "%q " "$@"; echo
+    echo "# env: PYTHONPATH=${PYTHONPATH:-} DETCHECK_CACHE_DIR=$DETCHECK_CACHE_DIR timeout $limit"; } >> "$DEST/$name/COMMAND.txt"
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$DEST/$name/stdout.md" 2> "$DEST/$name/stderr.txt"
+  echo "$name: exit $? in $(( SECONDS - start )) s" | tee -a "$DEST/summary.txt"
+}
+
+# pack NAME: every record and log under $DEST into $OUT/NAME.tgz (one file back per call).
+pack() {
+  tar czf "$OUT/$1.tgz" --exclude='*.safetensors' -C "$(dirname "$DEST")" "$(basename "$DEST")" 2>/dev/null
+  cat "$DEST/summary.txt" 2>/dev/null; tail -3 "$DEST/monitor.txt" 2>/dev/null
+  for f in "$DEST"/*/stderr.txt; do [ -s "$f" ] && { echo "== $f"; tail -n 3 "$f" | cut -c1-300; }; done
+}
+
+prepare() {  # here: needs the kit's wheels (make-kit.sh) and PyPI for the extras
+  local kit=${KIT_SRC:-$PROJECT/../shared/gpu-kit} out=${KIT_OUT:-/tmp/gpu-kit-out} extra=${EXTRA:-/tmp/extra-whl}
+  [ -d "$kit" ] || kit=/work/shared/gpu-kit
+  git check-ignore -q .gpu-kit || echo .gpu-kit/ >> "$(git rev-parse --git-common-dir)/info/exclude"
+  [ -d "$out/bundle-01" ] || bash "$kit/make-kit.sh" "$out" || return 1
+  [ -f "$out/sglang-0.5.17-py.tar.xz" ] || bash "$kit/release-source.sh" 0.5.17 "$out" || return 1
+  ls "$extra"/sgl_deep_gemm-*.whl "$extra"/nox-*.whl > /dev/null 2>&1 || PIP_CONSTRAINT= $PY -m pip download -q --no-deps -d "$extra" \
+    sgl-deep-gemm==0.1.4.post1 nox==2026.10.20 argcomplete colorlog dependency-groups virtualenv distlib \
+    platformdirs python-discovery || return 1
+  rm -rf .gpu-kit && mkdir -p .gpu-kit/kit .gpu-kit/extra
+  # Bundles: the kit's wheels, first fit, largest first, each as large as a call can carry beside
+  # the working tree (64 MiB in all; 63 kept, and 46 at most): three bundles while the tree is
+  # under ~17 MiB, four above.
+  local tree cap
+  tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  cap=$(( (63 << 20) - tree - (1 << 19) )); cap=$(( cap >> 20 )); [ "$cap" -gt 46 ] && cap=46
+  $PY - .gpu-kit "${CAP:-$cap}" "$out"/bundle-* <<'PY' || return 1
+import os, shutil, sys
+dest, cap, paths = sys.argv[1], int(sys.argv[2]) << 20, sys.argv[3:]
+wheels = {}
+for p in paths:
+    for f in ([os.path.join(p, x) for x in os.listdir(p)] if os.path.isdir(p) else [p]):
+        if f.endswith(".whl"):
+            wheels.setdefault(os.path.basename(f), f)
+bins = []
+for name in sorted(wheels, key=lambda n: -os.path.getsize(wheels[n])):
+    size = os.path.getsize(wheels[name])
+    b = next((b for b in bins if b[0] + size <= cap), None)
+    if b is None:
+        bins.append(b := [0, []])
+    b[0] += size
+    b[1].append(name)
+for i, (size, names) in enumerate(bins, 1):
+    d = os.path.join(dest, f"bundle-{i:02d}")
+    os.makedirs(d)
+    for n in names:
+        shutil.copy2(wheels[n], d)
+    with open(os.path.join(d, "MANIFEST"), "w") as m:
+        m.write(f"bundle {i} of {len(bins)}\n" + "\n".join(sorted(names)) + "\n")
+    print(f"bundle-{i:02d}: {len(names):3d} wheels, {size / 2**20:5.1f} MiB")
+PY
+  cp "$kit"/install.sh "$kit"/smoke.sh .gpu-kit/kit/ && cp -r "$kit"/models .gpu-kit/kit/
+  cp "$out/sglang-0.5.17-py.tar.xz" .gpu-kit/extra/
+  # The main call's extras: sgl-deep-gemm (EAGLE graph captures), nox and its dependencies.
+  for w in sgl_deep_gemm nox argcomplete colorlog dependency_groups virtualenv distlib platformdirs python_discovery; do
+    cp "$extra"/${w}-*.whl .gpu-kit/extra/; done
+  # The calls, as PLAN-session.md lists them, with this tree's bundle count.
+  local n last
+  n=$(ls -d .gpu-kit/bundle-* | wc -l); last=$(printf "%02d" "$n")
+  echo "working tree: $(( tree >> 20 )) MiB; the calls (carry | command):"
+  for i in $(seq 1 $(( n - 1 ))); do
+    echo "  [\".gpu-kit/bundle-0$i\"] | bash results/h200/gpu-run.sh ship $i"; done
+  echo "  [\".gpu-kit/bundle-$last\", \".gpu-kit/kit\"] | bash results/h200/gpu-run.sh install $n"
+  echo "  [\".gpu-kit/extra\"] | SPG=48 HOLD=560 bash results/h200/gpu-run.sh main"
+  echo "  [] | WAIT=300 bash results/h200/gpu-run.sh finish"
+  for c in $(ls -d .gpu-kit/bundle-* | xargs -n1 basename) kit extra; do
+    local sum=$(( tree + $(du -sb ".gpu-kit/$c" | cut -f1) ))
+    [ "$c" = "bundle-$last" ] && sum=$(( sum + $(du -sb .gpu-kit/kit | cut -f1) ))
+    [ $(( sum >> 20 )) -lt 64 ] || { echo "carry .gpu-kit/$c: $(( sum >> 20 )) MiB with the tree, over 64"; return 1; }
+  done
+}
+
+ship() {  # device: bundle N (carried) to /tmp/gpu-kit
+  mkdir -p /tmp/gpu-kit && cp -r ".gpu-kit/bundle-0$1" /tmp/gpu-kit/ && ls /tmp/gpu-kit
+  [ "$1" != 1 ] || { nvidia-smi -L; nproc; free -g | head -2; }
+}
+
+install_kit() {  # device, the last bundle carried with the kit: install, smoke, one server's host memory
+  ship "${1:-3}" && mkdir -p "$DEST" || return 1
+  bash .gpu-kit/kit/install.sh > "$DEST/install.log" 2>&1 || { tail -20 "$DEST/install.log"; return 1; }
+  export PYTHONPATH=$SITE
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$DEST/gpu.txt"
+  # The host memory the smoke server takes at its peak: the sum of every process's PSS, and the
+  # host's used memory (free), each above what they read before it started.
+  pss() { awk '/^Pss:/{s+=$2} END{print int(s/1024)}' /proc/[0-9]*/smaps_rollup 2>/dev/null; }
+  used() { free -m | awk '/Mem:/{print $3}'; }
+  local pss0 used0 pss_peak=0 used_peak=0 now
+  pss0=$(pss); pss0=${pss0:-0}; used0=$(used)
+  OUT=$DEST bash .gpu-kit/kit/smoke.sh > "$DEST/smoke.log" 2>&1 &  # Triton, graphs off
+  local smoke=$!
+  while kill -0 $smoke 2>/dev/null; do
+    now=$(pss); [ "${now:-0}" -gt "$pss_peak" ] && pss_peak=$now
+    now=$(used); [ "${now:-0}" -gt "$used_peak" ] && used_peak=$now
+    sleep 2
+  done
+  wait $smoke; local rc=$?
+  tail -5 "$DEST/smoke.log"
+  echo "one server: $(( pss_peak - pss0 )) MiB PSS, $(( used_peak - used0 )) MiB host used, at its peak;" \
+    "$(free -g | awk '/Mem:/{print $2}') GiB total now" | tee "$DEST/server-memory.txt"
+  return $rc
+}
+
+setup() {  # device (or DRY_RUN here): the revisions and the seeded checkpoints
+  [ "${DRY_RUN:-0}" = 1 ] || { export PYTHONPATH=$SITE
+    $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .gpu-kit/extra/*.whl \
+      || return 1; }
+  local G=(git -C "$REPO" -c user.name=detcheck -c user.email=detcheck@localhost)
+  rm -rf "$REPO" && mkdir -p "$REPO/python" && cp -r "$SITE/sglang" "$REPO/python/" || return 1
+  find "$REPO" -name __pycache__ -prune -exec rm -rf {} +
+  git -C "$REPO" init -q -b main && "${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.16 (released package source)" \
+    && "${G[@]}" tag 0.5.16 || return 1
+  rm -rf "$REPO/python/sglang" && tar -xJf .gpu-kit/extra/sglang-0.5.17-py.tar.xz -C "$REPO/python" || return 1
+  "${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.17 (released package source)" && "${G[@]}" tag 0.5.17 || return 1
+  "${G[@]}" checkout -q -b 0.5.17+backports 0.5.17 || return 1
+  for p in "$HERE"/patches/0.5.17-backport-*.patch; do
+    "${G[@]}" apply "$p" && "${G[@]}" commit -qam "backport on 0.5.17: $(basename "$p" .patch)" || return 1
+  done
+  "${G[@]}" checkout -q -b dflash-fix 0.5.16 && "${G[@]}" apply "$HERE/patches/dflash-swa-eviction.patch" \
+    && "${G[@]}" commit -qam "dflash: evict out-of-window SWA KV on the decode path (on 0.5.16)" || return 1
+  "${G[@]}" checkout -q main && git -C "$REPO" log --oneline --all
+  # Worktrees once, before runs that share the cache start side by side.
+  $PY - "$REPO" 0.5.16 0.5.17 0.5.17+backports dflash-fix <<'PY' || return 1
+import sys
+from harness.revisions import Revision
+for ref in sys.argv[2:]:
+    print(ref, Revision.resolve(sys.argv[1], ref).checkout())
+PY
+  for m in $MODELS; do
+    if [ "${DRY_RUN:-0}" = 1 ]; then mkdir -p .models && ln -sfn "../fixtures/models/$m" ".models/$m"
+    else $PY -m harness.cli make-model "fixtures/models/$m" --out ".models/$m" --seed 0 || return 1; fi
+  done
+}
+
+monitor() {  # GPU memory, load and host memory every 15 s, in the background
+  setsid bash -c 'while sleep 15; do echo "$(date +%T) gpu $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null) load $(cut -d" " -f1 /proc/loadavg) host-used-MiB $(free -m | awk "/Mem:/{print \$3}")"; done' \
+    > "$DEST/monitor.txt" 2>&1 < /dev/null &
+}
+
+# The main session, side by side: the three GPU suites in one pool (validate(h200x1), 0.5.16 vs
+# 0.5.17; its EAGLE3 rows are the new fixture, graphs off and on), multi-layer EAGLE 2 steps
+# and graphs on at 0.5.17 vs 0.5.17+backports, and the DFLASH fix pair's revision_kl and SWA
+# peak (0.5.16 vs dflash-fix).
+session() {
+  local validate=(python3 -m nox -s "validate(h200x1)" --)
+  local run=(python3 -m harness.cli run)
+  [ "${DRY_RUN:-0}" = 1 ] && validate=(python3 -m harness.cli matrix run h200x1)  # nox skips without the GPU
+  [ "${DRY_RUN:-0}" = 1 ] && validate=("$PY" "${validate[@]:1}") && run=("$PY" "${run[@]:1}")
+  record backports "${LIMIT_BACKPORTS:-540}" "${run[@]}" --target sglang --repo "$REPO" --base 0.5.17 \
+    --candidate 0.5.17+backports --suite suites/h200/release-inkling.toml --slots 6 \
+    --config multi-layer-eagle-graphs-on --config multi-layer-eagle-2-steps-graphs-off \
+    --config multi-layer-eagle-2-steps-graphs-on --out "$DEST/backports/run" --no-progress --format md &
+  local backports=$!
+  # The DFLASH fix pair served token for token (revision_kl, graphs off and on) beside its SWA peak.
+  record dflash-fix "${LIMIT_DFLASH:-540}" "${run[@]}" --target sglang --repo "$REPO" --base 0.5.16 \
+    --candidate dflash-fix --suite suites/h200/dflash-fix-revision.toml --slots 8 \
+    --out "$DEST/dflash-fix/run" --no-progress --format md &
+  local dflash=$!
+  record validate-pool "${LIMIT_VALIDATE:-600}" "${validate[@]}" --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
+    --servers-per-gpu "$SPG" --out "$DEST/validate-pool/runs" --format md
+  wait $backports $dflash
+  echo "session done" >> "$DEST/summary.txt"
+}
+
+# After the session: the unified Qwen3-Next nulls by raw /generate (0.5.17, the pools suite's
+# arguments) and the conformance tables (SGLang's helpers vs detcheck on one 0.5.16 server, the
+# installed package, per configuration of suites/h200/conformance.toml: seeded Qwen3-Next and
+# Inkling, deterministic, static pool, graphs off).
+followups() {
+  local target=sglang helpers=$SITE suite=suites/h200/release-pools.toml
+  if [ "${DRY_RUN:-0}" = 1 ]; then target=refserver helpers=${HELPERS:?HELPERS=DIR holding sglang/test/}; fi
+  record unified-raw 300 "$PY" results/h200/raw_generate.py --target $target --suite $suite \
+    --config unified-graphs-off --repo "$REPO" --ref 0.5.17 --out "$DEST/unified-raw/run" &
+  for c in qwen3next inkling; do
+    record conformance-$c 400 "$PY" results/h200/conformance.py --target $target --suite suites/h200/conformance.toml \
+      --config $c --helpers "$helpers" --out "$DEST/conformance-$c/run" &
+  done
+  wait
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  ship) ship "${2:?bundle number}" ;;
+  install) install_kit "${2:-3}" ;;
+  main)
+    export PYTHONPATH=$SITE; mkdir -p "$DEST"
+    setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
+    echo "setup done at ${SECONDS}s"; monitor
+    setsid bash "$0" session > "$DEST/session.log" 2>&1 < /dev/null &
+    while [ "$SECONDS" -lt "${HOLD:-540}" ] && ! grep -q "session done" "$DEST/summary.txt" 2>/dev/null; do sleep 5; done
+    pack h200-main ;;
+  session) session ;;
+  finish)
+    export PYTHONPATH=$SITE
+    until grep -q "session done" "$DEST/summary.txt" 2>/dev/null || [ "$SECONDS" -ge "${WAIT:-300}" ]; do sleep 5; done
+    [ "${FOLLOWUPS:-1}" = 1 ] && followups
+    pack h200-finish ;;
+  dry)  # here, on the CPU: every step's commands against local sources; servers cannot start
+    export DRY_RUN=1 DEST=${DEST_DRY:-/tmp/h200-dry} REPO=${REPO_DRY:-/tmp/sglang-release-dry}
+    export DETCHECK_CACHE_DIR=/tmp/detcheck-cache-dry SITE=${SITE_DRY:?SITE_DRY=DIR holding the 0.5.16 sglang/}
+    rm -rf "$DEST" && mkdir -p "$DEST" && export OUT=${OUT:-$DEST/out} && mkdir -p "$OUT"
+    # matrix run skips an entry whose GPUs this machine lacks: an nvidia-smi that lists one H200.
+    mkdir -p "$DEST/bin" && printf '#!/bin/sh\n[ "$1" = --query-gpu=name ] && echo "NVIDIA H200" || echo "NVIDIA H200, dry-run, 143771 MiB"\n' > "$DEST/bin/nvidia-smi" \
+      && chmod +x "$DEST/bin/nvidia-smi" && export PATH=$DEST/bin:$PATH
+    setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
+    LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300} session
+    followups; pack h200-dry ;;
+  *) sed -n 2,20p "$0"; exit 2 ;;
+esac

@@ -1,0 +1,84 @@
+"""The GPU session's tools that can be checked without a GPU: the backport patches against the
+released 0.5.17 source (downloaded once, skipped when the registry is unreachable), and
+raw_generate.py against the fault server. conformance.py's dry run is in
+tests/conformance/test_sglang_kl_helpers.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from faultlib import Bench
+
+PATCHES = sorted((ROOT / "results/h200/patches").glob("0.5.17-backport-*.patch"))
+CACHE = Path.home() / ".cache" / "sglang-detcheck" / "sglang-0.5.17"
+
+
+def release_wheel() -> Path:
+    wheels = sorted(CACHE.glob("sglang-0.5.17-*.whl"))
+    if not wheels:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            "--python-version", "3.12", "--platform", "manylinux_2_34_x86_64", "--timeout", "10",
+                            "--retries", "1", "-d", str(CACHE), "sglang==0.5.17"],
+                           capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            pytest.skip("package registry unreachable")
+        wheels = sorted(CACHE.glob("sglang-0.5.17-*.whl"))
+    if not wheels:
+        pytest.skip("could not download sglang==0.5.17 (registry unreachable?)")
+    return wheels[0]
+
+
+@pytest.mark.slow
+def test_the_backports_apply_in_order_to_the_released_0_5_17_source(tmp_path):
+    assert [p.name for p in PATCHES] == ["0.5.17-backport-mle-v-head-dim.patch",
+                                         "0.5.17-backport-score-mod-int8-mask.patch"]
+    touched = sorted({line[6:].strip() for p in PATCHES for line in p.read_text().splitlines()
+                      if line.startswith("+++ b/")})
+    with zipfile.ZipFile(release_wheel()) as wheel:
+        for name in touched:  # python/sglang/... in the repo is sglang/... in the wheel
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_bytes(wheel.read(name.removeprefix("python/")))
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    for patch in PATCHES:
+        proc = subprocess.run([*git, "apply", str(patch)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{patch.name}: {proc.stderr}"
+    backend = (tmp_path / "python/sglang/srt/layers/attention/triton_backend.py").read_text()
+    assert "elif mambaish_config(model_runner.model_config) is not None:" in backend
+    assert "def get_v_head_dim(self):" in (tmp_path / "python/sglang/srt/mem_cache/swa_memory_pool.py").read_text()
+    kernel = (tmp_path / "python/sglang/kernels/ops/attention/extend_attention.py").read_text()
+    assert kernel.count("custom_mask != 0") == 3
+
+
+@pytest.mark.slow
+def test_raw_generate_counts_the_nulls_a_server_answers(tmp_path, bare_python):
+    """results/h200/raw_generate.py against the fault server posing as SGLang: a detcheck run's
+    arguments (the suite's, and --fault null-replay-logprobs), plain HTTP, the nulls where the
+    server put them (the cold replay's), none elsewhere."""
+    bench = Bench(tmp_path, bare_python)
+    suite = bench.write_suite({"nulls": ["--fault", "null-replay-logprobs"]}, startup_timeout_s=60,
+                              request_timeout_s=60)
+    out = tmp_path / "raw"
+    proc = subprocess.run([sys.executable, str(ROOT / "results/h200/raw_generate.py"), "--suite", str(suite),
+                           "--config", "nulls", "--repo", str(bench.repo), "--ref", "main", "--python", bare_python,
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, **Bench.env(), "DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "raw_generate.json").read_text())
+    assert "--fault" in record["argv"] and "null-replay-logprobs" in record["argv"]
+    rows = {(r["request"], r["field"]): r for r in record["rows"]}
+    assert rows[("decode, logprobs", "output_token_logprobs")]["nulls"] == 0
+    assert rows[("decode, logprobs + top-8", "output_token_logprobs")]["nulls"] == 0
+    replay = rows[("cold replay", "input_token_logprobs")]
+    assert replay["prompts_with_nulls"] == 2 and replay["nulls_in_replayed_output"] > 0
+    assert "| cold replay | `input_token_logprobs` | 2 of 2 |" in (out / "raw_generate.md").read_text()
