@@ -192,14 +192,9 @@ session() {
     --config multi-layer-eagle-graphs-on --config multi-layer-eagle-2-steps-graphs-off \
     --config multi-layer-eagle-2-steps-graphs-on --out "$DEST/backports/run" --no-progress --format md &
   local backports=$!
-  # The DFLASH fix pair served token for token (revision_kl, graphs off and on) beside its SWA peak.
-  record dflash-fix "${LIMIT_DFLASH:-540}" "${run[@]}" --target sglang --repo "$REPO" --base 0.5.16 \
-    --candidate dflash-fix --suite suites/h200/dflash-fix-revision.toml --slots 8 \
-    --out "$DEST/dflash-fix/run" --no-progress --format md &
-  local dflash=$!
   record validate-pool "${LIMIT_VALIDATE:-600}" "${validate[@]}" --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
     --servers-per-gpu "$SPG" --out "$DEST/validate-pool/runs" --format md
-  wait $backports $dflash
+  wait $backports
   echo "session done" >> "$DEST/summary.txt"
 }
 
@@ -212,6 +207,11 @@ followups() {
   if [ "${DRY_RUN:-0}" = 1 ]; then target=refserver helpers=${HELPERS:?HELPERS=DIR holding sglang/test/}; fi
   record unified-raw 300 "$PY" results/h200/raw_generate.py --target $target --suite $suite \
     --config unified-graphs-off --repo "$REPO" --ref 0.5.17 --out "$DEST/unified-raw/run" &
+  # The DFLASH fix pair served token for token (revision_kl, graphs off and on) beside its SWA
+  # peak: here, not beside the pool (one server took 3.8 GiB of host memory at its start).
+  record dflash-fix "${LIMIT_DFLASH:-540}" "$PY" -m harness.cli run --target $target --repo "$REPO" --base 0.5.16 \
+    --candidate dflash-fix --suite suites/h200/dflash-fix-revision.toml --slots 8 \
+    --out "$DEST/dflash-fix/run" --no-progress --format md &
   for c in qwen3next inkling; do
     record conformance-$c 400 "$PY" results/h200/conformance.py --target $target --suite suites/h200/conformance.toml \
       --config $c --helpers "$helpers" --out "$DEST/conformance-$c/run" &
