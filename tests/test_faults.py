@@ -354,7 +354,8 @@ def test_one_token_repeated_and_spec_keys_left_out_are_said_not_crashed(tmp_path
     bench.suite.write_text("\n".join([
         'name = "answers"', "[models]", f'sglang = "{ROOT / "fixtures/refmodels/hybrid"}"',
         "[server]", "startup_timeout_s = 5", "request_timeout_s = 5",
-        "[workload]", "prompts = 2", "prompt_len = [8, 12]", "output_len = 12",
+        # 6 prompts: the fewest whose accept-length pairs can reach alpha (the design check).
+        "[workload]", "prompts = 6", "prompt_len = [8, 12]", "output_len = 12",
         "[[config]]", 'name = "repeat-token"', "deterministic = true", 'probes = ["kl"]',
         f'args = ["--fault", "repeat-token", "--state", "{bench.state / "repeat"}"]',
         "[[config]]", 'name = "spec-keys-some"', 'probes = ["accept_length"]',
@@ -369,10 +370,10 @@ def test_one_token_repeated_and_spec_keys_left_out_are_said_not_crashed(tmp_path
     for cell in result["cells"]:
         assert cell["status"] == "ok", cell["reason"]
     for cell in cells(result, "repeat-token"):
-        assert cell["facts"]["degenerate_prompts"] == 2
+        assert cell["facts"]["degenerate_prompts"] == 6
         assert all(set(s["output_ids"]) == {0} for s in cell["samples"])
     for cell in cells(result, "spec-keys-some"):
         verify = [s["spec_verify_ct"] for s in cell["samples"]]
         assert verify[0] > 0 and 0 in verify, verify  # the answers without spec_* count 0 rounds
     report = (bench.out / "report.md").read_text() if (bench.out / "report.md").exists() else proc.stdout
-    assert "2/2 outputs one token repeated" in report
+    assert "6/6 outputs one token repeated" in report
