@@ -75,6 +75,8 @@ def portable_path(path: str, project: Path = PROJECT_ROOT) -> str:
     a temp dir or its models says nothing to a reader). A file of a revision's worktree reads
     as git names it: <sha>:<path in the tree>."""
     parts = Path(path).parts[1:]
+    if len(parts) < 2:  # /generate, /tmp: an HTTP route or a root folder names no machine
+        return path
     if WORKTREES in parts:
         at = len(parts) - 1 - parts[::-1].index(WORKTREES)
         if len(parts) > at + 3:
@@ -82,7 +84,7 @@ def portable_path(path: str, project: Path = PROJECT_ROOT) -> str:
     for i in range(len(parts) - 1):  # two components at least: a bare name matches too easily
         if project.joinpath(*parts[i:]).exists():
             return "/".join(parts[i:])
-    return "…/" + "/".join(parts[-2:] if len(parts) > 2 else parts[-1:]) if parts else path
+    return "…/" + "/".join(parts[-2:] if len(parts) > 2 else parts[-1:])
 
 
 def portable(text: str, project: Path = PROJECT_ROOT) -> str:

@@ -137,7 +137,10 @@ def test_paths_read_as_the_projects_or_the_revisions_and_never_the_machines(tmp_
     assert portable_path("/tmp/x/detcheck-cache/worktrees/sglang-1a2b/88468dbefa4b/python/sglang/srt/a.py",
                          tmp_path) == "88468dbefa4b:python/sglang/srt/a.py"
     assert portable_path("/data/models/Qwen3-8B", tmp_path) == "…/models/Qwen3-8B"
-    assert portable_path("/scratch", tmp_path) == "…/scratch"
+    # One component names no machine, and is often an HTTP route a log line quotes.
+    assert portable_path("/scratch", tmp_path) == "/scratch"
+    assert portable('"POST /generate HTTP/1.1" 200; url: /model_info', tmp_path) == \
+        '"POST /generate HTTP/1.1" 200; url: /model_info'
     assert portable("--model-path /data/models/Qwen3-8B --out=/tmp/a/run x/y", tmp_path) == \
         "--model-path …/models/Qwen3-8B --out=…/a/run x/y"
 
