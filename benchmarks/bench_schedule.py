@@ -17,6 +17,7 @@ their wall (results.json's started_at → finished_at), their slowest job, the s
 was up (checkout, `--help`, writing results).
 
     python benchmarks/bench_schedule.py [--slots N] [SUITE ...]   (default: every suites/*.toml)
+    python benchmarks/bench_schedule.py --stored                  (the committed GPU runs alone)
 """
 
 from __future__ import annotations
@@ -100,14 +101,28 @@ def stored(run_dirs: list[Path], name: str) -> dict:
 def print_stored(runs: list[tuple[list[Path], str]]) -> None:
     print("\ncommitted GPU runs (read from results.json: one H200; the release pair 0.5.16 vs 0.5.17, the seed\n"
           "runs 0.5.16 vs 0.5.16 + the DFLASH SWA-eviction patch)")
-    print(f"{'run':<20} {'jobs':>4} {'slots':>5} {'wall s':>7} {'slowest job s':>13} {'wall/slowest':>12} "
+    print(f"{'run':<26} {'jobs':>4} {'slots':>5} {'wall s':>7} {'slowest job s':>13} {'wall/slowest':>12} "
           f"{'sum of jobs s':>13} {'vs one slot':>11} {'harness share':>13}")
     for r in (stored(dirs, name) for dirs, name in runs):
-        print(f"{r['run']:<20} {r['jobs']:>4} {r['slots']:>5} {r['wall']:>7.0f} {r['slowest']:>13.1f} "
+        print(f"{r['run']:<26} {r['jobs']:>4} {r['slots']:>5} {r['wall']:>7.0f} {r['slowest']:>13.1f} "
               f"{r['wall'] / r['slowest']:>12.2f} {r['sum']:>13.0f} {r['sum'] / r['wall']:>10.1f}× {r['harness']:>13.1%}")
 
 
+def committed_runs() -> list[tuple[list[Path], str]]:
+    """The committed GPU runs bench_schedule reads: each suite of validate/ (run in turn), the
+    single runs, and validate-pool/ as one pool over its suites' folders."""
+    h200 = ROOT / "results" / "h200"
+    pooled = [([p for p in sorted(h200.joinpath(d).iterdir()) if p.is_dir() and p.name != "logs"], f"{d} (one pool)")
+              for d in ("validate-pool",) if h200.joinpath(d).is_dir()]
+    return [*(([p], p.name) for p in sorted((h200 / "validate").iterdir()) if p.is_dir()),
+            *(([h200.joinpath(*d)], d[-1]) for d in (("pools-readahead",), ("seed", "window-run"),
+                                                     ("seed", "rounds-run"))), *pooled]
+
+
 def main(argv: list[str]) -> None:
+    if argv == ["--stored"]:  # read, not run: no CPU measurement first
+        print_stored(committed_runs())
+        return
     # The default slots, but at least two: at one slot there is no schedule to measure.
     slots = max(2, default_slot_count("refserver"))
     if argv[:1] == ["--slots"]:
@@ -122,13 +137,7 @@ def main(argv: list[str]) -> None:
         print(f"{r['suite']:<14} {r['jobs']:>4} {r['slots']:>5} {r['wall_1']:>8.1f} {r['wall_n']:>8.1f} "
               f"{r['wall_1'] / r['wall_n']:>7.1f}× {r['slowest']:>13.1f} {r['ratio']:>14.2f}  "
               f"{'yes' if r['same_verdicts'] else 'NO'}", flush=True)
-    h200 = ROOT / "results" / "h200"
-    pooled = [([p for p in sorted(h200.joinpath(d).iterdir()) if p.is_dir() and p.name != "logs"], f"{d} (one pool)")
-              for d in ("validate-pool",) if h200.joinpath(d).is_dir()]
-    print_stored([*(([p], p.name) for p in sorted((h200 / "validate").iterdir()) if p.is_dir()),
-                  *(([h200.joinpath(*d)], d[-1]) for d in (("pools-readahead",), ("seed", "window-run"),
-                                                           ("seed", "rounds-run"))), *pooled])
-
+    print_stored(committed_runs())
 
 if __name__ == "__main__":
     main(sys.argv[1:])

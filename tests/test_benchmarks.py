@@ -28,6 +28,16 @@ def test_the_committed_gpu_runs_print_their_schedule_figures(capsys):
     assert int(pooled[1]) == sum(len(bench_schedule.read_run(run).launches) for run in runs)
 
 
+def test_the_pooled_gpu_run_reads_as_one_pool_over_its_suites(capsys):
+    bench_schedule.main(["--stored"])
+    out = capsys.readouterr().out
+    pooled = next(line.split() for line in out.splitlines() if line.startswith("validate-pool (one pool)"))
+    suites = [p for p in (ROOT / "results" / "h200" / "validate-pool").iterdir() if p.is_dir()]
+    # Every job of the three suites, and the wall from the pool's first start to its last finish.
+    assert len(suites) == 3 and int(pooled[3]) == sum(len(bench_schedule.read_run(s).launches) for s in suites)
+    assert float(pooled[5]) >= max(bench_schedule.slowest_job(bench_schedule.read_run(s)) for s in suites)
+
+
 def test_bench_aa_writes_a_suite_the_design_check_accepts(tmp_path):
     import bench_aa
 
