@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -18,6 +20,7 @@ def test_bench_kl_runs_at_a_small_size(capsys):
     assert "2 prompts × 64 tokens" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # reads the committed GPU runs: tens of MB of gzipped JSON
 def test_the_committed_gpu_runs_print_their_schedule_figures(capsys):
     runs = sorted(p for p in (ROOT / "results" / "h200" / "validate").iterdir() if p.is_dir())
     # The three suites' runs read as one pool: the wall from the first start to the last finish.
@@ -28,6 +31,7 @@ def test_the_committed_gpu_runs_print_their_schedule_figures(capsys):
     assert int(pooled[1]) == sum(len(bench_schedule.read_run(run).launches) for run in runs)
 
 
+@pytest.mark.slow  # reads the committed GPU runs: tens of MB of gzipped JSON
 def test_the_pooled_gpu_run_reads_as_one_pool_over_its_suites(capsys):
     bench_schedule.main(["--stored"])
     out = capsys.readouterr().out

@@ -128,6 +128,7 @@ def test_a_rename_only_candidate_after_a_run_under_load_is_never_different(tmp_p
     assert [rep for _, _, rep in starts] == [r for r in range(6) for _ in (0, 1)], starts
 
 
+@pytest.mark.slow
 def test_sides_at_once_runs_each_round_on_both_servers_at_the_same_time(tmp_path):
     repo = FixtureRepo.create(tmp_path / "repo")
     base = repo.head()
