@@ -65,7 +65,7 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else many or noun + 's'}"
 
 
-_ABSOLUTE = re.compile(r"(?<![\w.~/-])/[^\s`'\",;:()\[\]]+")
+_ABSOLUTE = re.compile(r"(?<![\w.~/:-])/[^\s`'\",;:()\[\]]+")
 
 
 def portable_path(path: str, project: Path = PROJECT_ROOT) -> str:

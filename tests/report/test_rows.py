@@ -141,6 +141,8 @@ def test_paths_read_as_the_projects_or_the_revisions_and_never_the_machines(tmp_
     assert portable_path("/scratch", tmp_path) == "/scratch"
     assert portable('"POST /generate HTTP/1.1" 200; url: /model_info', tmp_path) == \
         '"POST /generate HTTP/1.1" 200; url: /model_info'
+    # A URL is left whole (its path is the server's, not this machine's).
+    assert portable("on http://127.0.0.1:30000/a/b/c", tmp_path) == "on http://127.0.0.1:30000/a/b/c"
     assert portable("--model-path /data/models/Qwen3-8B --out=/tmp/a/run x/y", tmp_path) == \
         "--model-path …/models/Qwen3-8B --out=…/a/run x/y"
 
