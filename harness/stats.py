@@ -144,10 +144,14 @@ class KLTails:
 
 
 def _tails(terms: np.ndarray, tau: float, first_divergent: int | None) -> KLTails:
+    # An infinite term (one side's top-k holds all the mass the other leaves out) is a figure
+    # like any other; interpolating a percentile between two of them reads inf - inf: NaN, quietly.
+    with np.errstate(invalid="ignore"):
+        median, p99 = float(np.median(terms)), float(np.percentile(terms, 99))
     return KLTails(
         mean=float(np.mean(terms)),
-        median=float(np.median(terms)),
-        p99=float(np.percentile(terms, 99)),
+        median=median,
+        p99=p99,
         max=float(np.max(terms)),
         frac_over_tau=float(np.count_nonzero(terms > tau)) / terms.size,
         tau=float(tau),
