@@ -131,8 +131,8 @@ def _opt(v: object) -> float | None:
 
 def identity(cell: CellResult) -> tuple[str, str, str]:
     """(model, configuration, GPU kind) of a cell, from what the run recorded."""
-    argv = list(cell.metadata.get("server_argv") or [])
-    model = Path(argv[argv.index("--model-path") + 1]).name if "--model-path" in argv[:-1] else "?"
+    model_path = cell.server_flags().get("--model-path")
+    model = Path(model_path).name if model_path is not None else "?"
     gpu = cell.metadata.get("gpu_name") or cell.metadata.get("gpu") or "cpu"
     return model, cell.config, str(gpu)
 

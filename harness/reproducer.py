@@ -190,11 +190,8 @@ def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer
 
 
 def _track_interval(cell: CellResult) -> int | None:
-    argv = list(cell.metadata.get("server_argv") or [])
-    for flag, value in zip(argv, argv[1:]):
-        if flag == "--mamba-track-interval":
-            return int(value)
-    return None
+    value = cell.server_flags().get("--mamba-track-interval")
+    return None if value is None else int(value)
 
 
 def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:

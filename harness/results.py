@@ -162,6 +162,13 @@ class CellResult:
     def with_role(self, role: Role) -> CellResult:
         return dataclasses.replace(self, role=role)
 
+    def server_flags(self) -> dict[str, str]:
+        """Each token of the recorded server command line mapped to the one after it: a flag's
+        value, the last one given winning, as the server's argparse reads it (empty before a
+        launch was recorded)."""
+        argv = list(self.metadata.get("server_argv") or [])
+        return dict(zip(argv, argv[1:]))
+
     @property
     def noisy(self) -> bool:
         """Holds a noisy metric: comparable only with a measurement of the same run."""

@@ -171,8 +171,7 @@ def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
     flat logits, so a KL or accept-length match there says little); "" when none did."""
     found: list[str] = []
     for cell in (base, cand):
-        argv = list(cell.metadata.get("server_argv") or []) if cell is not None else []
-        formats = {flag: value for flag, value in zip(argv, argv[1:])}
+        formats = cell.server_flags() if cell is not None else {}
         target = formats.get("--load-format") == "dummy"
         # SGLang loads the draft in the target's format unless told otherwise.
         draft = ("--speculative-draft-model-path" in formats
