@@ -143,16 +143,16 @@ def first_divergence(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, An
     throughout): `scored`, the teacher-forced position (its index in the input ids) whose
     logprob or top-k differs; `decode`, the greedy output position whose id, logprob or top-k
     differs; `greedy`, the first output position whose id differs."""
-    out = []
-    for b, c in zip(base, cand):
-        def served(sample: dict[str, Any], prefix: str, key: str) -> list[tuple[Any, ...]]:
-            return list(zip(sample[f"{prefix}_logprobs"], sample[f"{prefix}_top_logprobs"],
-                            *([sample[key]] if key else [])))
+    return [{"scored": _first(list(zip(_served(b, "scored"), _served(c, "scored"))), offset=1),
+             "decode": _first(list(zip(_served(b, "output", "output_ids"), _served(c, "output", "output_ids")))),
+             "greedy": _first(list(zip(b["output_ids"], c["output_ids"])))}
+            for b, c in zip(base, cand)]
 
-        out.append({"scored": _first(list(zip(served(b, "scored", ""), served(c, "scored", ""))), offset=1),
-                    "decode": _first(list(zip(served(b, "output", "output_ids"), served(c, "output", "output_ids")))),
-                    "greedy": _first(list(zip(b["output_ids"], c["output_ids"])))})
-    return out
+
+def _served(sample: dict[str, Any], prefix: str, ids: str = "") -> list[tuple[Any, ...]]:
+    """Per position of one pass (`prefix`: scored, output), what was served there: its logprob,
+    its top-k and (`ids`) its token id."""
+    return list(zip(sample[f"{prefix}_logprobs"], sample[f"{prefix}_top_logprobs"], *([sample[ids]] if ids else [])))
 
 
 def _earliest(per_prompt: list[dict[str, Any]], what: str) -> dict[str, int] | None:
