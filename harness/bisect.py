@@ -238,8 +238,6 @@ class Outcome:
     confirm: Evaluation | None = None
     confirm_note: str = ""
     problem: str = ""
-    # Per k-ary round: the commits checked out (and `--help` read) while it ran, for the next.
-    prepared_ahead: list[tuple[str, ...]] = field(default_factory=list)
 
     @property
     def launches(self) -> int:
@@ -290,7 +288,8 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
         raise UsageError("--good and --bad are the same commit")
     if git_run(spec.repo, "merge-base", "--is-ancestor", good.sha, bad.sha).returncode:
         raise UsageError(f"--good {good.ref} is not an ancestor of --bad {bad.ref}")
-    plan(load_suite(spec.suite, known_probes()), _request(spec, bad.sha, 1))  # bad input: exit 2 now
+    suite = load_suite(spec.suite, known_probes())
+    plan(suite, _request(spec, bad.sha, 1))  # bad input: exit 2 now
     n = int(git(spec.repo, "rev-list", "--count", f"{good.sha}..{bad.sha}"))
     out = Outcome(good, bad, n, math.ceil(math.log2(n)) + 2 if slots == 1 else round_bound(n, slots), slots)
     spec.save()
@@ -301,10 +300,9 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
     # Good and bad at once where there are slots; the first round's commits are checked out and
     # their `--help` read meanwhile.
     ahead = ThreadPoolExecutor(1, thread_name_prefix="bisect-prepare")
-    if slots > 1:
-        history = first_parent_history(spec, good.sha, bad.sha)
-        for i in split_points(Span(0, len(history) - 1), slots):
-            ahead.submit(prepare, spec, history[i])
+    history = first_parent_history(spec, good.sha, bad.sha) if slots > 1 else []
+    for i in split_points(Span(0, len(history) - 1), slots) if slots > 1 else ():
+        ahead.submit(prepare, spec, history[i], suite.startup_timeout_s)
     out.endpoint = evaluate(spec, bad.sha, phase="endpoint", slots=min(2, slots))
     # Nothing to bisect: what was not prepared yet never will be needed.
     ahead.shutdown(wait=True, cancel_futures=out.endpoint.exit_code != DIFFERENT)
@@ -319,7 +317,7 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
         if slots == 1:
             _bisect_run(spec, wt, good.sha, bad.sha, out, say)
         else:
-            _kary_run(spec, out, say)
+            _kary_run(spec, out, say, history, suite.startup_timeout_s)
         if out.first_bad is not None:
             _confirm(spec, wt, bad, out, say)
     return out
@@ -452,7 +450,7 @@ def next_round_points(span: Span, points: list[int], slots: int) -> set[int]:
     return ahead - set(points)
 
 
-def prepare(spec: BisectSpec, sha: str) -> None:
+def prepare(spec: BisectSpec, sha: str, help_timeout_s: float) -> None:
     """Check one commit out and read its `--help` into the per-sha cache, ahead of its
     evaluation (which then finds both). A revision with an env file of its own is only checked
     out: its `--help` must come from its own interpreter, which its run builds. A failure here
@@ -461,14 +459,15 @@ def prepare(spec: BisectSpec, sha: str) -> None:
         worktree = Revision.resolve(spec.repo, sha).checkout()
         if worktree is None or (worktree / spec.env_options.file).exists():
             return
-        suite = load_suite(spec.suite, known_probes())
-        revision_capabilities(get_target(spec.target, spec.python), sha, worktree, suite.startup_timeout_s)
+        revision_capabilities(get_target(spec.target, spec.python), sha, worktree, help_timeout_s)
     except (UsageError, LaunchError, OSError):  # the evaluation meets it and reports it
         return
 
 
-def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None]) -> None:
-    history = first_parent_history(spec, out.good.sha, out.bad.sha)
+def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None], history: list[str],
+              help_timeout_s: float) -> None:
+    """`history`: the first-parent commits from good to bad (`first_parent_history`), read once
+    by the caller, whose endpoint run prepared this run's first round from it."""
     span = Span(0, len(history) - 1)
     prepared: set[int] = set()
     with ThreadPoolExecutor(out.slots, thread_name_prefix="bisect-slot") as pool, \
@@ -480,9 +479,8 @@ def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None]) -> Non
             # While this round runs: the checkouts and `--help` of whatever the next one may pick.
             following = sorted(next_round_points(span, points, out.slots) - prepared)
             prepared.update(following)
-            out.prepared_ahead.append(tuple(history[i] for i in following))
             for i in following:
-                ahead.submit(prepare, spec, history[i])
+                ahead.submit(prepare, spec, history[i], help_timeout_s)
             if following:
                 say(f"round {out.rounds}: checking out the {len(following)} commits the next round may pick, meanwhile")
             evs = [f.result() for f in running]
