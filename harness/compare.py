@@ -86,11 +86,11 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     named = deciding_metrics(params, reported)
     comparisons = compare_metrics(pairs, params, named)
     deciding = [n for n in named if n in comparisons]
-    # An exact figure the suite chose not to decide on, that changed: named beside the verdict,
-    # so a narrowed verdict is never a bare *same* next to a changed exact metric.
-    also_changed = tuple(n for n, c in comparisons.items()
-                         if n not in deciding and c.kind == Kind.EXACT and c.verdict == Verdict.DIFFERENT)
-    changed_note = ("; changed, not deciding (verdict_metrics): " + "; ".join(
+    # A figure that does not decide and changed: an exact one the suite's verdict_metrics left
+    # out, or a noisy one beside the primary (another concurrency level, per-request tok/s). It
+    # is named beside the verdict, so no verdict stands bare next to a changed figure.
+    also_changed = tuple(n for n, c in comparisons.items() if n not in deciding and c.verdict == Verdict.DIFFERENT)
+    changed_note = ("; changed, not deciding: " + "; ".join(
         f"{n}: {comparisons[n].note}" for n in also_changed)) if also_changed else ""
     if not deciding:
         # Nothing that decides was compared (a cross-revision probe's sides that cannot be, a
@@ -100,7 +100,7 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
             f"no deciding metric was measured on both sides (deciding: {', '.join(named) or 'none'}; "
             f"compared: {', '.join(comparisons) or 'none'})")
         return ProbeComparison(config, probe, Verdict.ERROR, comparisons, why + changed_note, judged,
-                               changed_exact=also_changed)
+                               changed_not_deciding=also_changed)
     verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding) + changed_note
     decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
@@ -108,14 +108,14 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     if lopsided and verdict != Verdict.DIFFERENT:
         # A deciding metric one side reports and the other does not: not a match, whatever the rest say.
         return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "; ".join(lopsided) + "; " + note,
-                               judged, decided_by, changed_exact=also_changed)
+                               judged, decided_by, changed_not_deciding=also_changed)
     vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.
         return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "vacuous: " + "; ".join(vacuous),
-                               judged, changed_exact=also_changed)
+                               judged, changed_not_deciding=also_changed)
     return ProbeComparison(config, probe, verdict, comparisons, note, judged, decided_by,
-                           changed_exact=also_changed)
+                           changed_not_deciding=also_changed)
 
 
 def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any]

@@ -325,9 +325,10 @@ class ProbeComparison:
     decided_by: str | None = None
     # A *different* comparison's smallest request that shows it (harness/reproducer.py).
     reproducer: Reproducer | None = None
-    # Exact metrics outside an explicitly narrowed `verdict_metrics` whose values changed: the
-    # row names them, so a verdict they did not decide never stands bare beside them.
-    changed_exact: tuple[str, ...] = ()
+    # Metrics that do not decide and read *different* (exact ones an explicit `verdict_metrics`
+    # left out, noisy ones beside the primary): the row names them, so a verdict they did not
+    # decide never stands bare beside them.
+    changed_not_deciding: tuple[str, ...] = ()
 
     def facts(self, cell: CellResult) -> dict[str, Any]:
         """A cell's facts with what judging this comparison added."""
@@ -345,8 +346,8 @@ class ProbeComparison:
             d["decided_by"] = self.decided_by
         if self.reproducer is not None:
             d["reproducer"] = self.reproducer.to_dict()
-        if self.changed_exact:
-            d["changed_exact"] = list(self.changed_exact)
+        if self.changed_not_deciding:
+            d["changed_not_deciding"] = list(self.changed_not_deciding)
         return {**d, "judged": self.judged} if self.judged else d
 
     @classmethod
@@ -360,7 +361,8 @@ class ProbeComparison:
             judged=d.get("judged", {}),
             decided_by=d.get("decided_by"),  # absent in schema-2 files written before it
             reproducer=Reproducer.from_dict(d["reproducer"]) if d.get("reproducer") else None,
-            changed_exact=tuple(d.get("changed_exact", ())),  # written only when some changed
+            # written only when some changed; "changed_exact" in files written before noisy ones counted
+            changed_not_deciding=tuple(d.get("changed_not_deciding", d.get("changed_exact", ()))),
         )
 
 

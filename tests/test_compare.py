@@ -135,7 +135,34 @@ def test_every_exact_metric_decides_by_default():
     comp = compare_cells("dspark", "swa_peak", swa_cell(Role.BASE, 96.0, 64.0), swa_cell(Role.CANDIDATE, 96.0, 65.0),
                          params)
     assert comp.verdict == "different" and comp.decided_by == "swa_plateau", comp
-    assert comp.changed_exact == ()
+    assert comp.changed_not_deciding == ()
+
+
+def tput_cell(role: Role, top: list[float], low: list[float]) -> CellResult:
+    """Throughput at two levels, 8 paired rounds each: the primary (top level) decides alone."""
+    return CellResult(config="c", probe="throughput", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                      status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                      metrics=(Metric("tok_s_c8", Kind.NOISY, tuple(top), paired=True),
+                               Metric("tok_s_c1", Kind.NOISY, tuple(low), paired=True)))
+
+
+def test_a_noisy_metric_that_does_not_decide_and_reads_different_is_named_beside_the_verdict():
+    params = PROBES["throughput"].validate({"floor_rel": 0.05}, "[probe.throughput]")
+    rounds = [100.0, 101.0, 99.0, 100.5, 100.2, 99.8, 100.1, 99.9]
+    base = tput_cell(Role.BASE, rounds, rounds)
+    cand = tput_cell(Role.CANDIDATE, rounds, [r * 0.5 for r in rounds])  # the lower level halved
+    comp = compare_cells("c", "throughput", base, cand, params)
+    assert comp.decided_by == "tok_s_c8" and comp.verdict == "same", comp
+    assert comp.metrics["tok_s_c1"].verdict == "different"
+    assert comp.changed_not_deciding == ("tok_s_c1",) and "changed, not deciding: tok_s_c1" in comp.note
+    assert ProbeComparison.from_dict(comp.to_dict()) == comp
+
+
+def test_a_file_written_before_noisy_metrics_counted_reads_its_changed_exact_list():
+    comp = ProbeComparison("c", "swa_peak", Verdict.SAME, changed_not_deciding=("swa_plateau",))
+    old = {**comp.to_dict()}
+    old["changed_exact"] = old.pop("changed_not_deciding")
+    assert ProbeComparison.from_dict(old) == comp
 
 
 def test_an_explicit_narrowing_still_names_the_exact_metric_that_changed():
@@ -143,7 +170,7 @@ def test_an_explicit_narrowing_still_names_the_exact_metric_that_changed():
     comp = compare_cells("dspark", "swa_peak", swa_cell(Role.BASE, 96.0, 64.0), swa_cell(Role.CANDIDATE, 96.0, 65.0),
                          params)
     assert comp.verdict == "same" and comp.decided_by == "swa_peak"
-    assert comp.changed_exact == ("swa_plateau",)
+    assert comp.changed_not_deciding == ("swa_plateau",)
     assert "changed, not deciding" in comp.note and "swa_plateau: differs at index 0: 64.0 vs 65.0" in comp.note
     assert ProbeComparison.from_dict(comp.to_dict()) == comp
 

@@ -184,7 +184,7 @@ def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
 
 def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
     sides = metric_sides(comp, base, cand)
-    notes = [_verdict_note(comp, base, cand, sides), changed_exact_text(comp, base, cand, sides),
+    notes = [_verdict_note(comp, base, cand, sides), changed_not_deciding_text(comp, base, cand, sides),
              dummy_weights_text(base, cand), provenance_text(base, cand)]
     return "; ".join(n for n in notes if n)
 
@@ -211,13 +211,14 @@ def metric_text(comp: ProbeComparison, name: str, base: CellResult | None, cand:
     return comparison_text(comp.metrics[name], *metrics, item=item, where=value_place(item, (base, cand), metrics))
 
 
-def changed_exact_text(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None,
+def changed_not_deciding_text(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None,
                        sides: Sides) -> str:
-    """Exact metrics the suite's verdict_metrics left out, that changed: never silent."""
-    if not comp.changed_exact:
+    """Metrics that did not decide and changed (exact ones verdict_metrics left out, noisy ones
+    beside the primary): never silent."""
+    if not comp.changed_not_deciding:
         return ""
     return "⚠ changed, not deciding: " + "; ".join(
-        f"{name}: {metric_text(comp, name, base, cand, sides)}" for name in comp.changed_exact if name in comp.metrics)
+        f"{name}: {metric_text(comp, name, base, cand, sides)}" for name in comp.changed_not_deciding if name in comp.metrics)
 
 
 def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None, sides: Sides) -> str:
@@ -251,7 +252,7 @@ def _alike_text(comp: ProbeComparison, shown: str) -> str:
     verdict = comp.metrics[shown].verdict
     if verdict not in (Verdict.SAME, Verdict.DIFFERENT):
         return ""
-    alike = [n for n, c in comp.metrics.items() if n != shown and n not in comp.changed_exact
+    alike = [n for n, c in comp.metrics.items() if n != shown and n not in comp.changed_not_deciding
              and c.kind == Kind.EXACT and c.verdict == verdict]
     if not alike:
         return ""

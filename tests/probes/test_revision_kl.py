@@ -169,7 +169,7 @@ def test_a_verdict_metric_the_cells_do_not_hold_is_an_error_that_names_what_was_
     assert comp.verdict == Verdict.ERROR and exit_code(overall([comp])) == 1
     assert comp.note.startswith("no deciding metric was measured on both sides (deciding: kl; compared: "
                                 "scored_logprobs, scored_topk, greedy_ids, greedy_logprobs)")
-    assert comp.changed_exact == ("scored_logprobs", "scored_topk")
+    assert comp.changed_not_deciding == ("scored_logprobs", "scored_topk")
 
 
 def test_each_derived_value_is_placed_at_its_prompt_and_position():
