@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from harness.client import SGLangClient
 from harness.errors import ServerFinding, VacuousResult
@@ -243,9 +243,16 @@ def merge(outputs: list[ProbeOutput]) -> ProbeOutput:
     return _output([s for out in outputs for s in out.samples])
 
 
+def highest_first(levels: Iterable[int]) -> list[int]:
+    """The concurrency levels in metric order: the highest (the primary metric's) first, then
+    the rest ascending; `_output` and `planned` (the design check) must agree on it."""
+    ordered = sorted(set(levels))
+    return [ordered[-1], *ordered[:-1]]
+
+
 def _output(samples: list[dict[str, Any]]) -> ProbeOutput:
     levels = sorted({s["concurrency"] for s in samples})
-    ordered = [levels[-1], *levels[:-1]]
+    ordered = highest_first(levels)
     # Value i is round i on both sides; interleaved, the two sides' round i are neighbours in
     # time, so pairing by round takes the run's drift out of the comparison.
     metrics = tuple(
@@ -289,8 +296,7 @@ def _facts(samples: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
 
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
     """Every level's two metrics, the highest level first, each paired by round: `repeats` pairs."""
-    levels = sorted(set(params["concurrency"]))
-    ordered = [levels[-1], *levels[:-1]]
+    ordered = highest_first(params["concurrency"])
     return tuple(PlannedMetric(name(c), Kind.NOISY, paired=True, key="repeats")
                  for name in (metric_name, request_metric_name) for c in ordered)
 
