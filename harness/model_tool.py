@@ -197,10 +197,8 @@ def eagle3_tensors(cfg: dict) -> list[TensorSpec]:
     if cfg.get("fc_norm") or cfg.get("use_aux_norm") or cfg.get("bias"):
         raise UsageError("make-model writes EAGLE3 heads without fc_norm / use_aux_norm / bias")
     h_in = cfg.get("target_hidden_size", h)
-    aux = cfg.get("num_aux_hidden_states") or len(
-        (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [0, 0, 0])
     out = [TensorSpec("embed_tokens.weight", (cfg["vocab_size"], h), "embedding"),
-           TensorSpec("fc.weight", (h, h_in * aux), "normal"),
+           TensorSpec("fc.weight", (h, h_in * eagle3_fc_states(cfg)), "normal"),
            TensorSpec("midlayer.input_layernorm.weight", (h,), "ones"),
            TensorSpec("midlayer.hidden_norm.weight", (h,), "ones")]
     out += _llama_attn("midlayer.self_attn", 2 * h, h, heads, kv, hd)
@@ -222,10 +220,20 @@ def eagle3_aux_states(target: dict, draft: dict) -> tuple[int, int]:
     the buffers have the fc's width (the launch dies on the mismatch); without them a single
     state as wide as the embedding skips the fc, so the auxiliary path is never run."""
     n = target["num_hidden_layers"]
-    ids = (draft.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    ids = _eagle3_layer_ids(draft)
     wanted = [i + 1 for i in ids] if ids else [2, n // 2, n - 3]
     captured = len({i for i in wanted if 0 <= i < n})
-    return captured, draft.get("num_aux_hidden_states") or len(ids or [0, 0, 0])
+    return captured, eagle3_fc_states(draft)
+
+
+def _eagle3_layer_ids(draft: dict) -> list[int] | None:
+    return (draft.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+
+
+def eagle3_fc_states(draft: dict) -> int:
+    """How many target hidden states an EAGLE3 draft's fc reads (its input is that many times
+    the target's width): `num_aux_hidden_states`, else the number of layer ids, else 3."""
+    return draft.get("num_aux_hidden_states") or len(_eagle3_layer_ids(draft) or [0, 0, 0])
 
 
 def gpt_oss_tensors(cfg: dict) -> list[TensorSpec]:
