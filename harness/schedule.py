@@ -47,10 +47,10 @@ class Unit:
     roles: tuple[Role, ...]
 
 
-def check_slot_count(count: int, option: str = "--slots") -> int:
+def check_slot_count(count: int) -> int:
     """`count` if it is a number of servers a run can have up at once, else UsageError."""
     if not 1 <= count <= MAX_SLOTS:
-        raise UsageError(f"{option} {count}: must be between 1 and {MAX_SLOTS}")
+        raise UsageError(f"--slots {count}: must be between 1 and {MAX_SLOTS}")
     return count
 
 
