@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 from _common import ROOT, scratch, two_commits
-from harness.result_files import read_run
 from harness.revisions import Revision
 from harness.run import RunRequest, execute
 from harness.schedule import cpu_slots
@@ -66,9 +65,8 @@ def measure(configs: int, alpha: float) -> dict[str, dict]:
                              candidate=Revision.resolve(repo, cand), out_dir=out, store_root=tmp / "store",
                              slots=cpu_slots(2))
             t0 = time.perf_counter()
-            execute(req)
+            result = execute(req)
             wall = time.perf_counter() - t0
-            result = read_run(out)
             comps = [c for c in result.comparisons if c.probe == "throughput"]
             metrics = [m for c in comps for name, m in c.metrics.items() if name.startswith("tok_s_")]
             # relative effect: candidate over base, per metric comparison
