@@ -117,7 +117,11 @@ def test_class5_a_server_that_ignores_aborts_is_a_finding_not_a_faster_side(tmp_
     repo, base, cand = planted(tmp_path, "ignore-abort")
     suite = refserver_suite(tmp_path / "window.toml", ["throughput"],
                             "[probe.throughput]\nconcurrency = [2]\nrepeats = 2\nalpha = 0.9\nwarmup = 0\n"
-                            "window_s = 1.0\n", deterministic=False, prompts=2, output_len=1500)
+                            "window_s = 1.0\n", deterministic=False, prompts=2,
+                            # The candidate must still be generating at the third abort (2 s after
+                            # the 1 s window). 1,500 tokens did not hold on an idle machine (550 tok/s
+                            # a request: answered 1.7 s after the window); 10,000 take ~20 s there.
+                            output_len=10000, args=("--max-total-tokens", "65536"))
     code, result, _ = run(repo, base, cand, suite, tmp_path / "out")
     cells = {c["role"]: c for c in result["cells"]}
     assert cells["base"]["status"] == "ok" and cells["base"]["facts"]["requests_cut"] == 4, cells["base"]
