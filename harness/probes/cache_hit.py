@@ -51,11 +51,10 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
     sequences = [list(turn2[i]) + list(outputs[i]) for i in hits]
     replay = [r.logprobs for r in cold_replay(ctx.client, sequences, [len(outputs[i]) for i in hits], batch)]
     ctx.advance(total_steps, total_steps)
-    metric, kl_facts, per = kl_metric(replay, [lps[i] for i in hits],
-                                      deterministic=ctx.deterministic, tau=ctx.param("tau"),
-                                      paired=False)  # the hit subsets of two sides may differ
-    if kl_facts["first_divergent_prompt"] is not None:  # the workload's prompt, not the hit's index
-        kl_facts["first_divergent_prompt"] = hits[kl_facts["first_divergent_prompt"]]
+    (k3, *located), kl_facts, per = kl_metric(replay, [lps[i] for i in hits],
+                                              deterministic=ctx.deterministic, tau=ctx.param("tau"),
+                                              paired=False,  # the hit subsets of two sides may differ
+                                              prompts=hits)  # the workload's prompts, not the hits' indices
     hit_metric = Metric("hit_fraction", Kind.EXACT, (fraction,), better="higher", headline="first")
     samples = tuple(
         # `prompt` and `input_ids` (turn 2's) let a reproducer rebuild the requests of one hit.
@@ -64,7 +63,7 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
          "hit_logprobs": lps[i], "replay_logprobs": r, **x}
         for i, r, x in zip(hits, replay, per)
     )
-    return ProbeOutput(samples=samples, metrics=(metric, hit_metric), facts={**kl_facts, **facts})
+    return ProbeOutput(samples=samples, metrics=(k3, hit_metric, *located), facts={**kl_facts, **facts})
 
 
 def hit_text(cached: Sequence[int], min_hit: Sequence[int], reached: int, floor: float) -> str:
@@ -105,9 +104,11 @@ def run_decode(ctx: ProbeContext) -> ProbeOutput:
 
 
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
-    """k3 over each side's own hits (unpaired; at most every prompt hits), and the hit fraction."""
+    """k3 over each side's own hits (unpaired; at most every prompt hits), the hit fraction, and
+    under deterministic inference each hit's first divergent position."""
+    located = (PlannedMetric("first_divergent", Kind.EXACT),) if deterministic else ()
     return (PlannedMetric("k3", Kind.EXACT if deterministic else Kind.NOISY, key="prompts"),
-            PlannedMetric("hit_fraction", Kind.EXACT))
+            PlannedMetric("hit_fraction", Kind.EXACT), *located)
 
 
 def _hit_place(samples: Sequence[dict[str, Any]], i: int) -> str:
@@ -117,7 +118,7 @@ def _hit_place(samples: Sequence[dict[str, Any]], i: int) -> str:
     return f"hit {i}" if prompt is None else f"prompt {prompt}"
 
 
-VALUES = {"k3": ValueIndex("hit", _hit_place)}
+VALUES = {"k3": ValueIndex("hit", _hit_place), "first_divergent": ValueIndex("hit", _hit_place)}
 
 PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)
 PREFILL_PROBE = register(ProbeKind("prefill_cache_hit", run_prefill,

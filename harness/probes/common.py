@@ -33,29 +33,32 @@ class Replayed:
 def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails: Sequence[int],
                 batch_size: int, top_k: int = 0) -> list[Replayed]:
     """Flush, then prefill each sequence (no decode) and return its last `tail` positions:
-    the reference a decode or a cache hit must reproduce."""
+    the reference a decode or a cache hit must reproduce. A server that answers fewer positions,
+    or a null, NaN or inf among them, is a ServerFinding that names which and where."""
     client.flush_cache()
-    out: list[Replayed] = []
-    broken: list[dict[str, Any]] = []
+    rows: list[list[float | None]] = []
+    tops: list[list[list[tuple[float | None, int]] | None]] = []
+    missing: list[dict[str, Any]] = []
     for chunk, chunk_tails in zip(batches(sequences, batch_size), batches(tails, batch_size)):
         gens = client.generate(list(chunk), max_new_tokens=0, logprobs=Logprobs(start_len=0, top_k=top_k))
         for gen, tail in zip(gens, chunk_tails):
             lps = gen.input_logprobs[-tail:] if tail else []
             top = gen.input_top_logprobs[-tail:] if tail and top_k else []
-            nulls = [i for i, v in enumerate(lps) if _unusable(v)]  # null, NaN or inf
-            top_gap = any(t is None or any(_unusable(lp, allow_neg_inf=True) for lp, _ in t) for t in top)
-            if len(lps) < tail or nulls or (top_k and (len(top) < tail or top_gap)):
-                broken.append({"prompt": len(out) + len(broken), "returned": len(gen.input_logprobs),
-                               "needed_last": tail, "null_positions_of_last": nulls})
-                continue
-            out.append(Replayed([float(v) for v in lps], [list(t) for t in top]))
-    if broken:
-        first = broken[0]
+            if len(lps) < tail or (top_k and len(top) < tail):
+                missing.append({"prompt": len(rows), "returned": len(gen.input_logprobs), "needed_last": tail})
+            rows.append(lps)
+            tops.append(top)
+    if missing:
+        first = missing[0]
         raise ServerFinding(
-            f"cold replay returned null, non-finite or missing input logprobs on {len(broken)} of {len(sequences)} "
-            f"prompts (prompt {first['prompt']}: {first['returned']} returned, "
-            f"{len(first['null_positions_of_last'])} of the last {first['needed_last']} null)", tuple(broken))
-    return out
+            f"cold replay returned too few input logprobs on {len(missing)} of {len(sequences)} prompts "
+            f"(prompt {first['prompt']}: {first['returned']} returned, the last {first['needed_last']} needed)",
+            tuple(missing))
+    # null, NaN and inf each named as what it is, at its position within the tail.
+    scored = require_output_logprobs(rows, "cold replay", kind="input")
+    if top_k:
+        require_top_logprobs(tops, "cold replay", kind="input top-k")
+    return [Replayed(lps, [list(t) for t in top]) for lps, top in zip(scored, tops)]
 
 
 def degenerate_outputs(outputs: Sequence[Sequence[int]], min_len: int = 8) -> int:
@@ -102,17 +105,19 @@ def _raise_broken(what: str, kind: str, broken: list[dict[str, Any]], total: int
                         f"prompts (first at position {min(firsts)} of prompt {first['prompt']})", tuple(broken))
 
 
-def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str) -> list[list[float]]:
+def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str,
+                            kind: str = "output") -> list[list[float]]:
     """Every output position of every answer has a finite logprob, or a ServerFinding that says
-    on how many prompts, which kind (null, NaN, inf) and where (prompt, position) the first is."""
+    on how many prompts, which kind (null, NaN, inf) and where (prompt, position) the first is.
+    `kind`: what the positions are to the server ("input" for a replay's scored prompt)."""
     broken = _broken_rows(rows, lambda v: _label(v) if _unusable(v) else "")
     if broken:
-        _raise_broken(what, "output", broken, len(rows))
+        _raise_broken(what, kind, broken, len(rows))
     return [[float(v) for v in row] for row in rows]
 
 
 def require_top_logprobs(rows: Sequence[Sequence[Sequence[tuple[float | None, int]] | None]],
-                         what: str) -> None:
+                         what: str, kind: str = "top-k") -> None:
     """Every output position of every answer has its top-k entries, each with a logprob that is
     not null, NaN or +inf, or a ServerFinding that says on how many prompts and where."""
     def bad(top: Sequence[tuple[float | None, int]] | None) -> str:
@@ -122,18 +127,21 @@ def require_top_logprobs(rows: Sequence[Sequence[Sequence[tuple[float | None, in
 
     broken = _broken_rows(rows, bad)
     if broken:
-        _raise_broken(what, "top-k", broken, len(rows))
+        _raise_broken(what, kind, broken, len(rows))
 
 
 def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,
-              deterministic: bool, tau: float, paired: bool,
-              name: str = "k3") -> tuple[Metric, dict[str, Any], list[dict[str, Any]]]:
+              deterministic: bool, tau: float, paired: bool, prompts: Sequence[int] | None = None
+              ) -> tuple[tuple[Metric, ...], dict[str, Any], list[dict[str, Any]]]:
     """Per-prompt k3 as a metric (exact under deterministic mode), pooled tails as facts.
-    `paired`: value i is prompt i on both sides (every prompt kept, not a subset)."""
+    `paired`: value i is prompt i on both sides (every prompt kept, not a subset). `prompts`:
+    the workload prompt each (ref, test) pair answers (a cache probe's hits), else pair i's.
+    The metrics: k3, then under deterministic mode `first_divergent` (divergence_metric)."""
     per_prompt = [stats.k3(r, t) for r, t in zip(refs, tests)]
     tails = stats.pooled_tails([stats.k3_per_token(r, t) for r, t in zip(refs, tests)], tau)
     firsts = [stats.kl_tails(r, t, tau).first_divergent for r, t in zip(refs, tests)]
     diverged = [f for f in firsts if f is not None]
+    answered = list(prompts) if prompts is not None else list(range(len(firsts)))
     mean = sum(per_prompt) / len(per_prompt) if per_prompt else 0.0
     facts: dict[str, Any] = {
         "k3_mean": mean,
@@ -145,14 +153,30 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
         "tokens": tails.n_tokens,
         "prompts": len(per_prompt),
         "prompts_diverged": len(diverged),
+        # Locators: where the earliest divergence is (a row names (prompt, position)); what they
+        # locate is compared per prompt, by k3 and under deterministic mode by first_divergent.
         "first_divergent": min(diverged) if diverged else None,
-        # the prompt that earliest position is in: a row names (prompt, position)
-        "first_divergent_prompt": firsts.index(min(diverged)) if diverged else None,
+        "first_divergent_prompt": answered[firsts.index(min(diverged))] if diverged else None,
     }
-    metric = Metric(name=name, kind=Kind.EXACT if deterministic else Kind.NOISY,
+    metric = Metric(name="k3", kind=Kind.EXACT if deterministic else Kind.NOISY,
                     values=tuple(per_prompt), better="lower", headline="mean", paired=paired)
+    located = (divergence_metric(firsts, [len(t) for t in tests], paired),) if deterministic else ()
     per_sample = [{"k3": k, "first_divergent": f} for k, f in zip(per_prompt, firsts)]
-    return metric, facts, per_sample
+    return (metric, *located), facts, per_sample
+
+
+def divergence_metric(firsts: Sequence[int | None], lengths: Sequence[int], paired: bool) -> Metric:
+    """Per prompt, the output position where the answer first departs from its replay; its
+    length (one past its last position) where it never does.
+
+    Under deterministic mode this is an exact figure and decides, as every exact metric does by
+    default: k3 sums each prompt's terms, so two sides whose answers depart at different
+    positions by terms that sum alike (one ulp each, at equal logprobs) read the same on k3
+    alone. Off deterministic mode the positions move with the noise that k3's floor judges:
+    there they are locators (facts and samples), shown, not compared."""
+    return Metric("first_divergent", Kind.EXACT,
+                  tuple(float(n if f is None else f) for f, n in zip(firsts, lengths)),
+                  headline="min", paired=paired)
 
 
 def judge_gate(facts: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from harness.client import OUTPUT_LOGPROBS
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
+from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -52,7 +52,27 @@ def run(ctx: ProbeContext) -> ProbeOutput:
              "first_difference": first_difference(samples[0], other) if other else None,
              "compares": "output ids + logprobs" if with_logprobs else "output ids"}
     metric = Metric("unique_outputs", Kind.EXACT, (float(unique),), better="lower", headline="first")
-    return ProbeOutput(samples=tuple(samples), metrics=(metric,), facts=facts)
+    return ProbeOutput(samples=tuple(samples), metrics=(metric, *departure_metrics(samples, with_logprobs)),
+                       facts=facts)
+
+
+def departure_metrics(samples: Sequence[dict[str, Any]], with_logprobs: bool) -> tuple[Metric, ...]:
+    """Per batch size, the output position where the first prompt's token ids (and logprobs)
+    first depart from the first batch size's: what the `first_difference` fact locates, for every size.
+
+    They are exact figures of a fixed workload and decide, as every exact metric does by
+    default: two sides with as many unique outputs, whose batches depart at other sizes or
+    positions, or in their ids where the other's departed in the logprobs only, are not the
+    same; `first_difference` stays a locator (the row's text), which these compare in full."""
+    names = (("ids_departure", "output_ids"), *((("logprob_departure", "logprobs"),) if with_logprobs else ()))
+    return tuple(Metric(name, Kind.EXACT, tuple(float(departure(samples[0][key], s[key])) for s in samples),
+                        headline="min") for name, key in names)
+
+
+def departure(reference: Sequence[Any], other: Sequence[Any]) -> int:
+    """The first position where `other` differs from `reference`; where neither differs as far
+    as both go, the shorter's length (the reference's own length when they are equal)."""
+    return next((j for j, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(reference), len(other)))
 
 
 def first_difference(reference: dict, other: dict) -> dict:
@@ -60,14 +80,12 @@ def first_difference(reference: dict, other: dict) -> dict:
     is prompt 0 of the workload), the output position, and whether the token ids changed there
     or only the logprobs (the same tokens, other numbers: a reduction order that moved)."""
     ids, other_ids = reference["output_ids"], other["output_ids"]
-    at = next((j for j, (a, b) in enumerate(zip(ids, other_ids)) if a != b), None)
-    if at is None and len(ids) != len(other_ids):
-        at = min(len(ids), len(other_ids))
-    if at is not None:
-        return {"batch_size": other["batch_size"], "prompt": 0, "position": at, "changed": "ids"}
+    if ids != other_ids:
+        return {"batch_size": other["batch_size"], "prompt": 0, "position": departure(ids, other_ids),
+                "changed": "ids"}
     lps, other_lps = reference["logprobs"] or [], other["logprobs"] or []
-    at = next((j for j, (a, b) in enumerate(zip(lps, other_lps)) if a != b), 0)
-    return {"batch_size": other["batch_size"], "prompt": 0, "position": at, "changed": "logprobs only"}
+    return {"batch_size": other["batch_size"], "prompt": 0, "position": departure(lps, other_lps),
+            "changed": "logprobs only"}
 
 
 def sizes_text(sizes: list[int] | None) -> str:
@@ -98,9 +116,16 @@ PARAMS = (
     *JUDGING,
 )
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
-    """One exact metric, on any configuration."""
-    return (PlannedMetric("unique_outputs", Kind.EXACT),)
+    """Exact metrics, on any configuration: unique outputs and where each batch size departs."""
+    departures = ("ids_departure", "logprob_departure") if params["logprobs"] else ("ids_departure",)
+    return tuple(PlannedMetric(name, Kind.EXACT) for name in ("unique_outputs", *departures))
 
+
+def _batch_place(samples: Sequence[dict[str, Any]], i: int) -> str:
+    return f"batch size {samples[i]['batch_size']}" if i < len(samples) else f"batch size {i + 1}"
+
+
+VALUES = {name: ValueIndex("batch size", _batch_place) for name in ("ids_departure", "logprob_departure")}
 
 PROBE = register(ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs",
-                           params=PARAMS, describe=describe, planned=planned))
+                           params=PARAMS, describe=describe, planned=planned, values=VALUES.get))

@@ -47,14 +47,14 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     replay = cold_replay(ctx.client, sequences, [len(o) for o in outputs], batch, top_k)
     ctx.advance(total, total)
     tau = ctx.param("tau")
-    metric, facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
-                                   deterministic=ctx.deterministic, tau=tau, paired=True)
+    (k3, *located), facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
+                                           deterministic=ctx.deterministic, tau=tau, paired=True)
     facts["degenerate_prompts"] = degenerate_outputs(outputs)
-    metrics = (metric,)
+    metrics = (k3, *located)
     if top_k:
         top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_top, top_k,
                                                      deterministic=ctx.deterministic, tau=tau)
-        metrics, facts = (metric, top_metric), {**facts, **top_facts}
+        metrics, facts = (k3, top_metric, *located), {**facts, **top_facts}
         per = [{**x, **y} for x, y in zip(per, top_per)]
     samples = tuple(
         {"prompt_len": len(p), "output_ids": list(o), "decode_logprobs": d, "replay_logprobs": r.logprobs,
@@ -87,10 +87,12 @@ def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[
 
 
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
-    """k3 and (with top_k) top-k KL per prompt, paired: exact under deterministic inference."""
+    """k3 and (with top_k) top-k KL per prompt, paired: exact under deterministic inference,
+    where each prompt's first divergent position is compared too."""
     kind = Kind.EXACT if deterministic else Kind.NOISY
     names = ("k3", "topk_kl") if params["top_k"] else ("k3",)
-    return tuple(PlannedMetric(n, kind, paired=True, key="prompts") for n in names)
+    located = (PlannedMetric("first_divergent", Kind.EXACT, paired=True),) if deterministic else ()
+    return (*(PlannedMetric(n, kind, paired=True, key="prompts") for n in names), *located)
 
 
 PROBE = register(ProbeKind(

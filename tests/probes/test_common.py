@@ -83,3 +83,92 @@ def test_null_top_k_logprobs_are_a_finding_that_says_where():
                                             r"\(first at position 1 of prompt 1\)$") as err:
         require_top_logprobs([fine, [fine[0], [(None, 5), (-1.0, 6)], None]], "decode")
     assert err.value.samples[0]["null_positions"] == [1, 2]
+
+
+def _kl_cell(role, refs, tests, **where):
+    from harness.probes.common import kl_metric
+    from harness.results import CellResult, RevisionInfo, Status
+
+    metrics, facts, per = kl_metric(refs, tests, deterministic=True, tau=0.0, paired=True, **where)
+    return CellResult(config="det", probe="kl", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                      status=Status.OK, config_fingerprint="f", workload_fingerprint="w", metrics=metrics,
+                      facts=facts, samples=tuple(per))
+
+
+def test_answers_that_depart_from_their_replay_elsewhere_are_not_the_same_when_k3_sums_alike():
+    """Deterministic mode: the base's answer departs from its replay at position 0, the
+    candidate's at position 1, by the same 0.25 (exact in binary): every per-prompt k3 is equal
+    to the last bit, and the pair read *same* while its first_divergent facts differed."""
+    from harness.compare import compare_cells
+    from harness.probes import PROBES
+    from harness.results import Role
+
+    ref = [-1.0, -2.0, -3.0]
+    base = _kl_cell(Role.BASE, [ref], [[-0.75, -2.0, -3.0]])
+    cand = _kl_cell(Role.CANDIDATE, [ref], [[-1.0, -1.75, -3.0]])
+    assert base.metric("k3").values == cand.metric("k3").values
+    assert (base.facts["first_divergent"], cand.facts["first_divergent"]) == (0, 1)
+    comp = compare_cells("det", "kl", base, cand, PROBES["kl"].defaults())
+    assert comp.metrics["k3"].verdict == "same"
+    assert comp.verdict == "different" and comp.decided_by == "first_divergent", comp.note
+    # answers that never depart read their length, and agree
+    quiet = _kl_cell(Role.CANDIDATE, [ref], [ref])
+    assert quiet.metric("first_divergent").values == (3.0,)
+    quiet_base = _kl_cell(Role.BASE, [ref], [ref])
+    assert compare_cells("det", "kl", quiet_base, quiet, PROBES["kl"].defaults()).verdict == "same"
+
+
+def test_off_deterministic_mode_where_an_answer_departs_is_a_locator_not_a_metric():
+    from harness.probes.common import kl_metric
+
+    metrics, facts, _ = kl_metric([[-1.0, -2.0]], [[-1.0, -2.5]], deterministic=False, tau=0.0, paired=True)
+    assert [m.name for m in metrics] == ["k3"] and facts["first_divergent"] == 1
+
+
+def test_the_first_divergent_prompt_is_the_workload_prompt_the_caller_names():
+    """A cache probe's pairs are its hits: kl_metric takes the prompts they answer, so the
+    fact names the workload's prompt (not the hit's index) without being patched afterwards."""
+    from harness.probes.common import kl_metric
+
+    refs, tests = [[-1.0, -2.0], [-1.0, -2.0]], [[-1.0, -2.0], [-1.0, -2.5]]
+    _, facts, _ = kl_metric(refs, tests, deterministic=True, tau=0.0, paired=False, prompts=[2, 5])
+    assert (facts["first_divergent_prompt"], facts["first_divergent"]) == (5, 1)
+    _, facts, _ = kl_metric(refs, tests, deterministic=True, tau=0.0, paired=False)
+    assert facts["first_divergent_prompt"] == 1
+
+
+class _ReplayServer:
+    """A client whose cold replays answer the given input logprobs (last entries: the tail)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def flush_cache(self):
+        pass
+
+    def generate(self, chunk, **_):
+        from harness.client import Generation
+        return [Generation((), {"input_token_logprobs": [[lp, t, None] for lp, t in zip(self.rows.pop(0), seq)]})
+                for seq in chunk]
+
+
+def test_a_nan_in_a_cold_replay_is_named_nan_not_null():
+    """cold_replay's own loop called every unusable logprob null; it now goes through the
+    finding path every other logprob takes: null, NaN and inf each named, with where."""
+    import pytest
+
+    from harness.errors import ServerFinding
+    from harness.probes.common import cold_replay
+    nan = float("nan")
+    server = _ReplayServer([[None, -0.5, -0.25, -0.125], [None, -0.5, nan, -0.125]])
+    with pytest.raises(ServerFinding, match=r"^cold replay returned NaN input logprobs on 1 of 2 prompts "
+                                            r"\(first at position 1 of prompt 1\)$") as err:
+        cold_replay(server, [[1, 2, 3, 4], [1, 2, 3, 4]], [3, 3], batch_size=1)
+    assert err.value.samples == ({"prompt": 1, "tokens": 3, "null_positions": [], "non_finite_positions": [[1, "NaN"]]},)
+    server = _ReplayServer([[None, None, -0.25]])
+    with pytest.raises(ServerFinding, match=r"^cold replay returned null input logprobs on 1 of 1 prompts"):
+        cold_replay(server, [[1, 2, 3]], [2], batch_size=1)
+    server = _ReplayServer([[None, -0.25]])
+    with pytest.raises(ServerFinding, match=r"^cold replay returned too few input logprobs on 1 of 1 prompts "
+                                            r"\(prompt 0: 2 returned, the last 3 needed\)$"):
+        cold_replay(server, [[1, 2]], [3], batch_size=1)
