@@ -22,6 +22,10 @@ from harness.reproducer import reproducer
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
+# Where a comparison's note names the metrics that changed without deciding (recorded in
+# `ProbeComparison.changed_not_deciding`): a report that words them itself cuts the note here.
+CHANGED_NOT_DECIDING = "; changed, not deciding: "
+
 
 def floor_for(params: dict[str, Any], metric: str) -> Floor:
     """A noisy metric's practical floor: its own `floors` entry, else the suite's `floor_abs` /
@@ -85,13 +89,14 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         reported += [(m.name, m.kind) for m in cand.metrics if m.name not in dict(reported)]
     named = deciding_metrics(params, reported)
     comparisons = compare_metrics(pairs, params, named)
-    deciding = [n for n in named if n in comparisons]
+    deciding = tuple(n for n in named if n in comparisons)
     # A figure that does not decide and changed: an exact one the suite's verdict_metrics left
     # out, or a noisy one beside the primary (another concurrency level, per-request tok/s). It
     # is named beside the verdict, so no verdict stands bare next to a changed figure.
     also_changed = tuple(n for n, c in comparisons.items() if n not in deciding and c.verdict == Verdict.DIFFERENT)
-    changed_note = ("; changed, not deciding: " + "; ".join(
+    changed_note = (CHANGED_NOT_DECIDING + "; ".join(
         f"{n}: {comparisons[n].note}" for n in also_changed)) if also_changed else ""
+    recorded = dict(metrics=comparisons, judged=judged, changed_not_deciding=also_changed, deciding=deciding)
     if not deciding:
         # Nothing that decides was compared (a cross-revision probe's sides that cannot be, a
         # verdict_metrics naming none of the metrics both cells hold): no verdict, and never
@@ -99,23 +104,21 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         why = across_facts.get("not_comparable") or (
             f"no deciding metric was measured on both sides (deciding: {', '.join(named) or 'none'}; "
             f"compared: {', '.join(comparisons) or 'none'})")
-        return ProbeComparison(config, probe, Verdict.ERROR, comparisons, why + changed_note, judged,
-                               changed_not_deciding=also_changed)
+        return ProbeComparison(config, probe, Verdict.ERROR, note=why + changed_note, **recorded)
     verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding) + changed_note
     decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
     lopsided = one_sided(pairs, cand, named, own_metrics)
     if lopsided and verdict != Verdict.DIFFERENT:
         # A deciding metric one side reports and the other does not: not a match, whatever the rest say.
-        return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "; ".join(lopsided) + "; " + note,
-                               judged, decided_by, changed_not_deciding=also_changed)
+        return ProbeComparison(config, probe, Verdict.ERROR, note="; ".join(lopsided) + "; " + note,
+                               decided_by=decided_by, **recorded)
     vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.
-        return ProbeComparison(config, probe, Verdict.ERROR, comparisons, "vacuous: " + "; ".join(vacuous),
-                               judged, changed_not_deciding=also_changed)
-    return ProbeComparison(config, probe, verdict, comparisons, note, judged, decided_by,
-                           changed_not_deciding=also_changed)
+        return ProbeComparison(config, probe, Verdict.ERROR, note="vacuous: " + "; ".join(vacuous) + changed_note,
+                               **recorded)
+    return ProbeComparison(config, probe, verdict, note=note, decided_by=decided_by, **recorded)
 
 
 def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any]
@@ -200,7 +203,7 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
     order = list(dict.fromkeys((c.config, c.probe) for c in (*base, *cand)))
     by_key = {(c.config, c.probe, c.role): c for c in (*base, *cand)}
     comparisons = tuple(_comparable(comp, by_key.get((comp.config, comp.probe, Role.BASE)),
-                                    by_key.get((comp.config, comp.probe, Role.CANDIDATE)), probe_params)
+                                    by_key.get((comp.config, comp.probe, Role.CANDIDATE)))
                         for comp in compare_run((*base, *cand), probe_params, order))
 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -216,8 +219,7 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
     )
 
 
-def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None,
-                probe_params: dict[str, dict[str, Any]]) -> ProbeComparison:
+def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> ProbeComparison:
     """asv's `x`: a pair measured on different configurations or workloads is not a comparison.
     A noisy metric measured in two runs (other times, other load) is shown but decides nothing:
     where a deciding one is noisy, the verdict is what the deciding exact metrics say if one of
@@ -229,11 +231,9 @@ def _comparable(comp: ProbeComparison, base: CellResult | None, cand: CellResult
         if a != b:
             return ProbeComparison(comp.config, comp.probe, Verdict.ERROR,
                                    note=f"not comparable: {what} differs ({a} vs {b})")
-    if comp.verdict not in (Verdict.SAME, Verdict.DIFFERENT) or comp.probe not in PROBES:
+    if comp.verdict not in (Verdict.SAME, Verdict.DIFFERENT):
         return comp
-    params = probe_params.get(comp.probe) or PROBES[comp.probe].defaults()
-    deciding = [n for n in deciding_metrics(params, [(n, c.kind) for n, c in comp.metrics.items()])
-                if n in comp.metrics]
+    deciding = comp.deciding  # as compare_cells judged them: the probe's declaration, applied once
     noisy = [n for n in deciding if comp.metrics[n].kind == Kind.NOISY]
     if not noisy:
         return comp

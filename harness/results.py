@@ -329,6 +329,11 @@ class ProbeComparison:
     # left out, noisy ones beside the primary): the row names them, so a verdict they did not
     # decide never stands bare beside them.
     changed_not_deciding: tuple[str, ...] = ()
+    # The metrics that decided the verdict (the probe's deciding metrics, `probes.base.
+    # deciding_metrics`, that both sides measured), in order: what a later re-judging (`compare`
+    # of two runs) reads, never derives again; empty where none decided, or in a file written
+    # before it was recorded.
+    deciding: tuple[str, ...] = ()
 
     def facts(self, cell: CellResult) -> dict[str, Any]:
         """A cell's facts with what judging this comparison added."""
@@ -348,6 +353,8 @@ class ProbeComparison:
             d["reproducer"] = self.reproducer.to_dict()
         if self.changed_not_deciding:
             d["changed_not_deciding"] = list(self.changed_not_deciding)
+        if self.deciding:
+            d["deciding"] = list(self.deciding)
         return {**d, "judged": self.judged} if self.judged else d
 
     @classmethod
@@ -363,6 +370,7 @@ class ProbeComparison:
             reproducer=Reproducer.from_dict(d["reproducer"]) if d.get("reproducer") else None,
             # written only when some changed; "changed_exact" in files written before noisy ones counted
             changed_not_deciding=tuple(d.get("changed_not_deciding", d.get("changed_exact", ()))),
+            deciding=tuple(d.get("deciding", ())),  # written only when some decided
         )
 
 

@@ -269,3 +269,33 @@ def test_a_deciding_metric_one_side_lacks_is_an_error_not_a_match():
     # both sides report it: compared as usual
     both = compare_cells("det", "kl", base, with_topk(kl_cell(Role.CANDIDATE, 0.0), (0.0,)), params)
     assert both.verdict == Verdict.SAME
+
+
+def test_compare_of_two_runs_reads_the_deciding_metrics_the_comparison_recorded(monkeypatch):
+    """A probe whose primary (exact) was not compared (no values on either side): its deciding
+    metrics are the exact `settled`; the noisy `spread` beside it does not decide. `compare` of
+    two runs derived the deciding metrics again from the compared ones, took `spread` (the first
+    compared) for the primary, and turned a *same* that `settled` decided into *unknown*."""
+    from harness.compare import compare_runs
+    from harness.probes.base import ProbeKind
+    from harness.probes.shared_params import JUDGING
+    from harness.results import RunResult
+
+    monkeypatch.setitem(PROBES, "toy", ProbeKind("toy", lambda ctx: None, "a toy", params=JUDGING))
+
+    def run_of(spread: tuple[float, ...], when: str) -> RunResult:
+        rev = RevisionInfo("HEAD", "b" * 40)
+        cell = CellResult(config="c", probe="toy", role=Role.CANDIDATE, revision=rev, status=Status.OK,
+                          config_fingerprint="f", workload_fingerprint="w",
+                          metrics=(Metric("primary", Kind.EXACT, ()), Metric("spread", Kind.NOISY, spread),
+                                   Metric("settled", Kind.EXACT, (1.0,))), metadata={"finished_at": when})
+        return RunResult("s", "refserver", rev, rev, (cell,), (), (), {"started_at": when})
+
+    spread = tuple(1.0 + 0.01 * i for i in range(8))
+    in_one_run = compare_cells("c", "toy", run_of(spread, "t1").cells[0].with_role(Role.BASE),
+                               run_of(spread, "t1").cells[0], PROBES["toy"].defaults())
+    assert in_one_run.verdict == Verdict.SAME and in_one_run.deciding == ("settled",)
+    assert ProbeComparison.from_dict(in_one_run.to_dict()) == in_one_run
+    (comp,) = compare_runs(run_of(spread, "t1"), run_of(spread, "t2"), Role.CANDIDATE, {}).comparisons
+    assert comp.verdict == Verdict.SAME and comp.decided_by == "settled", comp.note
+    assert "measured in two runs" not in comp.note

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.report.rows import headline, launches_text, revision_label, rows
+from harness.report.rows import Sides, headline, launches_text, revision_label, rows
 from harness.results import CellResult, Launch, RunResult, Status
 
 VERDICT_STYLE = {"same": "green", "different": "bold red", "unknown": "yellow",
@@ -17,8 +17,9 @@ VERDICT_STYLE = {"same": "green", "different": "bold red", "unknown": "yellow",
 
 
 class ConsoleReport:
-    def __init__(self, result: RunResult):
+    def __init__(self, result: RunResult, sides: dict[tuple[str, str], Sides] | None = None):
         self.result = result
+        self.sides = sides  # rows.all_metric_sides of the result, where the caller has them
 
     def table(self) -> Table:
         r = self.result
@@ -27,7 +28,7 @@ class ConsoleReport:
                   caption=f"verdict: {headline(r)} · {launches_text(r)}", show_lines=False)
         for col in ("configuration", "probe", "base", "candidate", "verdict", "comparison"):
             t.add_column(col, overflow="fold")
-        for row in rows(r):
+        for row in rows(r, self.sides):
             style = VERDICT_STYLE.get(row.verdict, "")
             t.add_row(row.config, row.probe, row.base, row.candidate,
                       f"[{style}]{row.verdict}[/]" if style else row.verdict, row.note)

@@ -12,6 +12,7 @@ from rich.console import Console
 from harness.compare import overall
 from harness.report.console import ConsoleReport
 from harness.report.markdown import MarkdownReport
+from harness.report.rows import all_metric_sides
 from harness.result_files import atomic_write_text
 from harness.results import RunResult
 
@@ -48,16 +49,17 @@ def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
     read-only run directory still prints, with a warning). JSON opens with the run's verdict and
     `exit_code`, the status the command exits with (or, for `report` without --check, would)."""
     stream = stream or sys.stdout
+    sides = all_metric_sides(result)  # one derivation for report.md and the console table
     try:
         plots = plots_for(result, out_dir)
-        markdown = MarkdownReport(result, plots).render()
+        markdown = MarkdownReport(result, plots, sides).render()
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(out_dir / REPORT_FILE, markdown)
     except OSError as exc:
         print(f"detcheck: warning: report.md and plots not written to {out_dir}: "
               f"{exc.strerror or exc}", file=sys.stderr)
-        markdown = MarkdownReport(result, {}).render()
+        markdown = MarkdownReport(result, {}, sides).render()
     if fmt == "md":
         stream.write(markdown)
     elif fmt == "json":
@@ -65,4 +67,4 @@ def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
                   stream, indent=1)
         stream.write("\n")
     else:
-        ConsoleReport(result).print(Console(file=stream, width=200))
+        ConsoleReport(result, sides).print(Console(file=stream, width=200))

@@ -6,8 +6,8 @@ import json
 
 from harness.probes import PROBES
 from harness.report.format import fmt, md_escape, md_table, plural, portable
-from harness.report.rows import (VERDICT_MARK, failure_text, figure_cells, headline, index_item, launches_text,
-                                 metric_label, metric_sides, metric_text, revision_label, rows)
+from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
+                                 index_item, launches_text, metric_label, metric_text, revision_label, rows)
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
 
 
@@ -17,11 +17,14 @@ def _rev(label: str, info) -> str:
 
 
 class MarkdownReport:
-    """Renders a RunResult; `plots` maps (config, probe) to image paths relative to the report."""
+    """Renders a RunResult; `plots` maps (config, probe) to image paths relative to the report;
+    `sides`: rows.all_metric_sides of the result where the caller has them (else derived here)."""
 
-    def __init__(self, result: RunResult, plots: dict[tuple[str, str], str] | None = None):
+    def __init__(self, result: RunResult, plots: dict[tuple[str, str], str] | None = None,
+                 sides: dict[tuple[str, str], Sides] | None = None):
         self.result = result
         self.plots = plots or {}
+        self.sides = sides if sides is not None else all_metric_sides(result)
 
     def render(self) -> str:
         r = self.result
@@ -35,7 +38,7 @@ class MarkdownReport:
                ""]
         out += md_table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
                         ((row.config, f"`{row.probe}`", row.base, row.candidate,
-                          VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r)))
+                          VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r, self.sides)))
         out += self._text_figures()
         if self.plots:
             out += ["", "Plots (relative links: attach the files to the PR, or they break once pasted):"]
@@ -66,7 +69,7 @@ class MarkdownReport:
         out = [f"#### {config} / `{probe}`", ""]
         if comp.metrics:
             body = []
-            sides = metric_sides(comp, base, cand)
+            sides = self.sides[(config, probe)]
             for name, c in comp.metrics.items():
                 metrics = sides.get(name, (None, None))
                 item = index_item(comp, base, metrics[0])

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.compare import overall
+from harness.compare import CHANGED_NOT_DECIDING, metric_pairs, overall
 from harness.logparse import last_exception
 from harness.probes import PROBES
 from harness.probes.base import ValueIndex
-from harness.report.format import describe_default, fmt, fmt_pair, plural
+from harness.report.format import describe_default, fmt, fmt_pair, plural, portable
 from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
 from harness.stats import Comparison, Kind, Verdict
 
@@ -122,13 +122,20 @@ def ratio_text(c: Comparison, base: Metric | None) -> str:
     return f"{shown:.2f}× {word}{interval}"
 
 
-def rows(result: RunResult) -> list[Row]:
+Sides = dict[str, tuple[Metric | None, Metric | None]]
+
+
+def rows(result: RunResult, sides: dict[tuple[str, str], Sides] | None = None) -> list[Row]:
+    """The table's rows; `sides`: each comparison's metric_sides where the caller has them
+    already (all_metric_sides), so a render derives a cross-revision probe's metrics once."""
+    sides = sides if sides is not None else all_metric_sides(result)
     out = []
     for comp in result.comparisons:
         base = result.cell(comp.config, comp.probe, Role.BASE)
         cand = result.cell(comp.config, comp.probe, Role.CANDIDATE)
         base_text, cand_text = without_shared_side_notes(cell_text(base, comp), cell_text(cand, comp))
-        out.append(Row(comp.config, comp.probe, base_text, cand_text, comp.verdict, _row_note(comp, base, cand)))
+        note = _row_note(comp, base, cand, sides[(comp.config, comp.probe)])
+        out.append(Row(comp.config, comp.probe, base_text, cand_text, comp.verdict, portable(note)))
     return out
 
 
@@ -182,23 +189,28 @@ def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
     return f"dummy weights: {' and '.join(found)}" if found else ""
 
 
-def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> str:
-    sides = metric_sides(comp, base, cand)
+def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None, sides: Sides) -> str:
     notes = [_verdict_note(comp, base, cand, sides), changed_not_deciding_text(comp, base, cand, sides),
              dummy_weights_text(base, cand), provenance_text(base, cand)]
     return "; ".join(n for n in notes if n)
 
 
-Sides = dict[str, tuple[Metric | None, Metric | None]]
+def all_metric_sides(result: RunResult) -> dict[tuple[str, str], Sides]:
+    """metric_sides of every comparison of `result`, by (configuration, probe): what one render
+    (its rows and its details) reads, derived once."""
+    return {(comp.config, comp.probe): metric_sides(comp, result.cell(comp.config, comp.probe, Role.BASE),
+                                                    result.cell(comp.config, comp.probe, Role.CANDIDATE))
+            for comp in result.comparisons}
 
 
 def metric_sides(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> Sides:
     """Each compared metric's (base, candidate) values: each cell's own, or for a cross-revision
-    probe those its `across` hook derives from both cells' samples (stored on neither cell)."""
+    probe those its `across` hook derives from both cells' samples (stored on neither cell:
+    compare.metric_pairs, under the probe's defaults, which shape its facts only)."""
     kind = PROBES.get(comp.probe)
     if (kind is not None and kind.across is not None and base is not None and cand is not None
             and base.status == cand.status == Status.OK):
-        return {b.name: (b, c) for b, c in kind.across(base, cand, kind.defaults()).metrics}
+        return {b.name: (b, c) for b, c in metric_pairs(comp.probe, base, cand, kind.defaults())[0]}
     return {name: (base.metric(name) if base else None, cand.metric(name) if cand else None)
             for name in comp.metrics}
 
@@ -225,18 +237,24 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
     if comp.metrics and comp.verdict in (Verdict.SAME, Verdict.DIFFERENT, Verdict.UNKNOWN):
         name = comp.decided_by or next(iter(comp.metrics))
         if comp.metrics[name].verdict != comp.verdict:  # overruled (e.g. noisy across two runs)
-            return comp.note
+            return own_note(comp)
         text = metric_text(comp, name, base, cand, sides)
         label = metric_label(comp.probe, name)
         return f"{label}: {text}{_alike_text(comp, name)}" if len(comp.metrics) > 1 or label != name else text
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
     if not failed:
-        return comp.note
+        return own_note(comp)
     texts = {failure_text(c) for _, c in failed}
     if len(texts) == 1 and len(failed) == 2:
         return f"both: {texts.pop()}"
     return "; ".join(f"{side}: {failure_text(c)}" for side, c in failed)
+
+
+def own_note(comp: ProbeComparison) -> str:
+    """The comparison's note up to the metrics it names as changed, not deciding: the row words
+    those itself (changed_not_deciding_text), once."""
+    return comp.note.split(CHANGED_NOT_DECIDING)[0]
 
 
 def metric_label(probe: str, name: str) -> str:

@@ -156,3 +156,66 @@ def test_a_reproducers_first_divergence_reads_in_words():
     assert divergence_text({"index": 0, "metric": "swa_peak"}) == "swa_peak value 0"
     assert divergence_text({"prompt": 2, "position": 1, "what": "teacher-forced logprob"}) == \
         "prompt 2, position 1 (teacher-forced logprob)"
+
+
+def _swa_cell(role: Role, plateau: float, retractions: tuple[float, ...] = (0.0,), **kw) -> CellResult:
+    return CellResult(config="dspark", probe="swa_peak", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                      status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                      metrics=(Metric("swa_peak", Kind.EXACT, (96.0,)), Metric("swa_plateau", Kind.EXACT, (plateau,)),
+                               Metric("retractions", Kind.EXACT, retractions)), **kw)
+
+
+def _run_of(base: CellResult, cand: CellResult, comp: ProbeComparison):
+    from harness.results import RunResult
+    return RunResult("s", "refserver", base.revision, cand.revision, (base, cand), (comp,), ())
+
+
+def test_an_error_row_names_what_changed_without_deciding_once():
+    """An error (a deciding metric the candidate lacks) beside a changed plateau: the row
+    printed the comparison's note, which names it, and then named it again."""
+    from harness.compare import compare_cells
+    from harness.probes import PROBES
+    from harness.report.rows import rows
+
+    params = PROBES["swa_peak"].validate({"verdict_metrics": ["swa_peak", "retractions"]}, "[probe.swa_peak]")
+    base, cand = _swa_cell(Role.BASE, 64.0), _swa_cell(Role.CANDIDATE, 65.0, ())
+    comp = compare_cells("dspark", "swa_peak", base, cand, params)
+    assert comp.verdict == Verdict.ERROR and comp.changed_not_deciding == ("swa_plateau",)
+    (row,) = rows(_run_of(base, cand, comp))
+    assert row.note.startswith("retractions measured on the base only"), row.note
+    assert row.note.count("changed, not deciding") == 1 and "swa_plateau: " in row.note, row.note
+
+
+def test_the_top_tables_comparison_column_shows_no_path_of_the_machine():
+    from harness.compare import compare_cells
+    from harness.paths import PROJECT_ROOT
+    from harness.probes import PROBES
+    from harness.report.rows import rows
+
+    reason = f"launch failed: no config.json in {PROJECT_ROOT}/fixtures/refmodels/hybrid"
+    base = _swa_cell(Role.BASE, 64.0)
+    cand = dataclasses.replace(_swa_cell(Role.CANDIDATE, 64.0), status=Status.ERROR, reason=reason, metrics=())
+    comp = compare_cells("dspark", "swa_peak", base, cand, PROBES["swa_peak"].defaults())
+    (row,) = rows(_run_of(base, cand, comp))
+    assert row.note == "candidate: launch failed: no config.json in fixtures/refmodels/hybrid", row.note
+
+
+def test_a_render_derives_a_cross_revision_probes_metrics_once(monkeypatch, tmp_path):
+    """report.md (its rows and its details) and the console table: revision_kl's `across` ran
+    once per render, not once for each (three times)."""
+    import io
+
+    from harness.probes import PROBES
+    from harness.report.emit import emit
+
+    result = read_run(Path(__file__).resolve().parents[1] / "data" / "revision-kl.json")
+    kind, calls = PROBES["revision_kl"], []
+
+    def counted(base, cand, params):
+        calls.append((base.config, cand.config))
+        return kind.across(base, cand, params)
+
+    monkeypatch.setitem(PROBES, "revision_kl", dataclasses.replace(kind, across=counted))
+    emit(result, "console", tmp_path, stream=io.StringIO())
+    measured = [c for c in result.comparisons if c.probe == "revision_kl" and c.metrics]
+    assert measured and len(calls) == len(measured), calls
