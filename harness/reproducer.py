@@ -27,9 +27,9 @@ from harness.client import Logprobs, generate_body
 from harness.plan import WorkloadSpec
 from harness.probes import PROBES
 from harness.probes.determinism import batch as determinism_batch
-from harness.report.format import fmt_pair
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request
 from harness.stats import Kind, Verdict
+from harness.textfmt import fmt_pair
 from harness.workloads import build
 
 Pairs = Sequence[tuple[Metric, Metric | None]]

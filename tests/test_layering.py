@@ -79,3 +79,27 @@ def test_no_module_level_import_cycle_type_checking_ones_included():
     graph = _module_graph()
     assert "harness.plan" not in graph["harness.targets"] and "harness.run" not in graph["harness.recorder"]
     assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
+
+
+# The output layer and what prints it (ARCHITECTURE.md's layer table: output, commands).
+ABOVE_THE_RUNNING_LAYER = ("harness.report", "harness.commands", "harness.cli")
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _reaching_up(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Modules below the output layer that import from it at module level, with what they import."""
+    above = lambda m: any(_within(m, p) for p in ABOVE_THE_RUNNING_LAYER)  # noqa: E731
+    return {m: sorted(d for d in deps if above(d)) for m, deps in graph.items()
+            if not above(m) and any(above(d) for d in deps)}
+
+
+def test_nothing_below_the_report_imports_it():
+    """The report renders what the layers below it compute: the reproducer, a probe's table cell
+    or text figure format numbers through harness.textfmt (and harness.sparkline), never through
+    the report. A function-level import (a probe's plot hook deferring matplotlib) is not one."""
+    assert _reaching_up({"harness.reproducer": {"harness.report.format", "harness.stats"},
+                         "harness.report.rows": {"harness.compare"}}) == {"harness.reproducer": ["harness.report.format"]}
+    assert _reaching_up(_module_graph()) == {}

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, detcheck
 from harness.demo import SCENARIOS, build_repo
-from harness.report.format import fmt
+from harness.textfmt import fmt
 
 pytestmark = pytest.mark.slow  # every test here starts servers
 

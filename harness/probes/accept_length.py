@@ -22,9 +22,9 @@ from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueInd
 from harness.probes.common import batches
 from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
                                           SIDES_AT_ONCE, WORKLOAD)
-from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
+from harness.textfmt import fmt
 
 
 def _generate(ctx: ProbeContext, prompts: Sequence[Sequence[int]], batch: int) -> list[Generation]:

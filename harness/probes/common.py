@@ -11,9 +11,9 @@ from harness import stats
 from harness.client import Logprobs, SGLangClient
 from harness.errors import ServerFinding
 from harness.logparse import by_dp_rank, parse_batch_lines
-from harness.report.format import fmt
 from harness.results import Metric
 from harness.stats import Kind
+from harness.textfmt import fmt
 
 
 def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

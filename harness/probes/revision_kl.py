@@ -33,9 +33,9 @@ from harness.probes.base import Across, PlannedMetric, ProbeContext, ProbeKind, 
 from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs,
                                    require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
-from harness.report.format import fmt
 from harness.results import CellResult, Metric, ProbeOutput
 from harness.stats import Kind
+from harness.textfmt import fmt
 
 # The exact metrics (deterministic mode) and the noisy ones (otherwise): all decide by default.
 EXACT_METRICS = ("scored_logprobs", "scored_topk", "greedy_ids", "greedy_logprobs")

@@ -26,10 +26,10 @@ from harness.plan import WorkloadSpec
 from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
-from harness.report.format import fmt, md_table
-from harness.report.sparkline import sparkline
 from harness.results import CellResult, Metric, ProbeOutput, Role
+from harness.sparkline import sparkline
 from harness.stats import Kind
+from harness.textfmt import fmt, md_table
 
 GAUGE = "sglang:swa_used_tokens"
 

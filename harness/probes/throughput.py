@@ -54,9 +54,9 @@ from harness.plan import WorkloadSpec
 from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
 from harness.probes.common import swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, PLACEMENT_SEED, SIDES_AT_ONCE, WORKLOAD, non_empty
-from harness.report.format import fmt
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
+from harness.textfmt import fmt
 
 
 def metric_name(level: int) -> str:

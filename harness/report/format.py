@@ -1,42 +1,16 @@
-"""How numbers and a cell's default one-liner read in tables."""
+"""A cell's default one-liner, and paths as a report pasted elsewhere should show them (numbers
+and Markdown tables: harness/textfmt.py, which layers below the report use too)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness.paths import PROJECT_ROOT
 from harness.results import Metric
 from harness.revisions import WORKTREES
-
-
-def fmt(x: Any, digits: int = 3) -> str:
-    """Numbers for tables: exact zero stays 0, small values in scientific notation."""
-    if x is None:
-        return "–"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if x == 0:
-            return "0"
-        if abs(x) < 1e-3 or abs(x) >= 1e6:
-            return f"{x:.{digits - 1}e}"
-        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
-    return str(x)
-
-
-def fmt_pair(a: float, b: float, digits: int = 3) -> tuple[str, str]:
-    """Two values of an exact comparison, each at the fewest significant digits (`digits` at
-    least) that still tell them apart: there is no tolerance, so "0.5 → 0.5" would hide a change
-    in the 7th digit, and 17 digits say nothing the first three do not."""
-    for d in range(digits, 18):
-        shown = fmt(a, d), fmt(b, d)
-        if shown[0] != shown[1] or a == b:
-            return shown
-    return repr(a), repr(b)
+from harness.textfmt import fmt
 
 
 def describe_default(facts: dict[str, Any], primary: Metric | None) -> str:
@@ -45,24 +19,6 @@ def describe_default(facts: dict[str, Any], primary: Metric | None) -> str:
         return "–"
     unit = f" {primary.unit}" if primary.unit else ""
     return f"{primary.name} {fmt(primary.headline_value())}{unit}"
-
-
-def md_escape(text: str) -> str:
-    """Text that stays inside one Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(header: Iterable[str], body: Iterable[Iterable[Any]]) -> list[str]:
-    """A Markdown table's lines: the header as given, every body cell escaped."""
-    header = list(header)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(md_escape(str(c)) for c in row) + " |" for row in body]
-    return lines
-
-
-def plural(n: int, noun: str, many: str | None = None) -> str:
-    """"1 configuration", "2 configurations" ("1 value", "8 values")."""
-    return f"{n:,} {noun if n == 1 else many or noun + 's'}"
 
 
 _ABSOLUTE = re.compile(r"(?<![\w.~/:-])/[^\s`'\",;:()\[\]]+")

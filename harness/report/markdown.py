@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 from harness.probes import PROBES
-from harness.report.format import fmt, md_escape, md_table, plural, portable
+from harness.report.format import portable
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, revision_label, rows)
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
+from harness.textfmt import fmt, md_escape, md_table, plural
 
 
 def _rev(label: str, info) -> str:

@@ -9,9 +9,10 @@ from harness.compare import CHANGED_NOT_DECIDING, metric_pairs, overall
 from harness.logparse import last_exception
 from harness.probes import PROBES
 from harness.probes.base import ValueIndex
-from harness.report.format import describe_default, fmt, fmt_pair, plural, portable
+from harness.report.format import describe_default, portable
 from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
 from harness.stats import Comparison, Kind, Verdict
+from harness.textfmt import fmt, fmt_pair, plural
 
 VERDICT_MARK = {"same": "✅ same", "different": "❌ different", "unknown": "❔ unknown",
                 "n/a": "➖ n/a", "error": "⚠️ error"}

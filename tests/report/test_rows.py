@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from harness.report.format import fmt_pair, portable, portable_path
+from harness.report.format import portable, portable_path
 from harness.report.rows import (comparison_text, dummy_weights_text, index_item, ratio_text, value_place,
                                  without_shared_side_notes)
 from harness.result_files import read_run
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, Status
 from harness.stats import Floor, Kind, Verdict, compare_exact, compare_noisy
+from harness.textfmt import fmt_pair
 
 RUN = read_run(Path(__file__).resolve().parents[1] / "data" / "h200-pools.json")
 

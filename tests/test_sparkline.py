@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.report.sparkline import LEVELS, columns, level, sparkline
+from harness.sparkline import LEVELS, columns, level, sparkline
 
 
 def test_a_straight_line_climbs_through_every_height():
