@@ -244,7 +244,7 @@ def test_revision_kl_off_deterministic_mode_needs_the_prompts_its_two_noisy_metr
 
 
 @pytest.mark.parametrize("probe, table, deterministic, message", [
-    ("kl", 'verdict_metrics = ["k3x"]', True, r"verdict_metrics: 'k3x' is not a metric of kl \(its metrics: k3, topk_kl\)"),
+    ("kl", 'verdict_metrics = ["k3x"]', True, r"verdict_metrics: 'k3x' is not a metric of kl \(its metrics: k3, topk_kl, first_divergent\)"),
     ("swa_peak", 'verdict_metrics = ["peak", "swa_plateau"]', True, r"'peak' is not a metric of swa_peak"),
     ("revision_kl", 'verdict_metrics = ["kl"]', True,
      r"verdict_metrics: kl is not reported on a deterministic configuration, whose metrics are scored_logprobs"),
