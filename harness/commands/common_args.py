@@ -148,17 +148,20 @@ def add_start_order_args(p: argparse.ArgumentParser) -> None:
                    help="start the longest jobs first, their times read from earlier runs: a results.json, "
                         "a run directory, or a folder of them (a matrix run's --out); repeatable. A job no "
                         "earlier run timed starts first. Default: plan order")
-    p.add_argument("--first-per-model", action="store_true",
+    p.add_argument("--first-per-model", action=argparse.BooleanOptionalAction, default=None,
                    help="start one server per model first and the model's other servers once it is up: "
                         "on a machine whose kernel caches are cold, each model's JIT kernels are then "
-                        "compiled once, not by every server at once")
+                        "compiled once, not by every server at once (default: off; a matrix entry's "
+                        "first_per_model)")
 
 
 def start_order_from(args: argparse.Namespace, order_from: tuple[Path, ...] = (),
                      first_per_model: bool = False) -> StartOrder:
-    """The options' start order, over a matrix entry's (`order_from`, `first_per_model`)."""
+    """The options' start order: their --order-from runs after a matrix entry's `order_from`,
+    and --(no-)first-per-model over the entry's `first_per_model`."""
     paths = (*order_from, *args.order_from)
-    return StartOrder(read_job_times(paths) if paths else JobTimes(), first_per_model or args.first_per_model)
+    return StartOrder(read_job_times(paths) if paths else JobTimes(),
+                      first_per_model if args.first_per_model is None else args.first_per_model)
 
 
 def env_options_from(args: argparse.Namespace) -> EnvOptions:

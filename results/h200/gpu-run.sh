@@ -5,8 +5,10 @@
 #   here:        bash results/h200/gpu-run.sh prepare        # .gpu-kit/: bundles, kit, extra; prints the calls
 #   device run:  bash results/h200/gpu-run.sh ship N         # every bundle but the last: to /tmp/gpu-kit
 #                bash results/h200/gpu-run.sh install N      # the last bundle, install, smoke, one server's memory
-#                bash results/h200/gpu-run.sh main           # setup, then SESSION in the background;
-#                                                            # packs $OUT/h200-main.tgz at HOLD seconds
+#                bash results/h200/gpu-run.sh main [SESSION ARGS]  # setup (once per machine), then
+#                                                            # SESSION (default: session) in the background;
+#                                                            # packs $OUT/h200-main.tgz when it ends or at HOLD s
+#                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
 #   here, CPU:   DRY_RUN=1 bash results/h200/gpu-run.sh dry  # setup + every session command against
@@ -121,6 +123,11 @@ install_kit() {  # device, the last bundle carried with the kit: install, smoke,
   ship "${1:-3}" && mkdir -p "$DEST" || return 1
   bash .gpu-kit/kit/install.sh > "$DEST/install.log" 2>&1 || { tail -20 "$DEST/install.log"; return 1; }
   export PYTHONPATH=$SITE
+  # The kit installs without .pyc files (pip --no-compile): compiled once here, not by every
+  # server of a pool at once on its first import.
+  local t0=$SECONDS
+  $PY -m compileall -q -j 0 "$SITE" > /dev/null 2>&1
+  echo "compileall $SITE: $(( SECONDS - t0 )) s" | tee -a "$DEST/install.log"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$DEST/gpu.txt"
   # The host memory the smoke server takes at its peak: the sum of every process's PSS, and the
   # host's used memory (free), each above what they read before it started.
@@ -173,9 +180,9 @@ PY
   done
 }
 
-monitor() {  # GPU memory, load and host memory every 15 s, in the background
-  setsid bash -c 'while sleep 15; do echo "$(date +%T) gpu $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null) load $(cut -d" " -f1 /proc/loadavg) host-used-MiB $(free -m | awk "/Mem:/{print \$3}")"; done' \
-    > "$DEST/monitor.txt" 2>&1 < /dev/null &
+monitor() {  # load, host memory, GPU and the cores each kind of process uses, every 5 s, in the background
+  pgrep -f cpu_monitor.py > /dev/null || setsid "$PY" "$HERE/cpu_monitor.py" "$DEST/monitor.txt" 5 \
+    > /dev/null 2>&1 < /dev/null &
 }
 
 # The main session, side by side: the three GPU suites in one pool (validate(h200x1), 0.5.16 vs
@@ -196,6 +203,22 @@ session() {
     --servers-per-gpu "$SPG" --out "$DEST/validate-pool/runs" --format md
   wait $backports
   echo "session done" >> "$DEST/summary.txt"
+}
+
+# pool NAME [FLAGS]: validate(h200x1), 0.5.16 vs 0.5.17, alone on the machine, into $DEST/NAME,
+# with FLAGS added to its `matrix run` (--first-per-model, --order-from …). Each such run starts
+# from a copy of the JIT caches as the kit's install left them (~/.triton, ~/.cache: the smoke
+# server's tiny Llama kernels), in a HOME of its own, so that runs one after another start alike.
+pool() {
+  local name=$1; shift
+  local home=/tmp/home-$name
+  rm -rf "$home" && mkdir -p "$home" && cp -a ~/.triton ~/.cache "$home/" 2>/dev/null
+  ls "$home" > "$DEST/caches-$name.txt"; du -sh "$home"/.triton "$home"/.cache >> "$DEST/caches-$name.txt" 2>&1
+  local validate=(python3 -m nox -s "validate(h200x1)" --)
+  [ "${DRY_RUN:-0}" = 1 ] && validate=("$PY" -m harness.cli matrix run h200x1)
+  HOME=$home TRITON_CACHE_DIR=$home/.triton/cache TORCHINDUCTOR_CACHE_DIR=$home/inductor \
+    record "$name" "${LIMIT_VALIDATE:-570}" "${validate[@]}" --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
+    --servers-per-gpu "$SPG" --out "$DEST/$name/runs" --format md "$@"
 }
 
 # After the session: the unified Qwen3-Next nulls by raw /generate (0.5.17, the pools suite's
@@ -224,13 +247,18 @@ case "${1:-}" in
   ship) ship "${2:?bundle number}" ;;
   install) install_kit "${2:-3}" ;;
   main)
-    export PYTHONPATH=$SITE; mkdir -p "$DEST"
-    setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
-    echo "setup done at ${SECONDS}s"; monitor
-    setsid bash "$0" session > "$DEST/session.log" 2>&1 < /dev/null &
-    while [ "$SECONDS" -lt "${HOLD:-540}" ] && ! grep -q "session done" "$DEST/summary.txt" 2>/dev/null; do sleep 5; done
+    export PYTHONPATH=$SITE; mkdir -p "$DEST"; shift
+    if [ ! -f "$DEST/setup.done" ]; then
+      setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
+      touch "$DEST/setup.done"; echo "setup done at ${SECONDS}s"
+    fi
+    monitor
+    setsid bash "$0" "${@:-session}" >> "$DEST/session.log" 2>&1 < /dev/null &
+    running=$!
+    while [ "$SECONDS" -lt "${HOLD:-540}" ] && kill -0 $running 2>/dev/null; do sleep 5; done
     pack h200-main ;;
   session) session ;;
+  pool) shift; pool "$@" ;;
   finish)
     export PYTHONPATH=$SITE
     until grep -q "session done" "$DEST/summary.txt" 2>/dev/null || [ "$SECONDS" -ge "${WAIT:-300}" ]; do sleep 5; done
