@@ -5,6 +5,7 @@
 #   here:        bash results/h200/gpu-run.sh prepare        # .gpu-kit/: bundles, kit, extra; prints the calls
 #   device run:  bash results/h200/gpu-run.sh ship N         # every bundle but the last: to /tmp/gpu-kit
 #                bash results/h200/gpu-run.sh install N      # the last bundle, install, smoke, one server's memory
+#                bash results/h200/gpu-run.sh setup          # the revisions and checkpoints (carry extra)
 #                bash results/h200/gpu-run.sh main [SESSION ARGS]  # setup (once per machine), then
 #                                                            # SESSION (default: session) in the background;
 #                                                            # packs $OUT/h200-main.tgz when it ends or at HOLD s
@@ -76,22 +77,33 @@ for p in paths:
     for f in ([os.path.join(p, x) for x in os.listdir(p)] if os.path.isdir(p) else [p]):
         if f.endswith(".whl"):
             wheels.setdefault(os.path.basename(f), f)
+# A wheel larger than a call carries travels in parts (NAME.whl.partKofN), joined on the device
+# once every part is there (ship); install.sh reads only whole *.whl files.
+pieces = []  # (name in the bundle, source, offset, size)
+for name, path in wheels.items():
+    size = os.path.getsize(path)
+    n = -(-size // cap)
+    step = -(-size // n)
+    pieces += [(name if n == 1 else f"{name}.part{k + 1}of{n}", path, k * step, min(step, size - k * step))
+               for k in range(n)]
 bins = []
-for name in sorted(wheels, key=lambda n: -os.path.getsize(wheels[n])):
-    size = os.path.getsize(wheels[name])
-    b = next((b for b in bins if b[0] + size <= cap), None)
+for piece in sorted(pieces, key=lambda p: -p[3]):
+    b = next((b for b in bins if b[0] + piece[3] <= cap), None)
     if b is None:
         bins.append(b := [0, []])
-    b[0] += size
-    b[1].append(name)
-for i, (size, names) in enumerate(bins, 1):
+    b[0] += piece[3]
+    b[1].append(piece)
+for i, (size, members) in enumerate(bins, 1):
     d = os.path.join(dest, f"bundle-{i:02d}")
     os.makedirs(d)
-    for n in names:
-        shutil.copy2(wheels[n], d)
+    for name, path, offset, length in members:
+        with open(path, "rb") as src, open(os.path.join(d, name), "wb") as out:
+            src.seek(offset)
+            out.write(src.read(length))
+        shutil.copystat(path, os.path.join(d, name))
     with open(os.path.join(d, "MANIFEST"), "w") as m:
-        m.write(f"bundle {i} of {len(bins)}\n" + "\n".join(sorted(names)) + "\n")
-    print(f"bundle-{i:02d}: {len(names):3d} wheels, {size / 2**20:5.1f} MiB")
+        m.write(f"bundle {i} of {len(bins)}\n" + "\n".join(sorted(n for n, *_ in members)) + "\n")
+    print(f"bundle-{i:02d}: {len(members):3d} wheels or parts, {size / 2**20:5.1f} MiB")
 PY
   cp "$kit"/install.sh "$kit"/smoke.sh .gpu-kit/kit/ && cp -r "$kit"/models .gpu-kit/kit/
   cp "$out/sglang-0.5.17-py.tar.xz" .gpu-kit/extra/
@@ -114,9 +126,19 @@ PY
   done
 }
 
-ship() {  # device: bundle N (carried) to /tmp/gpu-kit
-  mkdir -p /tmp/gpu-kit && cp -r ".gpu-kit/bundle-0$1" /tmp/gpu-kit/ && ls /tmp/gpu-kit
+ship() {  # device: bundle N (carried) to /tmp/gpu-kit; a split wheel joined once all its parts are here
+  mkdir -p /tmp/gpu-kit && cp -r ".gpu-kit/bundle-0$1" /tmp/gpu-kit/ && ls /tmp/gpu-kit || return 1
   [ "$1" != 1 ] || { nvidia-smi -L; nproc; free -g | head -2; }
+  local first base name n k part parts
+  for first in /tmp/gpu-kit/bundle-*/*.whl.part1of*; do
+    [ -e "$first" ] || continue
+    base=${first%.part1of*}; n=${first##*of}; name=$(basename "$base"); parts=()
+    for k in $(seq 1 "$n"); do
+      part=$(ls /tmp/gpu-kit/bundle-*/"$name.part${k}of$n" 2>/dev/null) || continue 2
+      parts+=("$part")
+    done
+    cat "${parts[@]}" > "$base" && rm -f "${parts[@]}" && echo "joined $name from $n parts"
+  done
 }
 
 install_kit() {  # device, the last bundle carried with the kit: install, smoke, one server's host memory
@@ -246,12 +268,13 @@ case "${1:-}" in
   prepare) prepare ;;
   ship) ship "${2:?bundle number}" ;;
   install) install_kit "${2:-3}" ;;
-  main)
-    export PYTHONPATH=$SITE; mkdir -p "$DEST"; shift
+  setup|main)
+    export PYTHONPATH=$SITE; mkdir -p "$DEST"; verb=$1; shift
     if [ ! -f "$DEST/setup.done" ]; then
       setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
       touch "$DEST/setup.done"; echo "setup done at ${SECONDS}s"
     fi
+    [ "$verb" = setup ] && exit 0
     monitor
     setsid bash "$0" "${@:-session}" >> "$DEST/session.log" 2>&1 < /dev/null &
     running=$!
@@ -272,7 +295,8 @@ case "${1:-}" in
     mkdir -p "$DEST/bin" && printf '#!/bin/sh\n[ "$1" = --query-gpu=name ] && echo "NVIDIA H200" || echo "NVIDIA H200, dry-run, 143771 MiB"\n' > "$DEST/bin/nvidia-smi" \
       && chmod +x "$DEST/bin/nvidia-smi" && export PATH=$DEST/bin:$PATH
     setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
-    LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300} session
-    followups; pack h200-dry ;;
+    export LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300}
+    if [ -n "${DRY_SESSION:-}" ]; then $DRY_SESSION; else session; followups; fi  # DRY_SESSION: e.g. "pool NAME FLAGS"
+    pack h200-dry ;;
   *) sed -n 2,20p "$0"; exit 2 ;;
 esac
