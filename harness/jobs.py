@@ -15,6 +15,7 @@ from harness.plan import ConfigSpec, ServerConfig
 from harness.results import Launch, ProbeOutput, Role, Status
 from harness.revisions import Revision
 from harness.schedule import Slot
+from harness.start_order import StartOrder
 from harness.server import ServerProcess
 from harness.store import CellKey
 from harness.targets import Target
@@ -42,6 +43,8 @@ class RunRequest:
     # How many servers may be up at once, and what pins each (a GPU, a role's GPUs): with more
     # than one, jobs run in threads and the observer must be thread-safe. One slot: sequential.
     slots: tuple[Slot, ...] = (Slot(),)
+    # Which waiting job starts next (longest first, one server per model first): one per pool.
+    start_order: StartOrder = StartOrder()
     # Prompts per workload × this: bisect re-measures an *unknown* verdict with more samples.
     workload_scale: int = 1
     # The interpreter of one role's servers where it is not `python`: a revision that needs

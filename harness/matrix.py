@@ -24,7 +24,8 @@ from harness.params import reject_unknown
 from harness.plan import check_reserved, read_toml
 from harness.targets import TARGET_NAMES
 
-_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "suites", "target", "server_args", "env"}
+_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "suites", "target", "server_args", "env",
+               "order_from", "first_per_model"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # More than any one host holds: bounds what an entry's slots and device lists are built from.
 MAX_GPUS = 64
@@ -44,6 +45,11 @@ class MatrixEntry:
     # Servers that fit on one GPU at once (their memory flags in server_args); None: one server
     # per role's half of the GPUs.
     servers_per_gpu: int | None = None
+    # The start order of the entry's pool (harness.start_order): earlier runs whose job times put
+    # the longest jobs first (paths as resolved from the matrix file), and one server per model
+    # first.
+    order_from: tuple[Path, ...] = ()
+    first_per_model: bool = False
 
     @property
     def parallel(self) -> bool:
@@ -157,9 +163,16 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
                                         or not 1 <= servers_per_gpu <= MAX_SERVERS_PER_GPU or gpus < 1):
         raise UsageError(f"{where}.servers_per_gpu: must be an integer from 1 to {MAX_SERVERS_PER_GPU}, "
                          f"on an entry with gpus >= 1")
+    order_from = tuple((path.parent / p).resolve() for p in _strings(where, raw, "order_from"))
+    if missing := [p for p in order_from if not p.exists()]:
+        raise UsageError(f"{where}.order_from: {', '.join(map(str, missing))} not found")
+    first_per_model = raw.get("first_per_model", False)
+    if not isinstance(first_per_model, bool):
+        raise UsageError(f"{where}.first_per_model: must be true or false")
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
                        server_args=server_args, servers_per_gpu=servers_per_gpu,
-                       env={str(k): str(v) for k, v in env.items()}, description=description)
+                       env={str(k): str(v) for k, v in env.items()}, description=description,
+                       order_from=order_from, first_per_model=first_per_model)
 
 
 def _strings(where: str, raw: dict, key: str) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub
 from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
+from harness.start_order import StartOrder
 
 if TYPE_CHECKING:
     from harness.plan import Suite
@@ -120,6 +121,8 @@ class RunRecorder:
                       **({"overrides": self.req.overrides} if self.req.overrides else {}),
                       "started_at": self.started, "harness_version": __version__,
                       "finished_at": utc_now(), "slots": len(self.req.slots),
+                      **({"start_order": self.req.start_order.to_dict()}
+                         if self.req.start_order != StartOrder() else {}),
                       **({"environments": self.environments} if self.environments else {}),
                       "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
         )

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.capabilities import NotExpressible, revision_capabilities
+from harness.capabilities import Capabilities, NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
 from harness.envs import DEFAULT_ENV_FILE, RevisionEnv, revision_env
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
@@ -53,6 +53,7 @@ from harness.redaction import environment_secrets, redact_argv, redact_env, scru
 from harness.result_files import write_run
 from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
 from harness.schedule import Countdown, Slot, SlotPool, Unit
+from harness.start_order import ModelGates, StartOrder, longest_first
 from harness.server import ServerProcess, exit_text, launch, stop_all
 from harness.store import CellKey, ResultStore, params_fingerprint
 from harness.targets import REJECTION, Target, get_target
@@ -82,6 +83,8 @@ class Run:
     saving: threading.Lock = field(default_factory=threading.Lock)
     # Each role's `--help`, read in the background from the run's start (run_scheduled).
     capabilities: dict[Role, Future] = field(default_factory=dict)
+    # first_per_model: which models' first server is up (shared by the runs of one pool).
+    gates: ModelGates | None = None
 
     def key(self, cp: ConfigPlan, probe: str, role: Role) -> CellKey | None:
         sha = self.req.revision(role).sha
@@ -105,8 +108,8 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
     of each waiting for the slowest server of the one before. Each run keeps its own outputs
     (results.json, logs) and verdicts, as if it had run alone. The requests must share their
     slots (one pool)."""
-    if any(req.slots != reqs[0].slots for req in reqs):
-        raise ValueError("runs in one pool must have the same slots")
+    if any(req.slots != reqs[0].slots or req.start_order != reqs[0].start_order for req in reqs):
+        raise ValueError("runs in one pool must have the same slots and start order")
     observer = observer or QuietObserver()
     runs = [open_run(req, observer if len(reqs) == 1 else SuiteObserver(observer, req.suite_path.stem))
             for req in reqs]
@@ -173,22 +176,53 @@ def role_python(req: RunRequest, envs: dict[Role, RevisionEnv], role: Role) -> s
     return envs[role].python if role in envs else req.python
 
 
-def run_scheduled(runs: list[Run]) -> None:
-    """Every job of the runs, as many at once as their server slots allow, started in plan order
-    (run after run); each run's results.json is saved as each of its configurations completes.
-    An interrupt (or a job that raised) stops every server in flight and lets the other jobs end
-    at their next step."""
-    pool = SlotPool(runs[0].req.slots)
+@dataclass(frozen=True)
+class QueuedUnit:
+    """A unit waiting in the pool: its run, and what the start order reads."""
+
+    position: int  # in the start order
+    run: Run
+    unit: Unit
+    model: str  # the configuration's model path (first_per_model's groups)
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        return self.unit.roles
+
+
+def start_queue(runs: list[Run], order: StartOrder) -> list[QueuedUnit]:
+    """Every unit of the runs in the order they start: plan order (run after run), or longest
+    first where earlier runs timed them."""
     units = [(run, unit) for run in runs for unit in plan_units(run.plans)]
-    countdowns = {id(run): Countdown([unit for r, unit in units if r is run]) for run in runs}
+    expected = [order.times.expected(run.suite.name, run.plans[unit.config_index].spec.name, unit.roles)
+                for run, unit in units]
+    ordered = longest_first(units, expected)
+    return [QueuedUnit(i, run, unit, str(run.plans[unit.config_index].server.model))
+            for i, (run, unit) in enumerate(ordered)]
+
+
+def run_scheduled(runs: list[Run]) -> None:
+    """Every job of the runs, as many at once as their server slots allow, started in the
+    requests' start order; each run's results.json is saved as each of its configurations
+    completes. An interrupt (or a job that raised) stops every server in flight and lets the
+    other jobs end at their next step."""
+    order = runs[0].req.start_order
+    pool = SlotPool(runs[0].req.slots)
+    waiting = start_queue(runs, order)
+    countdowns = {id(run): Countdown([q.unit for q in waiting if q.run is run]) for run in runs}
+    gates = ModelGates([q.model for q in waiting]) if order.first_per_model else None
+    for run in runs:
+        run.gates = gates
+    say_start_order(order, waiting, gates)
     workers = ThreadPoolExecutor(len(pool.slots), thread_name_prefix="job")
     helps = [read_capabilities_ahead(run) for run in runs]
     futures: list[Future] = []
     try:
-        for run, unit in units:
-            slots = pool.acquire(unit.roles)
+        while waiting:
+            queued, slots = pool.acquire_next(
+                waiting, lambda q: gates is None or gates.may_start(q.position, q.model))
             raise_failure(futures)
-            futures.append(workers.submit(run_unit, run, unit, slots, pool, countdowns[id(run)]))
+            futures.append(workers.submit(run_unit, queued, slots, pool, countdowns[id(queued.run)]))
         for future in futures:
             future.result()
     except BaseException:
@@ -206,8 +240,24 @@ def run_scheduled(runs: list[Run]) -> None:
         reader.shutdown()
 
 
+def say_start_order(order: StartOrder, queue: list[QueuedUnit], gates: ModelGates | None) -> None:
+    """One line on stderr when the order is not the plan's."""
+    parts = []
+    if order.times.sources:
+        timed = sum(order.times.expected(q.run.suite.name, q.run.plans[q.unit.config_index].spec.name, q.roles)
+                    is not None for q in queue)
+        parts.append(f"longest first ({timed} of {len(queue)} units timed by "
+                     f"{len(order.times.sources)} earlier run{'s' if len(order.times.sources) != 1 else ''})")
+    if gates is not None:
+        parts.append(f"one server per model first ({gates.models} model{'s' if gates.models != 1 else ''}), "
+                     f"its others once it is up")
+    if parts:
+        print(f"detcheck: start order: {'; '.join(parts)}", file=sys.stderr)
+
+
 def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
-    """Both roles' `--help` (the flags each revision spells), read at once from the run's start:
+    """Both roles' checkouts byte-compiled and their `--help` (the flags each revision spells)
+    read, at once from the run's start:
     the other revision's read then overlaps the first jobs instead of waiting for its own (on
     SGLang, an import of seconds). Only for a role with a job to launch (one whose cells all
     come from the store needs no flags) and a usable environment; a read that fails is the
@@ -216,9 +266,16 @@ def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
     for role in Role:
         env = run.envs.get(role)
         if (env is None or not env.error) and will_launch(run, role):
-            run.capabilities[role] = helps.submit(revision_capabilities, run.targets[role], run.req.revision(role).sha,
-                                                  run.worktrees[role], run.suite.startup_timeout_s)
+            run.capabilities[role] = helps.submit(compiled_capabilities, run, role)
     return helps
+
+
+def compiled_capabilities(run: Run, role: Role) -> Capabilities:
+    """The role's checkout byte-compiled (once, before any of its servers imports it), then its
+    `--help`."""
+    run.targets[role].compile_sources(run.worktrees[role])
+    return revision_capabilities(run.targets[role], run.req.revision(role).sha, run.worktrees[role],
+                                 run.suite.startup_timeout_s)
 
 
 def will_launch(run: Run, role: Role) -> bool:
@@ -238,8 +295,9 @@ def raise_failure(futures: list[Future]) -> None:
             future.result()
 
 
-def run_unit(run: Run, unit: Unit, slots: tuple[int, ...], pool: SlotPool, countdown: Countdown) -> None:
+def run_unit(queued: QueuedUnit, slots: tuple[int, ...], pool: SlotPool, countdown: Countdown) -> None:
     """One unit on its slots (in a worker thread): a job, or an interleaved configuration."""
+    run, unit = queued.run, queued.unit
     cp = run.plans[unit.config_index]
     try:
         jobs = [new_job(run, cp, role, pool.slots[i]) for role, i in zip(unit.roles, slots)]
@@ -248,6 +306,8 @@ def run_unit(run: Run, unit: Unit, slots: tuple[int, ...], pool: SlotPool, count
         else:
             run_interleaved(run, jobs)
     finally:
+        if run.gates is not None:  # a leader that never launched (all stored, or failed before) opens too
+            run.gates.opened(queued.model)
         pool.release(slots)
     # The last configuration's results are written once, by `finish`.
     if countdown.finished(unit.config_index) and not run.cancelled.is_set() and not countdown.all_finished():
@@ -459,6 +519,8 @@ def launch_server(run: Run, job: Job) -> bool:
             run.suite.startup_timeout_s, run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref))
         job.meta.update(interpreter.result())
     job.server = server
+    if run.gates is not None:  # up or failed: the model's other servers may start
+        run.gates.opened(str(job.cp.server.model))
     job.launch = Launch(job.cp.spec.name, job.role, job.revision.sha, server.port, server.startup_s,
                         failure is None, tuple(redact_argv(list(server.argv[1:]))), started_at=round(started_at, 3))
     run.recorder.launched(job.launch, run.observer)

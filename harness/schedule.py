@@ -1,9 +1,10 @@
 """Server slots: how many servers of a run may be up at once, and which job gets which.
 
 A run's jobs (configuration × revision) are grouped into `Unit`s: one job, or both jobs of a
-configuration whose probes interleave (both servers must be up together). Units start in plan
-order, each as soon as its slots are free (`SlotPool.acquire`), so with N slots up to N servers
-launch, probe and stop at once; with one slot the run is today's sequential one.
+configuration whose probes interleave (both servers must be up together). Units start in the
+pool's order (harness.start_order: the plan's, or longest first), each as soon as its slots are
+free (`SlotPool.acquire_next`), so with N slots up to N servers launch, probe and stop at once;
+with one slot the run is today's sequential one.
 
 A `Slot` carries the environment that pins its server (CUDA_VISIBLE_DEVICES of one GPU, or of
 one role's half of a multi-GPU entry) and, for a role-bound slot, the role it serves.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Callable, Protocol, TypeVar
 
 from harness.errors import UsageError
 from harness.matrix import MAX_SERVERS_PER_GPU, MatrixEntry
@@ -45,6 +47,13 @@ class Unit:
 
     config_index: int  # into the run's plans
     roles: tuple[Role, ...]
+
+
+class Waiting(Protocol):
+    roles: tuple[Role, ...]
+
+
+U = TypeVar("U", bound=Waiting)
 
 
 def check_slot_count(count: int) -> int:
@@ -109,12 +118,21 @@ class SlotPool:
         """Slot indices, one per role, once they are free (the caller waits). A unit with more
         servers than the run has slots (an interleaved configuration at --slots 1) waits for all
         of them and its servers share them."""
+        return self.acquire_next([Unit(0, roles)], lambda unit: True)[1]
+
+    def acquire_next(self, waiting: list[U], may_start: Callable[[U], bool]) -> tuple[U, tuple[int, ...]]:
+        """The first of `waiting` (each with its `roles`) that may start, and its slots once
+        they are free (the caller waits); it leaves `waiting`. One that may not start yet is
+        passed over; the first that may waits for its slots, overtaken by none behind it."""
         with self._changed:
-            while (picked := self._pick(roles)) is None:
+            while True:
+                first = next((item for item in waiting if may_start(item)), None)
+                if first is not None and (picked := self._pick(first.roles)) is not None:
+                    waiting.remove(first)
+                    for index in set(picked):
+                        self._free.remove(index)
+                    return first, picked
                 self._changed.wait(_WAIT_S)
-            for index in set(picked):
-                self._free.remove(index)
-            return picked
 
     def release(self, picked: tuple[int, ...]) -> None:
         with self._changed:

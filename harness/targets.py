@@ -18,6 +18,8 @@ from harness.paths import PROJECT_ROOT
 
 # Every server listens on loopback only, on a port the harness picks.
 HOST = "127.0.0.1"
+# Byte-compiling SGLang's ~3,000 modules takes seconds; a filesystem that hangs must not hang the run.
+COMPILE_TIMEOUT_S = 300
 
 # Launch failures that mean "this revision refuses this combination" (a result: n/a), as
 # opposed to a crash (an error). Phrases SGLang uses in its argument checks (0.5.16 and 0.5.17
@@ -60,6 +62,20 @@ class Target:
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env["PYTHONUNBUFFERED"] = "1"
         return env
+
+    def compile_sources(self, worktree: Path | None) -> None:
+        """Byte-compile the checkout's package with the interpreter that runs it. Servers started
+        together would otherwise each compile every module they import until the first of them
+        has written its .pyc files. Best effort: a file that does not compile fails the import
+        that needs it, with the server's own message."""
+        if worktree is None:
+            return
+        try:
+            subprocess.run([self.python, "-m", "compileall", "-q", "-j", "0",
+                            str(worktree / self.package_dir / self.package)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=COMPILE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
 
     def help_argv(self) -> list[str]:
         return [self.python, "-m", self.module, "--help"]

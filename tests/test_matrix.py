@@ -47,6 +47,14 @@ def test_entry_fields(tmp_path):
     assert entry.server_args == ("--mem-fraction-static", "0.3")
     assert entry.env == {"NCCL_NVLS_ENABLE": "0"}
     assert entry.suites == ((tmp_path / "default.toml").resolve(),)
+    assert (entry.order_from, entry.first_per_model) == ((), False)
+
+
+def test_an_entrys_start_order_fields_resolve_from_the_matrix_file(tmp_path):
+    (tmp_path / "earlier").mkdir()
+    path = write(tmp_path, GOOD + 'order_from = ["earlier"]\nfirst_per_model = true\n')
+    entry = load_matrix(path).entry("h200x2")
+    assert entry.order_from == ((tmp_path / "earlier").resolve(),) and entry.first_per_model
 
 
 @pytest.mark.parametrize("text, field", [
@@ -64,6 +72,8 @@ def test_entry_fields(tmp_path):
     ("[[entry]]\nname = 'x'\nservers_per_gpu = 2\nsuites = ['{suite}']", "on an entry with gpus >= 1"),
     ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\n[[entry]]\nname = 'x'\nsuites = ['{suite}']",
      "[[entry]] #2.name: duplicate name 'x' (also [[entry]] #1)"),
+    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\norder_from = ['no-such-run']", "'x'.order_from: "),
+    ("[[entry]]\nname = 'x'\nsuites = ['{suite}']\nfirst_per_model = 'yes'", "'x'.first_per_model: must be true"),
     ("entries = 1", "unknown key 'entries'; did you mean 'entry'?"),
     ("", "needs at least one [[entry]]"),
     ("[[entry]\n", "not valid TOML"),

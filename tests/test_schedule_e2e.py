@@ -177,3 +177,43 @@ def test_an_interrupt_with_several_jobs_in_flight_stops_every_server_and_resumes
         (config, role, "ok") for config, roles in (("one", ("base", "candidate")), ("two", ("candidate", "base")),
                                                    ("stuck", ("base", "candidate"))) for role in roles]
     assert [c["verdict"] for c in result["comparisons"]] == ["same", "same", "same"]
+
+
+def test_first_per_model_starts_the_models_other_servers_once_its_first_is_up(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    candidate = repo.note("changelog only")
+    suite = kl_suite(tmp_path / "one-model.toml", ("a", "b", "c"))
+    out = tmp_path / "run"
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate, "--suite", str(suite),
+                    "--out", str(out), "--slots", "3", "--first-per-model", "--format", "json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "start order: one server per model first (1 model), its others once it is up" in proc.stderr
+    result = json.loads((out / "results.json").read_text())
+    assert result["metadata"]["start_order"] == {"order_from": [], "first_per_model": True}
+    leader, *others = sorted(result["launches"], key=lambda l: l["started_at"])
+    assert (leader["config"], leader["role"]) == ("a", "base")  # the plan's first job
+    up = leader["started_at"] + leader["startup_s"]
+    assert len(others) == 5 and all(l["started_at"] >= up - 0.01 for l in others), (up, others)
+
+
+def test_order_from_an_earlier_run_starts_its_longest_jobs_first(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    candidate = repo.note("changelog only")
+    suite = kl_suite(tmp_path / "three.toml", ("a", "b", "c"))
+    first = run_at(1, repo, base, candidate, suite, tmp_path / "first")
+    took = {(l["config"], l["role"]): l["ended_at"] - l["started_at"] for l in first["launches"]}
+    out = tmp_path / "second"
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate, "--suite", str(suite),
+                    "--out", str(out), "--store", str(out / "store"), "--slots", "1",
+                    "--order-from", str(tmp_path / "first" / "slots-1"), "--format", "json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "start order: longest first (6 of 6 units timed by 1 earlier run)" in proc.stderr
+    second = json.loads((out / "results.json").read_text())
+    started = [(l["config"], l["role"]) for l in sorted(second["launches"], key=lambda l: l["started_at"])]
+    assert started == sorted(took, key=lambda job: -took[job])
+    assert second["metadata"]["start_order"]["order_from"] == [str(tmp_path / "first" / "slots-1")]
+    # The verdicts do not depend on the order: the same rows as the plan-ordered run.
+    assert [(c["config"], c["verdict"]) for c in second["comparisons"]] == \
+        [(c["config"], c["verdict"]) for c in first["comparisons"]]

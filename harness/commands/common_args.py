@@ -28,6 +28,7 @@ from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
 from harness.run import LOG_DIR, RunRequest, server_logs
 from harness.schedule import check_slot_count, cpu_slots, default_slot_count
+from harness.start_order import JobTimes, StartOrder, read_job_times
 from harness.stats import Verdict
 from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
@@ -119,6 +120,7 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", action="store_true",
                    help="at least 2 slots: base and candidate of a configuration at the same time "
                         "(kept for scripts; --slots says how many)")
+    add_start_order_args(p)
     add_format_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -138,6 +140,28 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-build-timeout", type=float, default=DEFAULT_BUILD_TIMEOUT_S, metavar="SECONDS",
                    help="time limit of one environment's build; past it the build is killed and the "
                         f"revision's cells are errors naming it (default {DEFAULT_BUILD_TIMEOUT_S:g})")
+
+
+def add_start_order_args(p: argparse.ArgumentParser) -> None:
+    """Which waiting job starts next when there are more jobs than slots (harness.start_order)."""
+    p.add_argument("--order-from", action="append", default=[], type=Path, metavar="PATH",
+                   help="start the longest jobs first, their times read from earlier runs: a results.json, "
+                        "a run directory, or a folder of them (a matrix run's --out); repeatable. A job no "
+                        "earlier run timed starts first. Default: plan order")
+    p.add_argument("--first-per-model", action=argparse.BooleanOptionalAction, default=None,
+                   help="start one server per model first and the model's other servers once it is up: "
+                        "on a machine whose kernel caches are cold, each model's JIT kernels are then "
+                        "compiled once, not by every server at once (default: off; a matrix entry's "
+                        "first_per_model)")
+
+
+def start_order_from(args: argparse.Namespace, order_from: tuple[Path, ...] = (),
+                     first_per_model: bool = False) -> StartOrder:
+    """The options' start order: their --order-from runs after a matrix entry's `order_from`,
+    and --(no-)first-per-model over the entry's `first_per_model`."""
+    paths = (*order_from, *args.order_from)
+    return StartOrder(read_job_times(paths) if paths else JobTimes(),
+                      first_per_model if args.first_per_model is None else args.first_per_model)
 
 
 def env_options_from(args: argparse.Namespace) -> EnvOptions:
@@ -233,6 +257,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         env_options=env_options_from(args),
         extra_args=tuple(args.server_arg),
         slots=cpu_slots(slot_count(args, target)),
+        start_order=start_order_from(args),
         command_line=command_line(),
         overrides=parse_overrides(args.overrides),
     )

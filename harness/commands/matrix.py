@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, add_format_arg, add_revision_args,
-                                          check_baseline_file, chosen_target, claim_out_dir, command_line,
-                                          conclude, env_options_from, observer_for, revisions_from)
+                                          add_start_order_args, check_baseline_file, chosen_target,
+                                          claim_out_dir, command_line, conclude, env_options_from,
+                                          observer_for, revisions_from, start_order_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
 from harness.run import RunRequest, execute_together
@@ -59,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="servers at once on each GPU instead of the entry's servers_per_gpu "
                         "(fewer when host or GPU memory is short)")
     add_env_args(r)
+    add_start_order_args(r)
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
     add_format_arg(r)
@@ -104,13 +106,14 @@ def run_entry(args: argparse.Namespace) -> int:
     root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu)
     env_options = env_options_from(args)
+    start_order = start_order_from(args, entry.order_from, entry.first_per_model)
     reqs = []
     for suite in entry.suites:
         claim_out_dir(root / suite.stem, resume=False, force=args.force)
         reqs.append(RunRequest(
             suite_path=suite, target=entry.target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
-            slots=slots, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
+            slots=slots, start_order=start_order, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
             command_line=command_line()))
     print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
           f"in one pool{placement(slots)}", file=sys.stderr)

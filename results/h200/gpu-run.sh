@@ -5,8 +5,11 @@
 #   here:        bash results/h200/gpu-run.sh prepare        # .gpu-kit/: bundles, kit, extra; prints the calls
 #   device run:  bash results/h200/gpu-run.sh ship N         # every bundle but the last: to /tmp/gpu-kit
 #                bash results/h200/gpu-run.sh install N      # the last bundle, install, smoke, one server's memory
-#                bash results/h200/gpu-run.sh main           # setup, then SESSION in the background;
-#                                                            # packs $OUT/h200-main.tgz at HOLD seconds
+#                bash results/h200/gpu-run.sh setup          # the revisions and checkpoints (carry extra)
+#                bash results/h200/gpu-run.sh main [SESSION ARGS]  # setup (once per machine), then
+#                                                            # SESSION (default: session) in the background;
+#                                                            # packs $OUT/h200-main.tgz when it ends or at HOLD s
+#                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
 #   here, CPU:   DRY_RUN=1 bash results/h200/gpu-run.sh dry  # setup + every session command against
@@ -74,22 +77,33 @@ for p in paths:
     for f in ([os.path.join(p, x) for x in os.listdir(p)] if os.path.isdir(p) else [p]):
         if f.endswith(".whl"):
             wheels.setdefault(os.path.basename(f), f)
+# A wheel larger than a call carries travels in parts (NAME.whl.partKofN), joined on the device
+# once every part is there (ship); install.sh reads only whole *.whl files.
+pieces = []  # (name in the bundle, source, offset, size)
+for name, path in wheels.items():
+    size = os.path.getsize(path)
+    n = -(-size // cap)
+    step = -(-size // n)
+    pieces += [(name if n == 1 else f"{name}.part{k + 1}of{n}", path, k * step, min(step, size - k * step))
+               for k in range(n)]
 bins = []
-for name in sorted(wheels, key=lambda n: -os.path.getsize(wheels[n])):
-    size = os.path.getsize(wheels[name])
-    b = next((b for b in bins if b[0] + size <= cap), None)
+for piece in sorted(pieces, key=lambda p: -p[3]):
+    b = next((b for b in bins if b[0] + piece[3] <= cap), None)
     if b is None:
         bins.append(b := [0, []])
-    b[0] += size
-    b[1].append(name)
-for i, (size, names) in enumerate(bins, 1):
+    b[0] += piece[3]
+    b[1].append(piece)
+for i, (size, members) in enumerate(bins, 1):
     d = os.path.join(dest, f"bundle-{i:02d}")
     os.makedirs(d)
-    for n in names:
-        shutil.copy2(wheels[n], d)
+    for name, path, offset, length in members:
+        with open(path, "rb") as src, open(os.path.join(d, name), "wb") as out:
+            src.seek(offset)
+            out.write(src.read(length))
+        shutil.copystat(path, os.path.join(d, name))
     with open(os.path.join(d, "MANIFEST"), "w") as m:
-        m.write(f"bundle {i} of {len(bins)}\n" + "\n".join(sorted(names)) + "\n")
-    print(f"bundle-{i:02d}: {len(names):3d} wheels, {size / 2**20:5.1f} MiB")
+        m.write(f"bundle {i} of {len(bins)}\n" + "\n".join(sorted(n for n, *_ in members)) + "\n")
+    print(f"bundle-{i:02d}: {len(members):3d} wheels or parts, {size / 2**20:5.1f} MiB")
 PY
   cp "$kit"/install.sh "$kit"/smoke.sh .gpu-kit/kit/ && cp -r "$kit"/models .gpu-kit/kit/
   cp "$out/sglang-0.5.17-py.tar.xz" .gpu-kit/extra/
@@ -112,15 +126,30 @@ PY
   done
 }
 
-ship() {  # device: bundle N (carried) to /tmp/gpu-kit
-  mkdir -p /tmp/gpu-kit && cp -r ".gpu-kit/bundle-0$1" /tmp/gpu-kit/ && ls /tmp/gpu-kit
+ship() {  # device: bundle N (carried) to /tmp/gpu-kit; a split wheel joined once all its parts are here
+  mkdir -p /tmp/gpu-kit && cp -r ".gpu-kit/bundle-0$1" /tmp/gpu-kit/ && ls /tmp/gpu-kit || return 1
   [ "$1" != 1 ] || { nvidia-smi -L; nproc; free -g | head -2; }
+  local first base name n k part parts
+  for first in /tmp/gpu-kit/bundle-*/*.whl.part1of*; do
+    [ -e "$first" ] || continue
+    base=${first%.part1of*}; n=${first##*of}; name=$(basename "$base"); parts=()
+    for k in $(seq 1 "$n"); do
+      part=$(ls /tmp/gpu-kit/bundle-*/"$name.part${k}of$n" 2>/dev/null) || continue 2
+      parts+=("$part")
+    done
+    cat "${parts[@]}" > "$base" && rm -f "${parts[@]}" && echo "joined $name from $n parts"
+  done
 }
 
 install_kit() {  # device, the last bundle carried with the kit: install, smoke, one server's host memory
   ship "${1:-3}" && mkdir -p "$DEST" || return 1
   bash .gpu-kit/kit/install.sh > "$DEST/install.log" 2>&1 || { tail -20 "$DEST/install.log"; return 1; }
   export PYTHONPATH=$SITE
+  # The kit installs without .pyc files (pip --no-compile): compiled once here, not by every
+  # server of a pool at once on its first import.
+  local t0=$SECONDS
+  $PY -m compileall -q -j 0 "$SITE" > /dev/null 2>&1
+  echo "compileall $SITE: $(( SECONDS - t0 )) s" | tee -a "$DEST/install.log"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$DEST/gpu.txt"
   # The host memory the smoke server takes at its peak: the sum of every process's PSS, and the
   # host's used memory (free), each above what they read before it started.
@@ -173,9 +202,9 @@ PY
   done
 }
 
-monitor() {  # GPU memory, load and host memory every 15 s, in the background
-  setsid bash -c 'while sleep 15; do echo "$(date +%T) gpu $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null) load $(cut -d" " -f1 /proc/loadavg) host-used-MiB $(free -m | awk "/Mem:/{print \$3}")"; done' \
-    > "$DEST/monitor.txt" 2>&1 < /dev/null &
+monitor() {  # load, host memory, GPU and the cores each kind of process uses, every 5 s, in the background
+  pgrep -f cpu_monitor.py > /dev/null || setsid "$PY" "$HERE/cpu_monitor.py" "$DEST/monitor.txt" 5 \
+    > /dev/null 2>&1 < /dev/null &
 }
 
 # The main session, side by side: the three GPU suites in one pool (validate(h200x1), 0.5.16 vs
@@ -196,6 +225,22 @@ session() {
     --servers-per-gpu "$SPG" --out "$DEST/validate-pool/runs" --format md
   wait $backports
   echo "session done" >> "$DEST/summary.txt"
+}
+
+# pool NAME [FLAGS]: validate(h200x1), 0.5.16 vs 0.5.17, alone on the machine, into $DEST/NAME,
+# with FLAGS added to its `matrix run` (--first-per-model, --order-from …). Each such run starts
+# from a copy of the JIT caches as the kit's install left them (~/.triton, ~/.cache: the smoke
+# server's tiny Llama kernels), in a HOME of its own, so that runs one after another start alike.
+pool() {
+  local name=$1; shift
+  local home=/tmp/home-$name
+  rm -rf "$home" && mkdir -p "$home" && cp -a ~/.triton ~/.cache "$home/" 2>/dev/null
+  ls "$home" > "$DEST/caches-$name.txt"; du -sh "$home"/.triton "$home"/.cache >> "$DEST/caches-$name.txt" 2>&1
+  local validate=(python3 -m nox -s "validate(h200x1)" --)
+  [ "${DRY_RUN:-0}" = 1 ] && validate=("$PY" -m harness.cli matrix run h200x1)
+  HOME=$home TRITON_CACHE_DIR=$home/.triton/cache TORCHINDUCTOR_CACHE_DIR=$home/inductor \
+    record "$name" "${LIMIT_VALIDATE:-570}" "${validate[@]}" --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
+    --servers-per-gpu "$SPG" --out "$DEST/$name/runs" --format md "$@"
 }
 
 # After the session: the unified Qwen3-Next nulls by raw /generate (0.5.17, the pools suite's
@@ -223,14 +268,20 @@ case "${1:-}" in
   prepare) prepare ;;
   ship) ship "${2:?bundle number}" ;;
   install) install_kit "${2:-3}" ;;
-  main)
-    export PYTHONPATH=$SITE; mkdir -p "$DEST"
-    setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
-    echo "setup done at ${SECONDS}s"; monitor
-    setsid bash "$0" session > "$DEST/session.log" 2>&1 < /dev/null &
-    while [ "$SECONDS" -lt "${HOLD:-540}" ] && ! grep -q "session done" "$DEST/summary.txt" 2>/dev/null; do sleep 5; done
+  setup|main)
+    export PYTHONPATH=$SITE; mkdir -p "$DEST"; verb=$1; shift
+    if [ ! -f "$DEST/setup.done" ]; then
+      setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
+      touch "$DEST/setup.done"; echo "setup done at ${SECONDS}s"
+    fi
+    [ "$verb" = setup ] && exit 0
+    monitor
+    setsid bash "$0" "${@:-session}" >> "$DEST/session.log" 2>&1 < /dev/null &
+    running=$!
+    while [ "$SECONDS" -lt "${HOLD:-540}" ] && kill -0 $running 2>/dev/null; do sleep 5; done
     pack h200-main ;;
   session) session ;;
+  pool) shift; pool "$@" ;;
   finish)
     export PYTHONPATH=$SITE
     until grep -q "session done" "$DEST/summary.txt" 2>/dev/null || [ "$SECONDS" -ge "${WAIT:-300}" ]; do sleep 5; done
@@ -244,7 +295,8 @@ case "${1:-}" in
     mkdir -p "$DEST/bin" && printf '#!/bin/sh\n[ "$1" = --query-gpu=name ] && echo "NVIDIA H200" || echo "NVIDIA H200, dry-run, 143771 MiB"\n' > "$DEST/bin/nvidia-smi" \
       && chmod +x "$DEST/bin/nvidia-smi" && export PATH=$DEST/bin:$PATH
     setup > "$DEST/setup.log" 2>&1 || { tail -30 "$DEST/setup.log"; exit 1; }
-    LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300} session
-    followups; pack h200-dry ;;
+    export LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300}
+    if [ -n "${DRY_SESSION:-}" ]; then $DRY_SESSION; else session; followups; fi  # DRY_SESSION: e.g. "pool NAME FLAGS"
+    pack h200-dry ;;
   *) sed -n 2,20p "$0"; exit 2 ;;
 esac
