@@ -241,17 +241,25 @@ class Launch:
     # jobs run at once: a stored run's wall time vs its slowest job is read from these.
     started_at: float | None = None
     ended_at: float | None = None
+    # Why the server was started again before this record's server (a port taken, a warm-up
+    # that could not reach its own port: the host's doing, not the revision's), one reason per
+    # extra start, in order; every start wrote to the same log.
+    relaunched: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["role"] = self.role.value
         d["args"] = list(self.args)
-        # Absent, not null, in a file written before launches were timed: it reads back the same.
-        return {k: v for k, v in d.items() if v is not None or k not in ("started_at", "ended_at")}
+        d["relaunched"] = list(self.relaunched)
+        # Absent, not null or empty, in a file written before launches were timed or relaunched:
+        # it reads back the same.
+        return {k: v for k, v in d.items()
+                if not (k in ("started_at", "ended_at") and v is None or k == "relaunched" and not v)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Launch:
-        return cls(**{**d, "role": Role(d["role"]), "args": tuple(d.get("args", ()))})
+        return cls(**{**d, "role": Role(d["role"]), "args": tuple(d.get("args", ())),
+                      "relaunched": tuple(str(why) for why in _typed(d, "relaunched", list))})
 
 
 # SGLang's default port: a reproducer's curl lines assume a server there (the cells' argv).

@@ -56,7 +56,7 @@ from harness.schedule import Countdown, Slot, SlotPool, Unit
 from harness.start_order import ModelGates, StartOrder, longest_first
 from harness.server import ServerProcess, exit_text, launch, stop_all
 from harness.store import CellKey, ResultStore, params_fingerprint
-from harness.targets import REJECTION, Target, get_target
+from harness.targets import REJECTION, TRANSIENT_LAUNCH_FAILURES, Target, get_target
 from harness.workloads import build as build_workload
 
 
@@ -513,22 +513,26 @@ def launch_server(run: Run, job: Job) -> bool:
     # server starts, not after it.
     with ThreadPoolExecutor(1) as pool:
         interpreter = pool.submit(revision_interpreter_metadata, job.target, job.revision.sha, job.worktree)
-        server, failure = launch(
+        launched = launch(
             lambda port: job.target.launch_argv(job.cp.server, job.args, port),
             job.target.env(job.worktree, job.env), log_path, job.worktree,
-            run.suite.startup_timeout_s, run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref))
+            run.suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES,
+            run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref),
+            lambda why: print(f"detcheck: launching {job.cp.spec.name} @ {job.role.value} ({job.revision.ref}) "
+                              f"again on a fresh port: {why}", file=sys.stderr))
         job.meta.update(interpreter.result())
-    job.server = server
+    job.server = server = launched.server
     if run.gates is not None:  # up or failed: the model's other servers may start
         run.gates.opened(str(job.cp.server.model))
     job.launch = Launch(job.cp.spec.name, job.role, job.revision.sha, server.port, server.startup_s,
-                        failure is None, tuple(redact_argv(list(server.argv[1:]))), started_at=round(started_at, 3))
+                        launched.failure is None, tuple(redact_argv(list(server.argv[1:]))),
+                        started_at=round(started_at, 3), relaunched=launched.relaunched)
     run.recorder.launched(job.launch, run.observer)
     job.meta.update(server_argv=list(job.launch.args), server_env=redact_env(job.env),
                     startup_s=round(server.startup_s, 3), port=server.port,
                     started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    if failure is not None:
-        return finish_job(run, job, launch_outcome(failure))
+    if launched.failure is not None:
+        return finish_job(run, job, launch_outcome(launched.failure))
     return True
 
 

@@ -26,7 +26,7 @@ import requests
 
 from harness.errors import LaunchError
 from harness.lifeline import SERVER_MARKER, die_with_parent, register, server_token, unregister
-from harness.targets import HOST
+from harness.targets import HOST, TransientLaunchFailure
 
 _live: dict[int, ServerProcess] = {}  # started, group not yet stopped; by id()
 # Ports handed to servers of this process and not yet given back: the OS sees a port as free
@@ -52,9 +52,6 @@ def exit_text(code: int) -> str:
         except ValueError:
             pass
     return f"exited with code {code}"
-
-
-PORT_TRIES = 3
 
 
 def wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
@@ -89,34 +86,47 @@ def health_poll_s(waited_s: float) -> float:
     return min(0.25, max(0.02, 0.05 * waited_s))
 
 
+@dataclass(frozen=True)
+class Launched:
+    """What `launch` ended with: the server (already stopped if it failed), the failure if any,
+    and why each attempt before the last was tried again (empty: the first attempt decided)."""
+
+    server: ServerProcess
+    failure: LaunchError | None
+    relaunched: tuple[str, ...] = ()
+
+
 def launch(argv_for_port: Callable[[int], list[str]], env: dict[str, str], log_path: Path,
-           cwd: Path | None, timeout_s: float,
-           on_tick: Callable[[float], None] | None = None) -> tuple[ServerProcess, LaunchError | None]:
-    """Start a server and wait for it to be healthy. A port taken between choosing and binding
-    gets another try on another port. Returns the server (already stopped if it failed) and
-    the launch failure, if any."""
-    server: ServerProcess | None = None
-    failure: LaunchError | None = None
-    for _attempt in range(PORT_TRIES):
+           cwd: Path | None, timeout_s: float, transient: Sequence[TransientLaunchFailure],
+           on_tick: Callable[[float], None] | None = None,
+           on_relaunch: Callable[[str], None] | None = None) -> Launched:
+    """Start a server and wait for it to be healthy. A failure of one of the `transient` kinds
+    (the caller's: what they look like is the target's) is tried again on a fresh port, as
+    often as that kind allows; `on_relaunch` hears the reason before each new attempt. Every
+    attempt appends to `log_path`, and each is judged by what it wrote there itself."""
+    relaunched: list[str] = []
+    while True:
         port = free_port()
         server = ServerProcess(argv_for_port(port), env, log_path, port, cwd=cwd)
         try:
             server.start()
             server.wait_healthy(timeout_s, on_tick=on_tick)
-            return server, None
+            return Launched(server, None, tuple(relaunched))
         except LaunchError as exc:
-            failure = exc
             server.stop()
-            if "address already in use" not in f"{exc}\n{exc.log_tail}".lower():
-                break
+            kind = next((k for k in transient if k.matches(f"{exc}\n{server.launch_output()}", port)), None)
+            if kind is None:
+                return Launched(server, exc, tuple(relaunched))
+            if relaunched.count(kind.reason) >= kind.retries:
+                reasons = "; ".join(dict.fromkeys([*relaunched, kind.reason]))
+                return Launched(server, LaunchError(f"{exc}, on each of {len(relaunched) + 1} ports tried ({reasons})",
+                                                    exc.log_tail, exc.exit_code), tuple(relaunched))
+            relaunched.append(kind.reason)
+            if on_relaunch:
+                on_relaunch(kind.reason)
         except BaseException:  # Ctrl-C / SIGTERM while waiting: leave no server behind
             server.stop()
             raise
-    else:
-        failure = LaunchError(f"{failure}, on each of {PORT_TRIES} ports tried (address already in use)",
-                              failure.log_tail, failure.exit_code)
-    assert server is not None
-    return server, failure
 
 
 def free_port() -> int:
@@ -159,6 +169,7 @@ class ServerProcess:
     cwd: Path | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
     startup_s: float = 0.0
+    log_start: int = 0  # the log's size when this server started: what came before is another's
     # Set when the harness itself signals the server: its death is then no finding about it.
     stopped_by_harness: bool = False
 
@@ -168,6 +179,7 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_start = self.log_size()
         log = open(self.log_path, "ab")
         token = server_token()
         try:
@@ -269,6 +281,11 @@ class ServerProcess:
                 return f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
+
+    def launch_output(self, limit: int = 256 * 1024) -> str:
+        """What this server wrote since it started (its last `limit` bytes): a relaunch appends
+        to the same log, and an earlier attempt's words must not decide what this one was."""
+        return self.log_since(max(self.log_start, self.log_size() - limit))
 
     def log_tail(self, lines: int = 30) -> str:
         """The log's last lines, without the access lines of the harness's own health polls:

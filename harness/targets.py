@@ -33,6 +33,47 @@ REJECTION = re.compile(
 
 
 @dataclass(frozen=True)
+class TransientLaunchFailure:
+    """A launch failure that says nothing about the revision, only about the host at that
+    moment: the launch is tried again on a fresh port, at most `retries` more times. `evidence`
+    are regular expressions that must all match the failed attempt's text (the failure and what
+    the attempt wrote to its log), each after the previous one's match, so a crash that merely
+    mentions one of them is never retried; `{port}` in one stands for the attempt's port."""
+
+    reason: str  # what the launch record and the relaunch notice say
+    evidence: tuple[str, ...]
+    retries: int
+
+    def matches(self, text: str, port: int) -> bool:
+        at = 0
+        for pattern in self.evidence:
+            found = re.compile(pattern.replace("{port}", str(port)), re.M).search(text, at)
+            if found is None:
+                return False
+            at = found.end()
+        return True
+
+
+# Someone else bound the port between the harness choosing it and the server binding it (the
+# kernel's words), or answers on it (server.ServerProcess's own check says it alike).
+PORT_TAKEN = TransientLaunchFailure("address already in use", (r"(?i)address already in use",), retries=2)
+# SGLang 0.5.16/0.5.17 (entrypoints/http_server.py, _execute_server_warmup): a thread polls the
+# server's own /model_info; when every poll failed it logs "Initialization failed. warmup
+# error: <traceback>" and kills its own process tree (SIGKILL). On a host busy starting dozens
+# of servers the polls' connections to its own HTTP port can be refused. The same log line
+# follows a warm-up request that failed (HTTP 500 of a crashing scheduler): only a refused
+# connection to this server's own port, after that line, is the host's doing.
+WARMUP_REFUSED = TransientLaunchFailure(
+    "the warm-up could not connect to the server's own port",
+    (r"Initialization failed\. warmup error",
+     r"^(?=.*(?:ConnectionError|Connection refused)).*\(host='[^']*', port={port}\)"),
+    retries=1,
+)
+# Every target's: the reference server models SGLang's start-up and its warm-up failure.
+TRANSIENT_LAUNCH_FAILURES = (PORT_TAKEN, WARMUP_REFUSED)
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     module: str

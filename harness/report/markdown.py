@@ -7,7 +7,8 @@ import json
 from harness.probes import PROBES
 from harness.report.format import portable
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
-                                 index_item, launches_text, metric_label, metric_text, revision_label, rows)
+                                 index_item, launches_text, metric_label, metric_text, relaunch_texts,
+                                 revision_label, rows)
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
 from harness.textfmt import fmt, md_escape, md_table, plural
 
@@ -110,6 +111,7 @@ class MarkdownReport:
         meta = r.metadata
         out = ["<details><summary>Provenance</summary>", ""]
         out.append(f"- {launches_text(r)}")
+        out += [f"- relaunched {text}" for text in relaunch_texts(r)]
         for role, info in ((Role.BASE, r.base), (Role.CANDIDATE, r.candidate)):
             out.append(f"- {role.value}: `{info.sha or info.ref}` {info.subject}")
         cell = next((c for c in r.cells if c.metadata.get("server_argv")), None)

@@ -364,3 +364,11 @@ def launches_text(result: RunResult) -> str:
     configs = {c.config for c in result.cells}
     return (f"{plural(len(result.launches), 'server launch', 'server launches')} ({ok} healthy) "
             f"for {plural(len(configs), 'configuration')} × 2 revisions")
+
+
+def relaunch_texts(result: RunResult) -> list[str]:
+    """Each launch whose server was started more than once, and why ("det @ base: started
+    2 times: the warm-up could not connect to the server's own port"): the host's doing,
+    said so that a row it delayed is not read as the revision's."""
+    return [f"{l.config} @ {l.role.value}: started {plural(len(l.relaunched) + 1, 'time')}: "
+            f"{'; '.join(l.relaunched)}" for l in result.launches if l.relaunched]
