@@ -125,30 +125,24 @@ def test_a_warmup_refused_on_every_start_is_tried_twice_then_reported(tmp_path):
     assert log.read_text().count("Initialization failed. warmup error") == 2  # both starts, one log
 
 
-SUITE = """name = "relaunch"
+def suite_text(state: Path) -> str:
+    """One configuration per warm-up fault, its first start failing (a claim directory each)."""
+    configs = "".join(f"""[[config]]
+name = "{fault}-once"
+deterministic = true
+probes = ["kl"]
+env = {{ {warmup.FAULT_ENV} = "{fault}", {warmup.ONCE_ENV} = "{state / (fault + '-once')}" }}
+""" for fault in ("refused", "crash"))
+    return f"""name = "relaunch"
 [models]
-sglang = "{model}"
+sglang = "{ROOT / 'fixtures/refmodels/hybrid'}"
 [server]
 startup_timeout_s = 300
 [workload]
 prompts = 2
 prompt_len = [12, 16]
 output_len = 4
-[[config]]
-name = "refused-once"
-deterministic = true
-probes = ["kl"]
-[config.env]
-REFSERVER_WARMUP_FAULT = "refused"
-REFSERVER_WARMUP_FAULT_ONCE = "{state}/refused-once"
-[[config]]
-name = "crash-once"
-deterministic = true
-probes = ["kl"]
-[config.env]
-REFSERVER_WARMUP_FAULT = "crash"
-REFSERVER_WARMUP_FAULT_ONCE = "{state}/crash-once"
-"""
+{configs}"""
 
 
 @pytest.mark.slow
@@ -159,7 +153,7 @@ def test_a_warmup_refused_once_is_relaunched_and_a_warmup_crash_is_not(tmp_path)
     repo = make_sglang_repo(tmp_path)
     suite = tmp_path / "suite.toml"
     state = tmp_path / "state"
-    suite.write_text(SUITE.replace("{model}", str(ROOT / "fixtures/refmodels/hybrid")).replace("{state}", str(state)))
+    suite.write_text(suite_text(state))
     out = tmp_path / "out"
     proc = detcheck("run", "--target", "sglang", "--repo", str(repo), "--base", "main~1", "--candidate", "main",
                     "--suite", str(suite), "--out", str(out), "--format", "json", "--no-progress",
