@@ -10,8 +10,9 @@ recorded start and end times): no schedule can beat it, so wall / slowest job sa
 the concurrent run comes (goal: 1.3 or less, with enough slots for every job).
 
 Then the same figures for the committed GPU runs (results/h200/validate/*, pools-readahead/,
-seed/window-run/ and seed/rounds-run/, and validate-pool/ as one pool over its suites, read,
-not run):
+seed/window-run/ and seed/rounds-run/, and validate-pool/ and pool-order/'s three runs each as
+one pool over its suites, read, not run), and for pool-order/ the host's CPU (busy core-seconds
+from its monitor.txt, and the wall they allow at best):
 their wall (results.json's started_at → finished_at), their slowest job, the sum of their jobs
 (what one slot would take), and the harness's share of the wall: the time no server of the run
 was up (checkout, `--help`, writing results).
@@ -101,19 +102,52 @@ def stored(run_dirs: list[Path], name: str) -> dict:
 def print_stored(runs: list[tuple[list[Path], str]]) -> None:
     print("\ncommitted GPU runs (read from results.json: one H200; the release pair 0.5.16 vs 0.5.17, the seed\n"
           "runs 0.5.16 vs 0.5.16 + the DFLASH SWA-eviction patch)")
-    print(f"{'run':<26} {'jobs':>4} {'slots':>5} {'wall s':>7} {'slowest job s':>13} {'wall/slowest':>12} "
+    print(f"{'run':<32} {'jobs':>4} {'slots':>5} {'wall s':>7} {'slowest job s':>13} {'wall/slowest':>12} "
           f"{'sum of jobs s':>13} {'vs one slot':>11} {'harness share':>13}")
     for r in (stored(dirs, name) for dirs, name in runs):
-        print(f"{r['run']:<26} {r['jobs']:>4} {r['slots']:>5} {r['wall']:>7.0f} {r['slowest']:>13.1f} "
+        print(f"{r['run']:<32} {r['jobs']:>4} {r['slots']:>5} {r['wall']:>7.0f} {r['slowest']:>13.1f} "
               f"{r['wall'] / r['slowest']:>12.2f} {r['sum']:>13.0f} {r['sum'] / r['wall']:>10.1f}× {r['harness']:>13.1%}")
+
+
+def host_cpu(monitor: Path, run_dirs: list[Path]) -> dict:
+    """The host's busy core-seconds over a pool run's launch windows, from cpu_monitor.py's lines
+    (`busy N%` each interval, `# cores N` first), and what they make the fastest possible wall:
+    that much CPU on every core at once."""
+    lines = monitor.read_text().splitlines()
+    cores = int(lines[0].split()[2])
+    launches = [l for d in run_dirs for l in read_run(d).launches]
+    start, end = min(l.started_at for l in launches), max(l.ended_at for l in launches)
+    day = datetime.fromtimestamp(start).date()
+    samples = [(datetime.combine(day, datetime.strptime(line.split()[0], "%H:%M:%S").time()).timestamp(),
+                int(line.split("busy ")[1].split("%")[0])) for line in lines[1:]]
+    used = sum(busy / 100 * cores * (t - prev) for (prev, _), (t, busy) in zip(samples, samples[1:])
+               if start <= t <= end)
+    return {"launches": len(launches), "cpu_s": used, "per_launch": used / len(launches), "cores": cores,
+            "floor_s": used / cores}
+
+
+def print_host_cpu(runs: list[tuple[list[Path], str]]) -> None:
+    print("\nhost CPU of the pool runs (cpu_monitor.py's busy share over their launch windows)")
+    print(f"{'run':<32} {'launches':>8} {'core-s':>7} {'per launch':>10} {'all cores busy: wall ≥':>22}")
+    for dirs, name in runs:
+        r = host_cpu(dirs[0].parent.parent / "monitor.txt", dirs)
+        print(f"{name:<32} {r['launches']:>8} {r['cpu_s']:>7.0f} {r['per_launch']:>10.0f} "
+              f"{r['floor_s']:>20.0f} s")
+
+
+def pool_order_runs() -> list[tuple[list[Path], str]]:
+    """The pool runs of results/h200/pool-order/ (one folder per start order, one per suite in it)."""
+    root = ROOT / "results" / "h200" / "pool-order"
+    return [([p for p in sorted(run.iterdir()) if p.is_dir()], f"pool-order/{run.name}")
+            for run in sorted(root.iterdir()) if run.is_dir()] if root.is_dir() else []
 
 
 def committed_runs() -> list[tuple[list[Path], str]]:
     """The committed GPU runs bench_schedule reads: each suite of validate/ (run in turn), the
-    single runs, and validate-pool/ as one pool over its suites' folders."""
+    single runs, and validate-pool/ and pool-order/'s runs as one pool over their suites' folders."""
     h200 = ROOT / "results" / "h200"
     pooled = [([p for p in sorted(h200.joinpath(d).iterdir()) if p.is_dir() and p.name != "logs"], f"{d} (one pool)")
-              for d in ("validate-pool",) if h200.joinpath(d).is_dir()]
+              for d in ("validate-pool",) if h200.joinpath(d).is_dir()] + pool_order_runs()
     return [*(([p], p.name) for p in sorted((h200 / "validate").iterdir()) if p.is_dir()),
             *(([h200.joinpath(*d)], d[-1]) for d in (("pools-readahead",), ("seed", "window-run"),
                                                      ("seed", "rounds-run"))), *pooled]
@@ -122,6 +156,7 @@ def committed_runs() -> list[tuple[list[Path], str]]:
 def main(argv: list[str]) -> None:
     if argv == ["--stored"]:  # read, not run: no CPU measurement first
         print_stored(committed_runs())
+        print_host_cpu(pool_order_runs())
         return
     # The default slots, but at least two: at one slot there is no schedule to measure.
     slots = max(2, default_slot_count("refserver"))

@@ -53,3 +53,15 @@ def test_bench_aa_writes_a_suite_the_design_check_accepts(tmp_path):
         path.write_text(bench_aa.suite_text(3, at_once, 0.05))
         suite = load_suite(path, known_probes())
         assert len(suite.configs) == 3 and suite.probe_params["throughput"]["sides_at_once"] is at_once
+
+
+@pytest.mark.slow  # reads the committed GPU runs
+def test_a_pool_runs_host_cpu_bounds_its_wall_from_below():
+    """Busy core-seconds over the launch windows, spread over every core, is a wall no schedule
+    beats: each committed pool run's wall is at least that, and its count is its launches'."""
+    for dirs, name in bench_schedule.pool_order_runs():
+        cpu = bench_schedule.host_cpu(dirs[0].parent.parent / "monitor.txt", dirs)
+        figures = bench_schedule.stored(dirs, name)
+        assert cpu["cores"] == 16 and cpu["launches"] == figures["jobs"]
+        assert 0 < cpu["floor_s"] <= figures["wall"], (name, cpu, figures["wall"])
+        assert cpu["per_launch"] == pytest.approx(cpu["cpu_s"] / cpu["launches"])

@@ -7,7 +7,9 @@ share of all cores busy (/proc/stat), then the cores each kind of process used s
 line: SGLang's schedulers (`sglang::scheduler…`, where a server imports its model code, JIT-
 compiles its kernels, captures CUDA graphs and runs its batches), detokenizers, the servers' main
 processes (HTTP, tokenizer manager, `--help`), compilers (ptxas, gcc, nvcc…), the harness (nox,
-harness.cli), the rest; and how many schedulers are alive. `totals` lines (rewritten in place at
+harness.cli), the rest (a scheduler or detokenizer before it names itself: a spawned interpreter
+still importing); and how many schedulers are alive. A process that ends between two lines
+loses its last interval; the busy share (from /proc/stat) loses nothing. `totals` lines (rewritten in place at
 each sample) hold the CPU seconds of each kind since the start. Standard library only: the GPU
 box has nothing else to spare.
 """
@@ -39,7 +41,9 @@ def kind(cmdline: str, comm: str) -> str:
 
 
 def processes() -> dict[int, tuple[str, float]]:
-    """pid → (kind, CPU seconds used so far, its own and its reaped children's)."""
+    """pid → (kind, CPU seconds it used so far). Its own only: a parent's count of its reaped
+    children (cutime) would count them again, under the parent's kind (the first version did:
+    every server's CPU reappeared under the harness and the shell that started it)."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -53,7 +57,7 @@ def processes() -> dict[int, tuple[str, float]]:
             continue
         comm = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        seconds = sum(int(x) for x in fields[11:15]) / TICK  # utime stime cutime cstime
+        seconds = (int(fields[11]) + int(fields[12])) / TICK  # utime stime
         found[int(entry)] = (kind(cmdline, comm), seconds)
     return found
 
@@ -87,6 +91,7 @@ def main(out_path: str, interval: float) -> None:
     before, (busy0, all0) = processes(), busy_ticks()
     totals = dict.fromkeys(KINDS, 0.0)
     with open(out_path, "w") as out:
+        out.write(f"# cores {os.cpu_count()}\n")
         while True:
             time.sleep(interval)
             now, (busy1, all1) = processes(), busy_ticks()
