@@ -55,21 +55,25 @@ class TransientLaunchFailure:
 
 
 # Someone else bound the port between the harness choosing it and the server binding it (the
-# kernel's words), or answers on it (server.ServerProcess's own check says it alike).
+# kernel's words, uvicorn's "[Errno 98] … address already in use"), or answers on it
+# (server.ServerProcess's own check says it alike).
 PORT_TAKEN = TransientLaunchFailure("address already in use", (r"(?i)address already in use",), retries=2)
 # SGLang 0.5.16/0.5.17 (entrypoints/http_server.py, _execute_server_warmup): a thread polls the
 # server's own /model_info; when every poll failed it logs "Initialization failed. warmup
-# error: <traceback>" and kills its own process tree (SIGKILL). On a host busy starting dozens
-# of servers the polls' connections to its own HTTP port can be refused. The same log line
-# follows a warm-up request that failed (HTTP 500 of a crashing scheduler): only a refused
-# connection to this server's own port, after that line, is the host's doing.
+# error: <traceback>" and kills its own process tree (SIGKILL). The same log line follows a
+# warm-up request that failed (HTTP 500 of a crashing scheduler): only a refused connection to
+# this server's own port, after that line, is the host's doing. On the H200 (40 servers
+# starting at once) each such death followed uvicorn's failure to bind the port, which
+# PORT_TAKEN names first: the warm-up's ~70-line traceback comes after it, which is why an
+# attempt is judged by all it logged, not its last lines.
 WARMUP_REFUSED = TransientLaunchFailure(
     "the warm-up could not connect to the server's own port",
     (r"Initialization failed\. warmup error",
      r"^(?=.*(?:ConnectionError|Connection refused)).*\(host='[^']*', port={port}\)"),
     retries=1,
 )
-# Every target's: the reference server models SGLang's start-up and its warm-up failure.
+# Every target's (the reference server models SGLang's start-up and its warm-up failure); the
+# first that matches names the failure, so the cause comes before its consequences.
 TRANSIENT_LAUNCH_FAILURES = (PORT_TAKEN, WARMUP_REFUSED)
 
 

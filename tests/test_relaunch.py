@@ -2,13 +2,17 @@
 port, the launch record says why) and which are the revision's (one start, an error cell).
 
 The warm-up case is SGLang killing itself when its own warm-up cannot connect to its own HTTP
-port on a loaded host; the text below is that log as seen on the H200, the fault hook of the
-reference server (fixtures/refserver/warmup.py) writes it for the end-to-end runs."""
+port on a loaded host. tests/data/h200-warmup-refused.log is such a server's whole log from the
+H200 (results/h200/pool-order, Inkling `lazy-graphs-off` base, port 46117): uvicorn could not
+bind the port, then the warm-up polled it for two and a half minutes and killed the server. The
+reference server's fault hook (fixtures/refserver/warmup.py) writes the same lines for the
+end-to-end runs."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,28 +26,11 @@ from harness.targets import PORT_TAKEN, TRANSIENT_LAUNCH_FAILURES, WARMUP_REFUSE
 sys.path.append(str(ROOT / "fixtures"))
 from refserver import warmup  # noqa: E402  (the fixture's texts: no torch at import)
 
-# The lines an H200 server log held (2026-12-02), frames between them left out as the log's
-# own "..." leave them out.
-H200_LOG = """[2026-12-02 04:04:41] INFO:     Started server process [21221]
-[2026-12-02 04:04:41] INFO:     Waiting for application startup.
-[2026-12-02 04:04:58] Initialization failed. warmup error: Traceback (most recent call last):
-  File "/usr/local/lib/python3.12/dist-packages/urllib3/connection.py", line 198, in _new_conn
-    sock = connection.create_connection(
-ConnectionRefusedError: [Errno 111] Connection refused
-
-The above exception was the direct cause of the following exception:
-
-urllib3.exceptions.MaxRetryError: HTTPConnectionPool(host='127.0.0.1', port=46117): Max retries exceeded with url: /model_info (Caused by NewConnectionError("<urllib3.connection.HTTPConnection object at 0x7f2b3c>: Failed to establish a new connection: [Errno 111] Connection refused"))
-
-During handling of the above exception, another exception occurred:
-
-Traceback (most recent call last):
-  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/entrypoints/http_server.py", line 2130, in _execute_server_warmup
-    res = requests.get(
-requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=46117): Max retries exceeded with url: /model_info (Caused by NewConnectionError("<urllib3.connection.HTTPConnection object at 0x7f2b3c>: Failed to establish a new connection: [Errno 111] Connection refused"))
-
-[2026-12-02 04:04:58] kill_process_tree called: parent_pid=21221, include_parent=True, pid=21221
-"""
+H200_LOG = (Path(__file__).parent / "data" / "h200-warmup-refused.log").read_text()
+H200_PORT = 46117
+BIND_FAILURE = f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {H200_PORT}): address already in use"
+# The same death with uvicorn's bind failure left out: the warm-up's refusals alone.
+H200_WARMUP_ONLY = "\n".join(line for line in H200_LOG.splitlines() if BIND_FAILURE not in line)
 FAILURE = "server was killed by SIGKILL before becoming healthy"
 
 
@@ -56,11 +43,18 @@ def transient_kind(text: str, port: int):
     return next((k for k in TRANSIENT_LAUNCH_FAILURES if k.matches(text, port)), None)
 
 
-def test_the_h200_warmup_failure_is_transient_on_its_own_port_only():
-    assert transient_kind(failed_start(H200_LOG), 46117) is WARMUP_REFUSED
+def test_the_h200_death_is_named_by_its_cause_a_port_taken():
+    assert BIND_FAILURE in H200_LOG and H200_WARMUP_ONLY != H200_LOG
+    # The cause lies above the warm-up's traceback, out of reach of the log's last 30 lines.
+    assert BIND_FAILURE not in "\n".join(H200_LOG.splitlines()[-30:])
+    assert transient_kind(failed_start(H200_LOG), H200_PORT) is PORT_TAKEN
+
+
+def test_the_h200_warmup_refused_alone_is_transient_on_its_own_port_only():
+    assert transient_kind(failed_start(H200_WARMUP_ONLY), H200_PORT) is WARMUP_REFUSED
     # The same text at another launch's port: some other server's warm-up, not this one's.
-    assert transient_kind(failed_start(H200_LOG), 46118) is None
-    assert transient_kind(failed_start(H200_LOG), 4611) is None
+    assert transient_kind(failed_start(H200_WARMUP_ONLY), H200_PORT + 1) is None
+    assert transient_kind(failed_start(H200_WARMUP_ONLY), H200_PORT // 10) is None
 
 
 def test_the_fixture_writes_what_the_h200_log_holds():
@@ -73,13 +67,13 @@ def test_the_fixture_writes_what_the_h200_log_holds():
     # The warm-up request itself failed (the scheduler crashed): the revision's doing.
     "Initialization failed. warmup error: " + warmup.CRASH,
     # A refused connection to another port (a router, a distributed init) after the warm-up line.
-    H200_LOG.replace("port=46117", "port=30000"),
+    H200_WARMUP_ONLY.replace("port=46117", "port=30000"),
     # The connection broke off mid-request: no refused connect to the port.
     "Initialization failed. warmup error: Traceback (most recent call last):\nrequests.exceptions."
     "ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without response'))",
     # Refused connections to the server's own port, but no warm-up failure after them: a crash
     # elsewhere that merely mentions the port.
-    H200_LOG.replace("Initialization failed. warmup error: ", ""),
+    H200_WARMUP_ONLY.replace("Initialization failed. warmup error: ", ""),
     "ERROR: [Errno 111] Connection refused HTTPConnectionPool(host='127.0.0.1', port=46117)\n"
     "Initialization failed. warmup error: Traceback (most recent call last):\nAssertionError: <Response [500]>",
     # Any other crash.
@@ -109,30 +103,38 @@ def test_launch_records_round_trip_and_old_ones_read_as_never_relaunched():
 
 
 def fake_server(port: int) -> list[str]:
-    """A process that does what SGLang does when its warm-up could not reach its own port."""
+    """A process that dies as SGLang does when its warm-up could not reach its own port."""
     return [sys.executable, "-c", f"from refserver import warmup; warmup.fail_if_asked('127.0.0.1', {port})"]
 
 
 @pytest.mark.slow
-def test_a_warmup_refused_on_every_start_is_tried_twice_then_reported(tmp_path):
+@pytest.mark.parametrize("fault, kind", [("refused", WARMUP_REFUSED), ("port-taken", PORT_TAKEN)])
+def test_a_start_failing_every_time_is_tried_as_often_as_its_kind_allows(tmp_path, fault, kind):
+    """The H200's death (port-taken: the bind failure above the warm-up's long traceback) gets
+    the three starts of any taken port; the warm-up refused alone gets two."""
     log = tmp_path / "server.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "fixtures"), warmup.FAULT_ENV: "refused"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "fixtures"), warmup.FAULT_ENV: fault}
     heard = []
     launched = launch(fake_server, env, log, None, 60, TRANSIENT_LAUNCH_FAILURES, on_relaunch=heard.append)
-    assert heard == [WARMUP_REFUSED.reason]
-    assert launched.relaunched == (WARMUP_REFUSED.reason,)
-    assert str(launched.failure) == f"{FAILURE}, on each of 2 ports tried ({WARMUP_REFUSED.reason})"
-    assert log.read_text().count("Initialization failed. warmup error") == 2  # both starts, one log
+    assert heard == list(launched.relaunched) == [kind.reason] * kind.retries
+    assert str(launched.failure) == f"{FAILURE}, on each of {kind.retries + 1} ports tried ({kind.reason})"
+    assert log.read_text().count("Initialization failed. warmup error") == kind.retries + 1  # every start, one log
+
+
+# configuration: (the fault of its first start, the relaunch it earns, or None: none)
+FIRST_STARTS = {"port-taken-once": ("port-taken", PORT_TAKEN.reason),
+                "refused-once": ("refused", WARMUP_REFUSED.reason),
+                "crash-once": ("crash", None)}
 
 
 def suite_text(state: Path) -> str:
     """One configuration per warm-up fault, its first start failing (a claim directory each)."""
     configs = "".join(f"""[[config]]
-name = "{fault}-once"
+name = "{name}"
 deterministic = true
 probes = ["kl"]
-env = {{ {warmup.FAULT_ENV} = "{fault}", {warmup.ONCE_ENV} = "{state / (fault + '-once')}" }}
-""" for fault in ("refused", "crash"))
+env = {{ {warmup.FAULT_ENV} = "{fault}", {warmup.ONCE_ENV} = "{state / name}" }}
+""" for name, (fault, _) in FIRST_STARTS.items())
     return f"""name = "relaunch"
 [models]
 sglang = "{ROOT / 'fixtures/refmodels/hybrid'}"
@@ -145,49 +147,60 @@ output_len = 4
 {configs}"""
 
 
-@pytest.mark.slow
-def test_a_warmup_refused_once_is_relaunched_and_a_warmup_crash_is_not(tmp_path):
-    """The reference server, started as SGLang: in each configuration the first start fails its
-    warm-up and later ones warm up. Refused connections to its own port: started again, its
-    cells measured; a crash in the warm-up: one start, the row's error as ever."""
-    repo = make_sglang_repo(tmp_path)
-    suite = tmp_path / "suite.toml"
-    state = tmp_path / "state"
+@pytest.fixture(scope="module")
+def first_starts_failed(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """One run of the reference server, started as SGLang, whose configurations each fail their
+    first start's warm-up (either role's: both start at once) and warm up on later starts."""
+    root = tmp_path_factory.mktemp("relaunch")
+    repo = make_sglang_repo(root)
+    suite = root / "suite.toml"
+    state = root / "state"
     suite.write_text(suite_text(state))
-    out = tmp_path / "out"
+    out = root / "out"
     proc = detcheck("run", "--target", "sglang", "--repo", str(repo), "--base", "main~1", "--candidate", "main",
                     "--suite", str(suite), "--out", str(out), "--format", "json", "--no-progress",
                     env={"PYTHONPATH": str(ROOT / "fixtures")})
+    return out, state, proc
+
+
+def failed_first(out: Path, config: str) -> tuple[str, dict, dict]:
+    """(role, its cell, its launch record) of the role whose first start failed."""
     result = json.loads((out / "results.json").read_text())
-    cells = {(c["config"], c["role"]): c for c in result["cells"]}
-    launches = {(l["config"], l["role"]): l for l in result["launches"]}
+    cells = {c["role"]: c for c in result["cells"] if c["config"] == config}
+    launches = {l["role"]: l for l in result["launches"] if l["config"] == config}
+    failed = [role for role in cells if "Initialization failed. warmup error" in server_log(out, config, role).read_text()]
+    assert len(failed) == 1, (config, result["launches"])
+    return failed[0], cells, launches
 
-    # refused-once: every cell measured; the one launch whose first start was refused says so.
-    assert {cells[("refused-once", role)]["status"] for role in ("base", "candidate")} == {"ok"}
-    relaunched = [key for key, l in launches.items() if key[0] == "refused-once" and l.get("relaunched")]
-    assert len(relaunched) == 1, result["launches"]
-    (config, role), = relaunched
-    assert launches[(config, role)]["relaunched"] == [WARMUP_REFUSED.reason]
-    assert launches[(config, role)]["ok"] is True
-    assert len((state / "refused-once" / "starts").read_text().split()) == 3  # two roles, one relaunch
-    log = server_log(out, config, role).read_text()
-    assert log.count("Initialization failed. warmup error") == 1  # the first start's words …
-    assert log.index("Initialization failed. warmup error") < log.index("The server is fired up")  # … then the second's
-    assert f"detcheck: launching {config} @ {role} (" in proc.stderr
-    assert f"again on a fresh port: {WARMUP_REFUSED.reason}" in proc.stderr
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["port-taken-once", "refused-once"])
+def test_a_start_killed_by_the_host_is_relaunched_and_measured(first_starts_failed, config):
+    out, state, proc = first_starts_failed
+    reason = FIRST_STARTS[config][1]
+    role, cells, launches = failed_first(out, config)
+    assert {cell["status"] for cell in cells.values()} == {"ok"}
+    assert launches[role]["relaunched"] == [reason] and launches[role]["ok"] is True
+    assert [l.get("relaunched") for r, l in launches.items() if r != role] == [None]
+    assert len((state / config / "starts").read_text().split()) == 3  # two roles, one relaunch
+    log = server_log(out, config, role).read_text()  # both starts, one log, in order
+    assert log.count("Initialization failed. warmup error") == 1 and log.count("The server is fired up") == 1
+    assert log.index("Initialization failed. warmup error") < log.index("The server is fired up")
+    ref = {"base": "main~1", "candidate": "main"}[role]
+    assert f"detcheck: launching {config} @ {role} ({ref}) again on a fresh port: {reason}\n" in proc.stderr
     report = (out / "report.md").read_text()
-    assert f"- relaunched {config} @ {role}: started 2 times: {WARMUP_REFUSED.reason}" in report
+    assert f"- relaunched {config} @ {role}: started 2 times: {reason}" in report
 
-    # crash-once: the start that crashed in its warm-up was not tried again.
-    crashed = [role for role in ("base", "candidate") if cells[("crash-once", role)]["status"] == "error"]
-    assert len(crashed) == 1, [cells[("crash-once", r)]["reason"] for r in ("base", "candidate")]
-    role = crashed[0]
-    assert cells[("crash-once", role)]["reason"] == f"launch failed: {FAILURE}"
-    assert "relaunched" not in launches[("crash-once", role)]
+
+@pytest.mark.slow
+def test_a_start_that_crashed_in_its_warmup_is_not_relaunched(first_starts_failed):
+    out, state, proc = first_starts_failed
+    role, cells, launches = failed_first(out, "crash-once")
+    assert cells[role]["status"] == "error" and cells[role]["reason"] == f"launch failed: {FAILURE}"
+    assert "relaunched" not in launches[role] and launches[role]["ok"] is False
     assert len((state / "crash-once" / "starts").read_text().split()) == 2  # one start per role
-    assert server_log(out, "crash-once", role).read_text().count("Initialization failed. warmup error") == 1
     assert not [line for line in proc.stderr.splitlines() if "again on a fresh port" in line and "crash-once" in line]
-    assert proc.returncode == 1, proc.stderr[-2000:]  # the crash's error cell
+    assert proc.returncode == 1, proc.stderr[-2000:]  # the crash's error cell decides the run
 
 
 def server_log(out: Path, config: str, role: str) -> Path:
