@@ -159,8 +159,7 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     server_args = _strings(where, raw, "server_args")
     check_reserved(server_args, f"{where}.server_args")
     servers_per_gpu = raw.get("servers_per_gpu")
-    if servers_per_gpu is not None and (not isinstance(servers_per_gpu, int) or isinstance(servers_per_gpu, bool)
-                                        or not 1 <= servers_per_gpu <= MAX_SERVERS_PER_GPU or gpus < 1):
+    if servers_per_gpu is not None and not valid_servers_per_gpu(servers_per_gpu, gpus):
         raise UsageError(f"{where}.servers_per_gpu: must be an integer from 1 to {MAX_SERVERS_PER_GPU}, "
                          f"on an entry with gpus >= 1")
     order_from = tuple((path.parent / p).resolve() for p in _strings(where, raw, "order_from"))
@@ -173,6 +172,13 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
                        server_args=server_args, servers_per_gpu=servers_per_gpu,
                        env={str(k): str(v) for k, v in env.items()}, description=description,
                        order_from=order_from, first_per_model=first_per_model)
+
+
+def valid_servers_per_gpu(count: object, gpus: int) -> bool:
+    """Servers per GPU, an entry's (servers_per_gpu) or a run's (--servers-per-gpu): an integer
+    from 1 to MAX_SERVERS_PER_GPU, on an entry with GPUs."""
+    return (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_SERVERS_PER_GPU
+            and gpus >= 1)
 
 
 def _strings(where: str, raw: dict, key: str) -> tuple[str, ...]:

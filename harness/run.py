@@ -46,7 +46,7 @@ from harness.metadata import interpreter_id, revision_interpreter_metadata
 from harness.observer import QuietObserver, RunObserver, SuiteObserver
 from harness.paths import safe_name
 from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
-from harness.plan import Suite, WorkloadSpec, check_reserved, load_suite
+from harness.plan import ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
 from harness.redaction import environment_secrets, redact_argv, redact_env, scrub_file
@@ -482,15 +482,22 @@ def environment_ready(run: Run, job: Job) -> bool:
 
 def resolve_flags(run: Run, job: Job) -> bool:
     try:
-        caps = run.capabilities[job.role].result()
-        feature_args = caps.feature_args(job.cp.server.features, job.cp.server.draft_model)
-        caps.check_args((*job.cp.server.args, *job.cp.probe_args))
+        job.args = server_flags(run.capabilities[job.role].result(), job.cp.server, job.cp.probe_args)
     except NotExpressible as exc:
         return finish_job(run, job, Outcome(Status.NOT_APPLICABLE, f"n/a at this revision: {exc}"))
     except (LaunchError, UsageError) as exc:
         return finish_job(run, job, Outcome(Status.ERROR, str(exc), getattr(exc, "log_tail", "")))
-    job.args = feature_args + job.cp.probe_args
     return True
+
+
+def server_flags(caps: Capabilities, server: ServerConfig, probe_args: tuple[str, ...]) -> tuple[str, ...]:
+    """The flags a configuration's server gets at a revision (its `--help`, `caps`): the
+    features' flags, then the probes'. Raises NotExpressible when the revision has no flag for
+    a feature, or lacks one the configuration or a probe passes. The GPU-session tools start a
+    server with it too (results/h200/suite_server.py)."""
+    feature_args = caps.feature_args(server.features, server.draft_model)
+    caps.check_args((*server.args, *probe_args))
+    return feature_args + probe_args
 
 
 LOG_DIR = "logs"
@@ -637,8 +644,7 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
         workloads = {p: build_workload(scaled(suite.workload.with_overrides(suite.probe_spec(p).params),
                                               req.workload_scale))
                      for p in probes}
-        probe_args = dedupe_flags(tuple(a for p in probes for a in PROBES[p].server_args))
-        plans.append(ConfigPlan(spec, server, probes, workloads, probe_args))
+        plans.append(ConfigPlan(spec, server, probes, workloads, probe_server_args(probes)))
     if not plans:
         raise UsageError(f"{suite.path}: nothing to run after --config/--probe filters")
     return tuple(plans)
@@ -678,6 +684,11 @@ def check_writable(req: RunRequest) -> None:
             tempfile.TemporaryFile(dir=path).close()
         except OSError as exc:
             raise UsageError(f"{what} {path} is not writable: {exc.strerror or exc}") from None
+
+
+def probe_server_args(probes: tuple[str, ...]) -> tuple[str, ...]:
+    """The server flags the probes need, one server serving them all."""
+    return dedupe_flags(tuple(a for p in probes for a in PROBES[p].server_args))
 
 
 def dedupe_flags(args: tuple[str, ...]) -> tuple[str, ...]:

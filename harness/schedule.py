@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, TypeVar
 
 from harness.errors import UsageError
-from harness.matrix import MAX_SERVERS_PER_GPU, MatrixEntry
+from harness.matrix import MAX_SERVERS_PER_GPU, MatrixEntry, valid_servers_per_gpu
 from harness.results import Role
 
 # Servers a run may have up at once: far more than any host holds (a server is a process with
@@ -82,7 +82,7 @@ def entry_slots(entry: MatrixEntry, visible: str | None, servers_per_gpu: int | 
     target's default; two or more GPUs, one slot per role on its half of them; one GPU, one
     slot (base and candidate in turn, or interleaved)."""
     per_gpu = servers_per_gpu or entry.servers_per_gpu
-    if servers_per_gpu is not None and (not 1 <= servers_per_gpu <= MAX_SERVERS_PER_GPU or entry.gpus < 1):
+    if servers_per_gpu is not None and not valid_servers_per_gpu(servers_per_gpu, entry.gpus):
         raise UsageError(f"--servers-per-gpu {servers_per_gpu}: needs an entry with GPUs and a count "
                          f"from 1 to {MAX_SERVERS_PER_GPU}")
     if per_gpu is not None:

@@ -18,8 +18,8 @@ if str(ROOT) not in sys.path:
 from harness.capabilities import revision_capabilities  # noqa: E402
 from harness.errors import LaunchError  # noqa: E402
 from harness.plan import ServerConfig, Suite, load_suite  # noqa: E402
-from harness.probes import PROBES, known_probes  # noqa: E402
-from harness.run import dedupe_flags  # noqa: E402
+from harness.probes import known_probes  # noqa: E402
+from harness.run import probe_server_args, server_flags  # noqa: E402
 from harness.server import ServerProcess, launch  # noqa: E402
 from harness.targets import get_target  # noqa: E402
 
@@ -41,9 +41,7 @@ def start(suite_path: Path, config_name: str, target_name: str, probes: tuple[st
     probes = spec.probes if probes is None else probes
     target = get_target(target_name, python)
     caps = revision_capabilities(target, sha, worktree, suite.startup_timeout_s)
-    probe_args = dedupe_flags(tuple(a for name in probes for a in PROBES[name].server_args))
-    flags = caps.feature_args(config.features, config.draft_model) + probe_args
-    caps.check_args((*config.args, *probe_args))
+    flags = server_flags(caps, config, probe_server_args(probes))
     server, failure = launch(lambda port: target.launch_argv(config, flags, port), target.env(worktree, config.env),
                              log_path, worktree, suite.startup_timeout_s)
     return Started(suite, config, server, failure)
