@@ -11,6 +11,7 @@ handed out are kept under a lock.
 from __future__ import annotations
 
 import os
+import random
 import select
 import signal
 import socket
@@ -129,12 +130,37 @@ def launch(argv_for_port: Callable[[int], list[str]], env: dict[str, str], log_p
             raise
 
 
+# Where a server's port is drawn from: below the kernel's ephemeral range. A port the kernel
+# hands out on request (bind to port 0: SGLang's NCCL port, torch's stores; every client
+# connection's own end) is from that range, and a server binds its port only minutes after it
+# was chosen (after its model is loaded): drawn from the ephemeral range, the port was taken in
+# between (three H200 launches, 40 servers at once: uvicorn's "address already in use").
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000  # above the well-known and registered ports most services sit on
+_port_draw = random.Random()  # its own: a seeded draw elsewhere (placement) stays reproducible
+
+
+def port_range() -> range | None:
+    """The ports a server's port is drawn from: [10000, the ephemeral range's start); None where
+    the kernel does not say its range (not Linux) or leaves no room below it."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return range(_LOWEST_PORT, low) if low - _LOWEST_PORT >= 1000 else None
+
+
 def free_port() -> int:
-    """A port the OS considers free now and no other server of this process holds; the launch
-    retries if someone else takes it first. Given back by `ServerProcess.stop`."""
+    """A port free now (it binds) that no other server of this process holds, drawn below the
+    ephemeral range where there is one (the kernel's own choice elsewhere); the launch retries
+    if someone else takes it first. Given back by `ServerProcess.stop`."""
+    ports = port_range()
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
+            try:
+                s.bind((HOST, _port_draw.choice(ports) if ports else 0))
+            except OSError:  # in use: draw again
+                continue
             port = s.getsockname()[1]
         with _lock:
             if port not in _ports_taken:

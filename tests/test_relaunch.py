@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,9 @@ import pytest
 
 from conftest import ROOT, detcheck, make_sglang_repo
 from harness.results import Launch, Role
+from harness import server
 from harness.server import launch
-from harness.targets import PORT_TAKEN, TRANSIENT_LAUNCH_FAILURES, WARMUP_REFUSED
+from harness.targets import HOST, PORT_TAKEN, TRANSIENT_LAUNCH_FAILURES, WARMUP_REFUSED
 
 sys.path.append(str(ROOT / "fixtures"))
 from refserver import warmup  # noqa: E402  (the fixture's texts: no torch at import)
@@ -206,3 +208,21 @@ def test_a_start_that_crashed_in_its_warmup_is_not_relaunched(first_starts_faile
 def server_log(out: Path, config: str, role: str) -> Path:
     (path,) = (out / "logs").glob(f"{config}-{role}-*.log")
     return path
+
+
+def test_a_servers_port_is_drawn_below_the_kernels_ephemeral_range():
+    """Ports the kernel hands out on request (SGLang's NCCL port, every client connection's own
+    end) come from the ephemeral range; a server's port, bound minutes after it is chosen, is
+    drawn below it, so none of those can take it meanwhile."""
+    ports = server.port_range()
+    if ports is None:
+        pytest.skip("the kernel does not say its ephemeral range here")
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    drawn = [server.free_port() for _ in range(20)]
+    try:
+        assert all(server._LOWEST_PORT <= p < low for p in drawn) and len(set(drawn)) == 20
+        with socket.socket() as s:  # free when drawn: it binds
+            s.bind((HOST, drawn[0]))
+    finally:
+        with server._lock:
+            server._ports_taken.difference_update(drawn)
