@@ -10,6 +10,7 @@ results/h200/swa-dflash, revision-kl.json from `detcheck run` of the kl and revi
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -82,3 +83,13 @@ def test_a_report_holds_no_absolute_path_of_the_machine(name):
     markdown = (DATA / f"{name}.md").read_text()
     assert not ABSOLUTE_PATH.findall(markdown), ABSOLUTE_PATH.findall(markdown)
     assert markdown == MarkdownReport(load(name)).render()
+
+
+def test_a_record_whose_cells_were_removed_says_so_above_its_table():
+    result = dataclasses.replace(load("demo-cache"), cells=())
+    plain = MarkdownReport(result).render()
+    assert "holds no cells" not in plain  # every side reads "–": without the line, as if nothing ran
+    trimmed = dataclasses.replace(result, metadata={**result.metadata, "trimmed": "kept for its timing"})
+    text = MarkdownReport(trimmed).render()
+    assert "*This record holds no cells: kept for its timing.*" in text
+    assert text.index("holds no cells") < text.index("| configuration |")

@@ -38,6 +38,8 @@ class MarkdownReport:
                f"Base: {_rev('', r.base).strip()}  ",
                f"Candidate: {_rev('', r.candidate).strip()}",
                ""]
+        if "trimmed" in r.metadata:  # a kept record whose cells were removed: say why its sides read –
+            out += [f"*This record holds no cells: {r.metadata['trimmed']}.*", ""]
         out += md_table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
                         ((row.config, f"`{row.probe}`", row.base, row.candidate,
                           VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r, self.sides)))
