@@ -117,8 +117,9 @@ PY
   for i in $(seq 1 $(( n - 1 ))); do
     echo "  [\".gpu-kit/bundle-0$i\"] | bash results/h200/gpu-run.sh ship $i"; done
   echo "  [\".gpu-kit/bundle-$last\", \".gpu-kit/kit\"] | bash results/h200/gpu-run.sh install $n"
-  echo "  [\".gpu-kit/extra\"] | SPG=48 HOLD=560 bash results/h200/gpu-run.sh main"
-  echo "  [] | WAIT=300 bash results/h200/gpu-run.sh finish"
+  echo "  [\".gpu-kit/extra\"] | bash results/h200/gpu-run.sh setup"
+  echo "  [] | SPG=40 HOLD=585 bash results/h200/gpu-run.sh main pool NAME [matrix run flags]   (or main: session)"
+  echo "  [] | WAIT=300 bash results/h200/gpu-run.sh finish   (after main session: the follow-ups)"
   for c in $(ls -d .gpu-kit/bundle-* | xargs -n1 basename) kit extra; do
     local sum=$(( tree + $(du -sb ".gpu-kit/$c" | cut -f1) ))
     [ "$c" = "bundle-$last" ] && sum=$(( sum + $(du -sb .gpu-kit/kit | cut -f1) ))
