@@ -21,7 +21,7 @@ from harness.plan import ServerConfig, Suite, load_suite  # noqa: E402
 from harness.probes import known_probes  # noqa: E402
 from harness.run import probe_server_args, server_flags  # noqa: E402
 from harness.server import ServerProcess, launch  # noqa: E402
-from harness.targets import get_target  # noqa: E402
+from harness.targets import TRANSIENT_LAUNCH_FAILURES, get_target  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,9 @@ def start(suite_path: Path, config_name: str, target_name: str, probes: tuple[st
     target = get_target(target_name, python)
     caps = revision_capabilities(target, sha, worktree, suite.startup_timeout_s)
     flags = server_flags(caps, config, probe_server_args(probes))
-    server, failure = launch(lambda port: target.launch_argv(config, flags, port), target.env(worktree, config.env),
-                             log_path, worktree, suite.startup_timeout_s)
-    return Started(suite, config, server, failure)
+    launched = launch(lambda port: target.launch_argv(config, flags, port), target.env(worktree, config.env),
+                      log_path, worktree, suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES)
+    return Started(suite, config, launched.server, launched.failure)
 
 
 def write_record(out: Path, stem: str, record: dict, table: list[str]) -> None:
