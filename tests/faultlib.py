@@ -63,11 +63,11 @@ class Bench:
     def run(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return detcheck(*self.args(*extra), env=self.env(), timeout=timeout)
 
-    def start(self, *extra: str, command: tuple[str, ...] = ()) -> subprocess.Popen:
+    def start(self, *extra: str, command: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
         """`detcheck run` in the background (`command`: a wrapper such as nohup)."""
         return subprocess.Popen([*command, *detcheck_argv(*self.args(*extra))], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**os.environ, **self.env()})
+                                env={**os.environ, **self.env(), **(env or {})})
 
     def result(self) -> dict:
         return json.loads((self.out / "results.json").read_text())

@@ -243,8 +243,8 @@ def test_a_help_that_hangs_fails_only_its_revision_within_the_startup_timeout(tm
     bench = Bench(tmp_path, bare_python, repo=repo)
     bench.write_suite({"one": []}, startup_timeout_s=3)
     t0 = time.monotonic()
-    proc = bench.run("--base", "main~2", timeout=120)
-    assert time.monotonic() - t0 < 60
+    proc = bench.run("--base", "main~2", timeout=500)
+    assert time.monotonic() - t0 < 400  # the hang waited out would take 600 s; a busy machine is slow, not that slow
     assert proc.returncode == 1, proc.stderr[-2000:]
     by_role = {c["role"]: c for c in bench.result()["cells"]}
     assert by_role["base"]["status"] == "ok"
