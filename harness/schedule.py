@@ -114,16 +114,12 @@ class SlotPool:
         self._free = list(range(len(slots)))
         self._changed = threading.Condition()
 
-    def acquire(self, roles: tuple[Role, ...]) -> tuple[int, ...]:
-        """Slot indices, one per role, once they are free (the caller waits). A unit with more
-        servers than the run has slots (an interleaved configuration at --slots 1) waits for all
-        of them and its servers share them."""
-        return self.acquire_next([Unit(0, roles)], lambda unit: True)[1]
-
     def acquire_next(self, waiting: list[U], may_start: Callable[[U], bool]) -> tuple[U, tuple[int, ...]]:
-        """The first of `waiting` (each with its `roles`) that may start, and its slots once
-        they are free (the caller waits); it leaves `waiting`. One that may not start yet is
-        passed over; the first that may waits for its slots, overtaken by none behind it."""
+        """The first of `waiting` (each with its `roles`) that may start, and its slot indices,
+        one per role, once they are free (the caller waits); it leaves `waiting`. One that may
+        not start yet is passed over; the first that may waits for its slots, overtaken by none
+        behind it. A unit with more servers than the run has slots (an interleaved configuration
+        at --slots 1) waits for all of them and its servers share them."""
         with self._changed:
             while True:
                 first = next((item for item in waiting if may_start(item)), None)

@@ -21,12 +21,17 @@ from harness.schedule import Countdown, Slot, SlotPool, Unit, cpu_slots, default
 BASE, CAND = Role.BASE, Role.CANDIDATE
 
 
+def take(pool: SlotPool, roles: tuple[Role, ...]) -> tuple[int, ...]:
+    """The slots of one unit that may start, once they are free."""
+    return pool.acquire_next([Unit(0, roles)], lambda unit: True)[1]
+
+
 def test_units_take_free_slots_and_wait_for_them_in_order():
     pool = SlotPool(cpu_slots(2))
-    first, second = pool.acquire((BASE,)), pool.acquire((CAND,))
+    first, second = take(pool, (BASE,)), take(pool, (CAND,))
     assert sorted(first + second) == [0, 1]
     got: list[tuple[int, ...]] = []
-    waiter = threading.Thread(target=lambda: got.append(pool.acquire((BASE, CAND))))
+    waiter = threading.Thread(target=lambda: got.append(take(pool, (BASE, CAND))))
     waiter.start()
     time.sleep(0.3)
     assert not got  # an interleaved unit needs both slots at once
@@ -40,15 +45,15 @@ def test_units_take_free_slots_and_wait_for_them_in_order():
 
 def test_an_interleaved_unit_at_one_slot_takes_the_whole_pool_and_its_servers_share_it():
     pool = SlotPool(cpu_slots(1))
-    assert pool.acquire((BASE, CAND)) == (0, 0)
+    assert take(pool, (BASE, CAND)) == (0, 0)
     pool.release((0, 0))
-    assert pool.acquire((CAND,)) == (0,)
+    assert take(pool, (CAND,)) == (0,)
 
 
 def test_a_role_bound_slot_serves_only_its_role():
     pool = SlotPool((Slot({"CUDA_VISIBLE_DEVICES": "0"}, BASE), Slot({"CUDA_VISIBLE_DEVICES": "1"}, CAND)))
-    assert pool.acquire((CAND,)) == (1,)
-    assert pool.acquire((BASE,)) == (0,)
+    assert take(pool, (CAND,)) == (1,)
+    assert take(pool, (BASE,)) == (0,)
     pool.release((0,))
     assert pool._pick((CAND,)) is None  # the base's GPU stays the base's
     assert pool._pick((BASE,)) == (0,)
