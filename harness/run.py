@@ -184,6 +184,7 @@ class QueuedUnit:
     run: Run
     unit: Unit
     model: str  # the configuration's model path (first_per_model's groups)
+    expected_s: float | None  # how long earlier runs took for it; None: untimed
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -193,12 +194,16 @@ class QueuedUnit:
 def start_queue(runs: list[Run], order: StartOrder) -> list[QueuedUnit]:
     """Every unit of the runs in the order they start: plan order (run after run), or longest
     first where earlier runs timed them."""
-    units = [(run, unit) for run in runs for unit in plan_units(run.plans)]
-    expected = [order.times.expected(run.suite.name, run.plans[unit.config_index].spec.name, unit.roles)
-                for run, unit in units]
-    ordered = longest_first(units, expected)
-    return [QueuedUnit(i, run, unit, str(run.plans[unit.config_index].server.model))
-            for i, (run, unit) in enumerate(ordered)]
+    units = [(run, unit, order.times.expected(run.suite.name, run.plans[unit.config_index].spec.name, unit.roles))
+             for run in runs for unit in plan_units(run.plans)]
+    ordered = longest_first(units, [expected for _, _, expected in units])
+    return [QueuedUnit(i, run, unit, model_key(run.plans[unit.config_index]), expected)
+            for i, (run, unit, expected) in enumerate(ordered)]
+
+
+def model_key(cp: ConfigPlan) -> str:
+    """Which model a configuration's servers load: first_per_model's groups."""
+    return str(cp.server.model)
 
 
 def run_scheduled(runs: list[Run]) -> None:
@@ -244,8 +249,7 @@ def say_start_order(order: StartOrder, queue: list[QueuedUnit], gates: ModelGate
     """One line on stderr when the order is not the plan's."""
     parts = []
     if order.times.sources:
-        timed = sum(order.times.expected(q.run.suite.name, q.run.plans[q.unit.config_index].spec.name, q.roles)
-                    is not None for q in queue)
+        timed = sum(q.expected_s is not None for q in queue)
         parts.append(f"longest first ({timed} of {len(queue)} units timed by "
                      f"{len(order.times.sources)} earlier run{'s' if len(order.times.sources) != 1 else ''})")
     if gates is not None:
@@ -530,7 +534,7 @@ def launch_server(run: Run, job: Job) -> bool:
         job.meta.update(interpreter.result())
     job.server = server = launched.server
     if run.gates is not None:  # up or failed: the model's other servers may start
-        run.gates.opened(str(job.cp.server.model))
+        run.gates.opened(model_key(job.cp))
     job.launch = Launch(job.cp.spec.name, job.role, job.revision.sha, server.port, server.startup_s,
                         launched.failure is None, tuple(redact_argv(list(server.argv[1:]))),
                         started_at=round(started_at, 3), relaunched=launched.relaunched)
