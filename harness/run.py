@@ -44,7 +44,7 @@ from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
 from harness.metadata import interpreter_id, revision_interpreter_metadata
 from harness.observer import QuietObserver, RunObserver, SuiteObserver
-from harness.paths import safe_name
+from harness.paths import safe_name, sha_cache_file
 from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
 from harness.plan import ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
@@ -275,11 +275,17 @@ def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
 
 
 def compiled_capabilities(run: Run, role: Role) -> Capabilities:
-    """The role's checkout byte-compiled (once, before any of its servers imports it), then its
-    `--help`."""
-    run.targets[role].compile_sources(run.worktrees[role])
-    return revision_capabilities(run.targets[role], run.req.revision(role).sha, run.worktrees[role],
-                                 run.suite.startup_timeout_s)
+    """The role's checkout byte-compiled (before any of its servers imports it), then its
+    `--help`. Compiled once per revision and interpreter: a marker in the cache says so, so that
+    a later run spends no process pool on a tree whose .pyc files are already there."""
+    target, sha, worktree = run.targets[role], run.req.revision(role).sha, run.worktrees[role]
+    marker = sha_cache_file("compiled", f"{target.name}-{interpreter_id(target.python)}", sha, ".done")
+    if marker is None or not marker.is_file():
+        target.compile_sources(worktree)
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+    return revision_capabilities(target, sha, worktree, run.suite.startup_timeout_s)
 
 
 def will_launch(run: Run, role: Role) -> bool:
