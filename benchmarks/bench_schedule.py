@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from _common import ROOT, covered, scratch, two_commits
@@ -117,8 +117,8 @@ def host_cpu(monitor: Path, run_dirs: list[Path]) -> dict:
     cores = int(lines[0].split()[2])
     launches = [l for d in run_dirs for l in read_run(d).launches]
     start, end = min(l.started_at for l in launches), max(l.ended_at for l in launches)
-    day = datetime.fromtimestamp(start).date()
-    samples = [(datetime.combine(day, datetime.strptime(line.split()[0], "%H:%M:%S").time()).timestamp(),
+    day = datetime.fromtimestamp(start, timezone.utc).date()  # the monitor's clock reads UTC
+    samples = [(datetime.combine(day, datetime.strptime(line.split()[0], "%H:%M:%S").time(), timezone.utc).timestamp(),
                 int(line.split("busy ")[1].split("%")[0])) for line in lines[1:]]
     used = sum(busy / 100 * cores * (t - prev) for (prev, _), (t, busy) in zip(samples, samples[1:])
                if start <= t <= end)

@@ -2,7 +2,7 @@
 
     python3 results/h200/cpu_monitor.py OUT.txt [INTERVAL]     (runs until killed)
 
-Each line: the time, the load average, host memory used, the GPU's memory and utilisation, the
+Each line: the time (UTC), the load average, host memory used, the GPU's memory and utilisation, the
 share of all cores busy (/proc/stat), then the cores each kind of process used since the last
 line: SGLang's schedulers (`sglang::scheduler…`, where a server imports its model code, JIT-
 compiles its kernels, captures CUDA graphs and runs its batches), detokenizers, the servers' main
@@ -103,7 +103,7 @@ def main(out_path: str, interval: float) -> None:
             share = (busy1 - busy0) / max(1, all1 - all0)
             schedulers = sum(1 for what, _ in now.values() if what == "scheduler")
             cores = " ".join(f"{what} {used[what] / interval:.1f}" for what in KINDS)
-            out.write(f"{time.strftime('%T')} load {os.getloadavg()[0]:.1f} host-used {memory_used_gib():.1f} GiB "
+            out.write(f"{time.strftime('%T', time.gmtime())} load {os.getloadavg()[0]:.1f} host-used {memory_used_gib():.1f} GiB "
                       f"gpu {gpu()} busy {share:.0%} cores: {cores} schedulers {schedulers}\n")
             out.flush()
             with open(out_path + ".totals", "w") as t:
