@@ -719,12 +719,27 @@ def dedupe_flags(args: tuple[str, ...]) -> tuple[str, ...]:
 # -- outcomes ------------------------------------------------------------------------
 
 def launch_outcome(failure: LaunchError) -> Outcome:
-    """A revision refusing a combination is n/a (a result); anything else is an error."""
-    match = next((line for line in failure.log_tail.splitlines() if REJECTION.search(line)), None)
-    if match and failure.exit_code is not None:
+    """A revision refusing a combination is n/a (a result); anything else, a crash above all, is
+    an error with the crash's own last lines."""
+    refusal = rejection_cause(failure.log_tail)
+    if refusal and failure.exit_code is not None:
         return Outcome(Status.NOT_APPLICABLE,
-                       f"n/a at this revision: rejected at launch: {match.strip()[-240:]}", failure.log_tail)
-    return Outcome(Status.ERROR, f"launch failed: {failure}", failure.log_tail)
+                       f"n/a at this revision: rejected at launch: {refusal.strip()[-240:]}", failure.log_tail)
+    cause = last_exception(failure.log_tail)
+    return Outcome(Status.ERROR, f"launch failed: {failure}{f' ({cause})' if cause else ''}", failure.log_tail)
+
+
+def rejection_cause(log_tail: str) -> str | None:
+    """The revision's refusal of the configuration, where that refusal is why the server exited:
+    its last exception (an argument check raising "X is not supported"); where it raised none,
+    the last line it wrote (argparse's "invalid choice"). A rejection
+    phrase anywhere else (a warning that something "is not supported" above a crash of another
+    kind) says nothing about why it died."""
+    cause = last_exception(log_tail)
+    if cause is not None:
+        return cause if REJECTION.search(cause) else None
+    lines = [line for line in log_tail.splitlines() if line.strip()]
+    return lines[-1] if lines and REJECTION.search(lines[-1]) else None
 
 
 def died(server: ServerProcess, dying_s: float = 0.0) -> str:
