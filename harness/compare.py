@@ -19,7 +19,7 @@ from harness import __version__, stats
 from harness.probes import PROBES
 from harness.probes.base import deciding_metrics
 from harness.reproducer import reproducer
-from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
 # Where a comparison's note names the metrics that changed without deciding (recorded in
@@ -83,6 +83,12 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     pairs, across_facts = metric_pairs(probe, base, cand, params)
     if across_facts:
         judged["candidate"] = {**judged.get("candidate", {}), **across_facts}
+    unknown = PROBES[probe].undeclared(ProbeOutput((), tuple(m for m, _ in pairs),
+                                                    {k: v for facts in judged.values() for k, v in facts.items()}),
+                                       derived=True)
+    if unknown:
+        return ProbeComparison(config, probe, Verdict.ERROR,
+                               note=f"undeclared figures of {probe}: {', '.join(unknown)}")
     own_metrics = PROBES[probe].across is None
     reported = [(m.name, m.kind) for m, _ in pairs]
     if own_metrics:  # a metric only the candidate reports can decide too (and is one-sided)

@@ -613,6 +613,10 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     broken = output.non_finite()
     if broken:  # the server answered, but a figure it gave is NaN or inf: no statistic may use it
         return Outcome(Status.FINDING, broken, server.log_tail(), ProbeOutput(output.samples, ()), wall_s=wall_s)
+    unknown = PROBES[probe].undeclared(output)
+    if unknown:  # a figure no declaration says decides or why not: never a silent pass
+        return Outcome(Status.ERROR, f"probe {probe} recorded undeclared figures: {', '.join(unknown)} "
+                                     f"(each goes in its ProbeKind.figures)", server.log_tail())
     return Outcome(Status.OK, "", server.log_tail(12), output, wall_s=wall_s)
 
 

@@ -18,7 +18,8 @@ from harness.client import Generation
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
+                                 parameter, register, summary)
 from harness.probes.common import batches
 from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
                                           SIDES_AT_ONCE, WORKLOAD)
@@ -147,7 +148,17 @@ PARAMS = (
     SIDES_AT_ONCE, PLACEMENT_SEED,
     *JUDGING,
 )
+FIGURES = (
+    metric("accept_length"),
+    *summary("accept_length", "aggregate_accept_length", "verify_calls", "requests_without_verify",
+             "turn1_median", "turn2_median", "server_avg_accept_length"),
+    *parameter("min_hit_fraction"),
+    *descriptive("the workload's size, the same on both sides", "requests", "completion_tokens"),
+    *descriptive("the vacuity gate's input: whether turn 2 reached past its prompt; the hits themselves are "
+                 "compared by the cache-hit probes", "turn2_hit_fraction"),
+)
+
 PROBE = register(ProbeKind("accept_length", run,
                            "speculative accept length, shared-prefix multi-turn (noisy)",
                            params=PARAMS, describe=describe, merge=merge, planned=planned,
-                           values=lambda metric: REQUEST))
+                           values=lambda metric: REQUEST, figures=FIGURES))

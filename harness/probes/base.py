@@ -6,7 +6,9 @@ of the package, so adding a probe is adding one file (and naming it in a suite).
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -81,6 +83,9 @@ class PlannedMetric:
     paired: bool = False
     key: str = ""  # the parameter the sample count scales with (repeats, prompts)
     per_unit: int = 1
+    # What one sample is where it is not one per unit of `key`: "hits" (a cache probe's k3 has a
+    # value per prompt that hit, which no plan can know): `samples` is then an upper bound.
+    counts: str = ""
 
     def samples(self, params: dict[str, Any], workload: WorkloadSpec) -> int:
         return self.per_unit * _param_or_workload(params, workload, self.key)
@@ -97,6 +102,87 @@ def deciding_metrics(params: dict[str, Any], metrics: Sequence[tuple[str, Kind]]
     if params["verdict_metrics"]:
         return list(params["verdict_metrics"])
     return [name for i, (name, kind) in enumerate(metrics) if i == 0 or kind == Kind.EXACT]
+
+
+class FigureRole(str, Enum):
+    """What a figure a probe records is to the verdict."""
+
+    # A metric: compared base vs candidate (exact by equality, noisy against its floor); it
+    # decides unless a suite's verdict_metrics narrows it out, and then shows as "changed, not
+    # deciding" where it changed.
+    METRIC = "metric"
+    # A statistic of metric `of`'s values (its mean, p99, a share over tau): it changes only where
+    # `of` does, which decides.
+    SUMMARY = "summary"
+    # Where metric `of` first differs (a prompt, a position): the row's words; `of` compares it.
+    LOCATOR = "locator"
+    # A parameter's value as the cell was measured or judged (tau, a gate's threshold).
+    PARAMETER = "parameter"
+    # Recorded to be read, never to decide: `of` says why it cannot (wall time of an exact
+    # probe, a count the server's timing sets).
+    DESCRIPTIVE = "descriptive"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure a probe records: a metric's or a fact's name (a shell pattern for a family, as
+    `tok_s_c*_median`), its role, and for a summary or locator the metric it belongs to, for a
+    descriptive figure why it cannot decide."""
+
+    name: str
+    role: FigureRole
+    of: str = ""
+
+    def __post_init__(self) -> None:
+        if self.role in (FigureRole.SUMMARY, FigureRole.LOCATOR, FigureRole.DESCRIPTIVE) and not self.of:
+            raise ValueError(f"figure {self.name!r} ({self.role.value}) must say what it is of, or why")
+
+    def names(self, name: str) -> bool:
+        return fnmatch.fnmatchcase(name, self.name)
+
+
+def metric(name: str) -> Figure:
+    return Figure(name, FigureRole.METRIC)
+
+
+def summary(of: str, *names: str) -> tuple[Figure, ...]:
+    return tuple(Figure(n, FigureRole.SUMMARY, of) for n in names)
+
+
+def locator(of: str, *names: str) -> tuple[Figure, ...]:
+    return tuple(Figure(n, FigureRole.LOCATOR, of) for n in names)
+
+
+def parameter(*names: str) -> tuple[Figure, ...]:
+    return tuple(Figure(n, FigureRole.PARAMETER, "the parameter") for n in names)
+
+
+def descriptive(why: str, *names: str) -> tuple[Figure, ...]:
+    return tuple(Figure(n, FigureRole.DESCRIPTIVE, why) for n in names)
+
+
+# What the pipeline adds to every probe's facts: how an interleaved probe's rounds were placed,
+# and the looks of a sequential comparison. They say how the samples were gathered, not what a
+# server served.
+PIPELINE_FIGURES = (
+    *descriptive("how the rounds were placed between the sides, not what was served",
+                 "placement", "first_side", "placement_seed"),
+    *descriptive("how many looks measured the samples; the verdict is judged at the last of them",
+                 "sequential"),
+)
+
+
+def undeclared(figures: Sequence[Figure], metrics: Sequence[str], facts: Sequence[str],
+               metric_roles: tuple[FigureRole, ...] = (FigureRole.METRIC,)) -> list[str]:
+    """The names among `metrics` not declared in one of `metric_roles` (a compared metric: as a
+    metric), and among `facts` not declared at all (a fact cannot be a metric: it is not
+    compared), in words."""
+    declared = (*figures, *PIPELINE_FIGURES)
+    out = [f"metric {m}" for m in metrics
+           if not any(f.names(m) and f.role in metric_roles for f in declared)]
+    out += [f"fact {k}" for k in facts
+            if not any(f.names(k) and f.role != FigureRole.METRIC for f in declared)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -136,6 +222,10 @@ class ProbeKind:
     # than "value 40"); None (or no hook): prompt i where a cell has one value per prompt, else
     # value i.
     values: Callable[[str], ValueIndex | None] | None = None
+    # Every figure the probe records (its cells' metrics and facts, what `judge` and `across`
+    # add): a metric, or a fact with its role. The pipeline fails a cell that holds one not
+    # declared here, so no figure is recorded that nothing decides without saying why.
+    figures: tuple[Figure, ...] = ()
 
     @property
     def interleaved(self) -> bool:
@@ -145,6 +235,14 @@ class ProbeKind:
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"probe {self.name!r} declares a parameter twice: {names}")
+
+    def undeclared(self, output: ProbeOutput, derived: bool = False) -> list[str]:
+        """The figures of `output` (a cell's; `derived`: what compare time derived, `across` and
+        `judge`) this probe does not declare (empty: all are). A cross-revision probe's own
+        cells hold metrics that are never compared (only those `across` derives are): they may
+        be declared descriptive."""
+        own = (FigureRole.METRIC, FigureRole.DESCRIPTIVE) if self.across and not derived else (FigureRole.METRIC,)
+        return undeclared(self.figures, [m.name for m in output.metrics], list(output.facts), own)
 
     def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]:
         """Every parameter, from `raw` (a [probe.<name>] table) or its default; UsageError

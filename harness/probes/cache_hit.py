@@ -14,8 +14,9 @@ from typing import Any, Sequence
 from harness.client import OUTPUT_LOGPROBS
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
-from harness.probes.common import (batches, cold_replay, describe_kl, judge_gate, kl_metric,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
+                                 parameter, register, summary)
+from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
 from harness.results import Metric, ProbeOutput
@@ -56,6 +57,11 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
                                               paired=False,  # the hit subsets of two sides may differ
                                               prompts=hits)  # the workload's prompts, not the hits' indices
     hit_metric = Metric("hit_fraction", Kind.EXACT, (fraction,), better="higher", headline="first")
+    # What each prompt's turn reused, hit or not: a fixed workload's exact figure on any
+    # configuration. A change that reuses less (a shorter match, a lost checkpoint) serves the
+    # same logprobs from a longer prefill, and the hit fraction alone still reads 100%.
+    reused = Metric("cached_tokens", Kind.EXACT, tuple(float(c) for c in cached), unit="tokens",
+                    headline="sum", paired=True)
     samples = tuple(
         # `prompt` and `input_ids` (turn 2's) let a reproducer rebuild the requests of one hit.
         {"prompt": i, "input_ids": list(turn2[i]), "prompt_len": len(turn2[i]), "cached_tokens": cached[i],
@@ -63,7 +69,7 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
          "hit_logprobs": lps[i], "replay_logprobs": r, **x}
         for i, r, x in zip(hits, replay, per)
     )
-    return ProbeOutput(samples=samples, metrics=(k3, hit_metric, *located), facts={**kl_facts, **facts})
+    return ProbeOutput(samples=samples, metrics=(k3, hit_metric, reused, *located), facts={**kl_facts, **facts})
 
 
 def hit_text(cached: Sequence[int], min_hit: Sequence[int], reached: int, floor: float) -> str:
@@ -107,8 +113,9 @@ def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool)
     """k3 over each side's own hits (unpaired; at most every prompt hits), the hit fraction, and
     under deterministic inference each hit's first divergent position."""
     located = (PlannedMetric("first_divergent", Kind.EXACT),) if deterministic else ()
-    return (PlannedMetric("k3", Kind.EXACT if deterministic else Kind.NOISY, key="prompts"),
-            PlannedMetric("hit_fraction", Kind.EXACT), *located)
+    return (PlannedMetric("k3", Kind.EXACT if deterministic else Kind.NOISY, key="prompts", counts="hits"),
+            PlannedMetric("hit_fraction", Kind.EXACT), PlannedMetric("cached_tokens", Kind.EXACT, paired=True),
+            *located)
 
 
 def _hit_place(samples: Sequence[dict[str, Any]], i: int) -> str:
@@ -118,14 +125,22 @@ def _hit_place(samples: Sequence[dict[str, Any]], i: int) -> str:
     return f"hit {i}" if prompt is None else f"prompt {prompt}"
 
 
-VALUES = {"k3": ValueIndex("hit", _hit_place), "first_divergent": ValueIndex("hit", _hit_place)}
+VALUES = {"k3": ValueIndex("hit", _hit_place), "first_divergent": ValueIndex("hit", _hit_place),
+          "cached_tokens": ValueIndex("prompt", lambda samples, i: f"prompt {i}")}
+
+FIGURES = (
+    *KL_FIGURES, metric("hit_fraction"), metric("cached_tokens"),
+    *summary("hit_fraction", "hit_fraction"), *summary("cached_tokens", "hit_lengths"),
+    *parameter("min_hit_fraction"),
+    *descriptive("why too few hits vouch for no match (the verdict reads it: error unless different)", "vacuous"),
+)
 
 PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)
 PREFILL_PROBE = register(ProbeKind("prefill_cache_hit", run_prefill,
                                    "prefix-cache hit on a seeded prompt vs cold prefill",
                                    params=PARAMS, describe=describe_kl, judge=judge_gate,
-                                   planned=planned, values=VALUES.get))
+                                   planned=planned, values=VALUES.get, figures=FIGURES))
 DECODE_PROBE = register(ProbeKind("decode_cache_hit", run_decode,
                                   "turn-2 hit on decode-written tokens vs cold prefill",
                                   params=PARAMS, describe=describe_kl, judge=judge_gate,
-                                  planned=planned, values=VALUES.get))
+                                  planned=planned, values=VALUES.get, figures=FIGURES))

@@ -11,6 +11,7 @@ from harness import stats
 from harness.client import Logprobs, SGLangClient
 from harness.errors import ServerFinding
 from harness.logparse import by_dp_rank, parse_batch_lines
+from harness.probes.base import Figure, descriptive, locator, metric, parameter, summary
 from harness.results import Metric
 from harness.stats import Kind
 from harness.textfmt import fmt
@@ -67,7 +68,7 @@ def degenerate_outputs(outputs: Sequence[Sequence[int]], min_len: int = 8) -> in
     return sum(1 for o in outputs if len(o) >= min_len and len(set(o)) == 1)
 
 
-def _label(value: float | None) -> str:
+def value_label(value: float | None) -> str:
     """What is wrong with a logprob no answer may hold: null, NaN or inf."""
     if value is None:
         return "null"
@@ -110,7 +111,7 @@ def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str,
     """Every output position of every answer has a finite logprob, or a ServerFinding that says
     on how many prompts, which kind (null, NaN, inf) and where (prompt, position) the first is.
     `kind`: what the positions are to the server ("input" for a replay's scored prompt)."""
-    broken = _broken_rows(rows, lambda v: _label(v) if _unusable(v) else "")
+    broken = _broken_rows(rows, lambda v: value_label(v) if _unusable(v) else "")
     if broken:
         _raise_broken(what, kind, broken, len(rows))
     return [[float(v) for v in row] for row in rows]
@@ -123,7 +124,7 @@ def require_top_logprobs(rows: Sequence[Sequence[Sequence[tuple[float | None, in
     def bad(top: Sequence[tuple[float | None, int]] | None) -> str:
         if top is None:
             return "null"
-        return next((_label(lp) for lp, _ in top if _unusable(lp, allow_neg_inf=True)), "")
+        return next((value_label(lp) for lp, _ in top if _unusable(lp, allow_neg_inf=True)), "")
 
     broken = _broken_rows(rows, bad)
     if broken:
@@ -163,6 +164,18 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
     located = (divergence_metric(firsts, [len(t) for t in tests], paired),) if deterministic else ()
     per_sample = [{"k3": k, "first_divergent": f} for k, f in zip(per_prompt, firsts)]
     return (metric, *located), facts, per_sample
+
+
+# What kl_metric and judge_gate record: k3 (with, under deterministic mode, first_divergent) and
+# its summaries; the workload's size; the tail and gate parameters.
+KL_FIGURES: tuple[Figure, ...] = (
+    metric("k3"), metric("first_divergent"),
+    *summary("k3", "k3_mean", "k3_median", "k3_p99", "k3_max", "frac_over_tau", "prompts_diverged",
+             "passes_threshold"),
+    *locator("k3", "first_divergent", "first_divergent_prompt"),
+    *parameter("tau", "threshold"),
+    *descriptive("the workload's size: prompts and output_len, the same on both sides", "tokens", "prompts"),
+)
 
 
 def divergence_metric(firsts: Sequence[int | None], lengths: Sequence[int], paired: bool) -> Metric:

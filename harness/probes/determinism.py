@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Sequence
 
 from harness.client import OUTPUT_LOGPROBS
+from harness.errors import ServerFinding
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, locator, metric, parameter,
+                                 register, summary)
+from harness.probes.common import value_label
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -45,6 +49,8 @@ def run(ctx: ProbeContext) -> ProbeOutput:
         signatures.append(signature)
         samples.append({"batch_size": size, "signature": signature, **record})
         ctx.advance(i + 1, len(sizes))
+    if with_logprobs:
+        require_finite(samples)
     unique = len(set(signatures))
     other = next((s for s in samples if s["signature"] != signatures[0]), None)
     facts = {"unique_outputs": unique, "batch_sizes": sizes,
@@ -54,6 +60,21 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     metric = Metric("unique_outputs", Kind.EXACT, (float(unique),), better="lower", headline="first")
     return ProbeOutput(samples=tuple(samples), metrics=(metric, *departure_metrics(samples, with_logprobs)),
                        facts=facts)
+
+
+def require_finite(samples: Sequence[dict[str, Any]]) -> None:
+    """Every batch size's answer holds a finite logprob at every output position, or a
+    ServerFinding naming the first batch size and position that does not: a NaN would make a
+    batch "depart from itself" and the row would blame the batch."""
+    broken = [(s["batch_size"], j, value_label(v)) for s in samples
+              for j, v in enumerate(s["logprobs"] or []) if v is None or not math.isfinite(v)]
+    if broken:
+        sizes = sorted({b for b, _, _ in broken})
+        size, position, label = broken[0]
+        raise ServerFinding(f"decode returned {label} output logprobs at batch size {size} from output position "
+                            f"{min(j for b, j, _ in broken if b == size)} of prompt 0 "
+                            f"({len(sizes)} of {len(samples)} batch sizes hold one: {sizes_text(sizes)})",
+                            tuple(samples))
 
 
 def departure_metrics(samples: Sequence[dict[str, Any]], with_logprobs: bool) -> tuple[Metric, ...]:
@@ -127,5 +148,13 @@ def _batch_place(samples: Sequence[dict[str, Any]], i: int) -> str:
 
 VALUES = {name: ValueIndex("batch size", _batch_place) for name in ("ids_departure", "logprob_departure")}
 
+FIGURES = (
+    metric("unique_outputs"), metric("ids_departure"), metric("logprob_departure"),
+    *summary("unique_outputs", "unique_outputs"),
+    *locator("ids_departure", "first_differing_batch_size", "first_difference"),
+    *parameter("batch_sizes", "compares"),
+)
+
 PROBE = register(ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs",
-                           params=PARAMS, describe=describe, planned=planned, values=VALUES.get))
+                           params=PARAMS, describe=describe, planned=planned, values=VALUES.get,
+                           figures=FIGURES))

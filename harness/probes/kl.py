@@ -9,15 +9,18 @@ one bucket) sees a change in the alternatives that k3 on the sampled token alone
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 from harness import stats
 from harness.client import Logprobs
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, register
-from harness.probes.common import (batches, cold_replay, degenerate_outputs, describe_kl, judge_gate,
-                                   kl_metric, require_output_logprobs, require_top_logprobs)
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, descriptive, metric, parameter,
+                                 register, summary)
+from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_outputs, describe_kl,
+                                   divergence_metric, judge_gate, kl_metric, require_output_logprobs,
+                                   require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind, TopLogprobs
@@ -54,7 +57,10 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     if top_k:
         top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_top, top_k,
                                                      deterministic=ctx.deterministic, tau=tau)
-        metrics, facts = (k3, top_metric, *located), {**facts, **top_facts}
+        # Under deterministic mode the decode's top-k must be the replay's as a list, in order: a
+        # top-k KL and a top-1 agreement read two lists with the same entries in another order alike.
+        ordered = (ordered_topk_metric([r.top for r in replay], decode_top),) if ctx.deterministic else ()
+        metrics, facts = (k3, top_metric, *located, *ordered), {**facts, **top_facts}
         per = [{**x, **y} for x, y in zip(per, top_per)]
     samples = tuple(
         {"prompt_len": len(p), "output_ids": list(o), "decode_logprobs": d, "replay_logprobs": r.logprobs,
@@ -86,16 +92,43 @@ def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[
     return metric, facts, [{"topk_kl": k_, "top1_agree": a} for k_, a in zip(per_prompt, agree)]
 
 
+def ordered_topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[TopLogprobs]]) -> Metric:
+    """Per prompt, the first output position whose top-k list, as (logprob, token id) pairs in the
+    order served, differs from the replay's (the answer's length where none does)."""
+    def first(ref: Sequence[TopLogprobs], test: Sequence[TopLogprobs]) -> int | None:
+        return next((j for j, (r, t) in enumerate(zip(ref, test)) if _entries(r) != _entries(t)),
+                    None if len(ref) == len(test) else min(len(ref), len(test)))
+    return dataclasses.replace(divergence_metric([first(r, t) for r, t in zip(refs, tests)],
+                                                 [len(t) for t in tests], paired=True), name="topk_first_divergent")
+
+
+def _entries(top: TopLogprobs) -> list[tuple[float, int]]:
+    # A fresh answer's tuples and a stored cell's lists compare alike.
+    return [(float(lp), int(tid)) for lp, tid in top]
+
+
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
     """k3 and (with top_k) top-k KL per prompt, paired: exact under deterministic inference,
-    where each prompt's first divergent position is compared too."""
+    where each prompt's first divergent position is compared too, and with top_k the first
+    position whose ordered top-k list differs."""
     kind = Kind.EXACT if deterministic else Kind.NOISY
     names = ("k3", "topk_kl") if params["top_k"] else ("k3",)
     located = (PlannedMetric("first_divergent", Kind.EXACT, paired=True),) if deterministic else ()
-    return (*(PlannedMetric(n, kind, paired=True, key="prompts") for n in names), *located)
+    ordered = (PlannedMetric("topk_first_divergent", Kind.EXACT, paired=True),) \
+        if deterministic and params["top_k"] else ()
+    return (*(PlannedMetric(n, kind, paired=True, key="prompts") for n in names), *located, *ordered)
+
+
+FIGURES = (
+    *KL_FIGURES, metric("topk_kl"), metric("topk_first_divergent"),
+    *summary("topk_kl", "topk_kl_mean", "topk_kl_p99", "topk_kl_max", "topk_frac_over_tau", "top1_agree"),
+    *parameter("top_k"),
+    *descriptive("a warning about this side's own outputs; what the two revisions serve is compared by "
+                 "revision_kl (greedy_ids)", "degenerate_prompts"),
+)
 
 
 PROBE = register(ProbeKind(
     "kl", run, "decode vs cold prefill replay (k3 on sampled-token logprobs, KL over the top-k)",
     params=(*WORKLOAD, BATCH_SIZE, TOP_K, *KL, *JUDGING), describe=describe_kl, judge=judge_gate,
-    planned=planned))
+    planned=planned, figures=FIGURES))

@@ -29,7 +29,8 @@ from harness import stats
 from harness.client import Logprobs
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import Across, PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
+from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, locator,
+                                 metric, parameter, register, summary)
 from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs,
                                    require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
@@ -38,13 +39,17 @@ from harness.stats import Kind
 from harness.textfmt import fmt
 
 # The exact metrics (deterministic mode) and the noisy ones (otherwise): all decide by default.
-EXACT_METRICS = ("scored_logprobs", "scored_topk", "greedy_ids", "greedy_logprobs")
-NOISY_METRICS = ("kl", "top1_agree")
+# Off deterministic mode the greedy decode decides too (greedy_match, greedy_k3, against the base's
+# own second decode): a bug of the decode path alone (a CUDA-graph replay) leaves every teacher-
+# forced score, a prefill, untouched.
+EXACT_METRICS = ("scored_logprobs", "scored_topk", "greedy_ids", "greedy_logprobs", "greedy_topk")
+NOISY_METRICS = ("kl", "top1_agree", "greedy_match", "greedy_k3")
 
 
 def _judging() -> tuple[Param, ...]:
     """The shared judging parameters, with this probe's declared floors and deciding metrics."""
-    defaults = {"floors": {"kl": {"absolute": 1e-3}, "top1_agree": {"absolute": 0.02}},
+    defaults = {"floors": {"kl": {"absolute": 1e-3}, "top1_agree": {"absolute": 0.02},
+                           "greedy_match": {"absolute": 0.1}, "greedy_k3": {"absolute": 1e-3}},
                 "verdict_metrics": [*EXACT_METRICS, *NOISY_METRICS]}
     return tuple(dataclasses.replace(p, default=defaults[p.name]) if p.name in defaults else p
                  for p in JUDGING)
@@ -83,12 +88,9 @@ def _score(ctx: ProbeContext, sequences: list[list[int]], batch: int) -> list[Re
     return cold_replay(ctx.client, sequences, [len(s) - 1 for s in sequences], batch, ctx.param("top_k"))
 
 
-def run(ctx: ProbeContext) -> ProbeOutput:
-    prompts = [list(p) for p in ctx.workload.prompts]
-    batch = ctx.param("batch_size") or len(prompts)
-    top_k = ctx.param("top_k")
-    passes = 1 if ctx.deterministic else 2  # a noisy build: the second pass is the noise reference
-    total = len(prompts) * (1 + passes)
+def _greedy(ctx: ProbeContext, prompts: list[list[int]], batch: int, top_k: int, advance
+            ) -> tuple[list[list[int]], list[list[float]], list]:
+    """A greedy decode of every prompt on a flushed cache: ids, logprobs, top-k per position."""
     ctx.client.flush_cache()
     outputs, lps, tops = [], [], []
     for chunk in batches(prompts, batch):
@@ -97,14 +99,27 @@ def run(ctx: ProbeContext) -> ProbeOutput:
             outputs.append(list(gen.output_ids))
             lps.append(gen.output_logprobs)
             tops.append(gen.output_top_logprobs)
-        ctx.advance(len(outputs), total)
+        advance(len(outputs))
     lps = require_output_logprobs(lps, "greedy decode")
     require_top_logprobs(tops, "greedy decode")
+    return outputs, lps, tops
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    prompts = [list(p) for p in ctx.workload.prompts]
+    batch = ctx.param("batch_size") or len(prompts)
+    top_k = ctx.param("top_k")
+    passes = 1 if ctx.deterministic else 2  # a noisy build: the second pass is the noise reference
+    total = len(prompts) * 2 * passes
+    outputs, lps, tops = _greedy(ctx, prompts, batch, top_k, lambda done: ctx.advance(done, total))
+    # A noisy build decodes twice too: the second decode is the base's run-to-run reference.
+    again = _greedy(ctx, prompts, batch, top_k, lambda done: ctx.advance(len(prompts) + done, total)) \
+        if passes == 2 else None
     sequences = [p + c for p, c in zip(prompts, continuations(prompts, ctx.param("continuation_len")))]
     scores = []
     for n in range(passes):
         scores.append(_score(ctx, sequences, batch))
-        ctx.advance(len(prompts) * (2 + n), total)
+        ctx.advance(len(prompts) * (passes + 1 + n), total)
     nll = [-sum(s.logprobs) / len(s.logprobs) for s in scores[0]]
     samples = []
     for i, (seq, p, o, lp, top) in enumerate(zip(sequences, prompts, outputs, lps, tops)):
@@ -112,6 +127,8 @@ def run(ctx: ProbeContext) -> ProbeOutput:
                   "output_top_logprobs": _lists(top), "scored_nll": nll[i]}
         for name, score in zip(PASSES, scores):
             sample[f"{name}_logprobs"], sample[f"{name}_top_logprobs"] = score[i].logprobs, _lists(score[i].top)
+        if again is not None:
+            sample["redecoded_ids"], sample["redecoded_logprobs"] = again[0][i], again[1][i]
         samples.append(sample)
     facts = {"deterministic": ctx.deterministic, "prompts": len(prompts), "top_k": top_k,
              "scored_tokens": sum(len(s.logprobs) for s in scores[0]),
@@ -193,7 +210,9 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
         metrics = (pair("scored_logprobs", lambda s: _flat([x["scored_logprobs"] for x in s]), "mean"),
                    pair("scored_topk", lambda s: _flat_top([x["scored_top_logprobs"] for x in s]), ""),
                    pair("greedy_ids", lambda s: _flat([x["output_ids"] for x in s]), ""),
-                   pair("greedy_logprobs", lambda s: _flat([x["output_logprobs"] for x in s]), "mean"))
+                   pair("greedy_logprobs", lambda s: _flat([x["output_logprobs"] for x in s]), "mean"),
+                   # the decode's top-k as served, in order: what decode_first_divergent locates too
+                   pair("greedy_topk", lambda s: _flat_top([x["output_top_logprobs"] for x in s]), ""))
         return Across(metrics, facts)
     if not all("rescored_top_logprobs" in x for x in b):
         return Across((), {**facts, "not_comparable": "the base scored once: no run-to-run reference"})
@@ -212,7 +231,29 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
                 Metric("kl", kind, tuple(kl_per_prompt), better="lower", headline="mean", paired=True)),
                (Metric("top1_agree", Kind.NOISY, tuple(self_agree), better="higher", headline="mean", paired=True),
                 Metric("top1_agree", Kind.NOISY, tuple(agree), better="higher", headline="mean", paired=True)))
+    if all("redecoded_ids" in x for x in b):  # cells stored before the base decoded twice lack it
+        metrics += greedy_metrics(b, c)
     return Across(metrics, facts)
+
+
+def greedy_metrics(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]]
+                   ) -> tuple[tuple[Metric, Metric], ...]:
+    """Off deterministic mode, the greedy decode judged against the noise: per prompt, the share
+    of the base's output that the other decode reproduces before its ids first differ
+    (`greedy_match`) and the k3 of its logprobs over that common prefix (`greedy_k3`; 0 where
+    none: greedy_match holds that case), the base's own second decode on the base side, the
+    candidate's decode on the other."""
+    def against(ref: dict[str, Any], ids: Sequence[int], lps: Sequence[float]) -> tuple[float, float]:
+        common = next((j for j, (x, y) in enumerate(zip(ref["output_ids"], ids)) if x != y),
+                      min(len(ref["output_ids"]), len(ids)))
+        k3 = stats.k3(ref["output_logprobs"][:common], list(lps)[:common]) if common else 0.0
+        return common / max(1, len(ref["output_ids"])), k3
+
+    own = [against(x, x["redecoded_ids"], x["redecoded_logprobs"]) for x in base]
+    other = [against(x, y["output_ids"], y["output_logprobs"]) for x, y in zip(base, cand)]
+    return tuple((Metric(name, Kind.NOISY, tuple(v[i] for v in own), better=better, headline="mean", paired=True),
+                  Metric(name, Kind.NOISY, tuple(v[i] for v in other), better=better, headline="mean", paired=True))
+                 for i, (name, better) in enumerate((("greedy_match", "higher"), ("greedy_k3", "lower"))))
 
 
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
@@ -231,8 +272,8 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
 
 
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
-    """Deterministic: the four exact metrics; otherwise KL and top-1 agreement, one value per
-    prompt, paired with the base's own second pass: what the design check needs."""
+    """Deterministic: the exact metrics; otherwise KL, top-1 agreement and the greedy decode's
+    two, one value per prompt, paired with the base's own second pass: what the design check needs."""
     if deterministic:
         return tuple(PlannedMetric(name, Kind.EXACT) for name in EXACT_METRICS)
     return tuple(PlannedMetric(name, Kind.NOISY, paired=True, key="prompts") for name in NOISY_METRICS)
@@ -250,22 +291,30 @@ def _flat_place(key: str, what: str, offset: int = 0):
     return place
 
 
-def _topk_place(samples: Sequence[dict[str, Any]], i: int) -> str:
-    """Value i of scored_topk (each scored token's top-k (logprob, id) pairs end to end)."""
-    for p, sample in enumerate(samples):
-        for j, top in enumerate(sample["scored_top_logprobs"]):
-            if i < 2 * len(top):
-                rank, field = divmod(i, 2)
-                return f"prompt {p}, scored token {j + 1}, top-{rank + 1} {('logprob', 'token id')[field]}"
-            i -= 2 * len(top)
-    return f"top-k value {i} past the base's last prompt"
+def _topk_place(key: str, what: str, offset: int):
+    """Value i of a flattened top-k metric (each position's top-k (logprob, id) pairs end to end,
+    of `key`), in words: "prompt 0, scored token 1, top-2 token id"."""
+    def place(samples: Sequence[dict[str, Any]], i: int) -> str:
+        for p, sample in enumerate(samples):
+            for j, top in enumerate(sample[key]):
+                if i < 2 * len(top):
+                    rank, field = divmod(i, 2)
+                    return f"prompt {p}, {what} {j + offset}, top-{rank + 1} {('logprob', 'token id')[field]}"
+                i -= 2 * len(top)
+        return f"top-k value {i} past the base's last prompt"
+    return place
 
 
 VALUES = {
     "scored_logprobs": ValueIndex("scored token", _flat_place("scored_logprobs", "scored token", offset=1)),
-    "scored_topk": ValueIndex("top-k value", _topk_place),
+    "scored_topk": ValueIndex("top-k value", _topk_place("scored_top_logprobs", "scored token", offset=1)),
     "greedy_ids": ValueIndex("output token", _flat_place("output_ids", "output position")),
     "greedy_logprobs": ValueIndex("output token", _flat_place("output_logprobs", "output position")),
+    "greedy_topk": ValueIndex("top-k value", _topk_place("output_top_logprobs", "output position", offset=0)),
+    "greedy_match": ValueIndex("prompt", lambda samples, i: f"prompt {i}",
+                               sides="the base's second decode vs the base → the candidate vs the base"),
+    "greedy_k3": ValueIndex("prompt", lambda samples, i: f"prompt {i}",
+                            sides="the base's second decode vs the base → the candidate vs the base"),
     "kl": ValueIndex("prompt", lambda samples, i: f"prompt {i}",
                      sides="the base's rerun vs the base → the candidate vs the base"),
     "top1_agree": ValueIndex("prompt", lambda samples, i: f"prompt {i}",
@@ -273,7 +322,24 @@ VALUES = {
 }
 
 
+FIGURES = (
+    *(metric(name) for name in (*EXACT_METRICS, *NOISY_METRICS)),
+    # each side's own cell: what it served, compared only through the derived metrics above
+    *descriptive("each side's own score; base vs candidate compare by the metrics derived from both",
+                 "scored_nll", "nll_mean"),
+    *parameter("deterministic", "top_k", "continuation_len", "scoring_passes", "tau"),
+    *descriptive("the workload's size, the same on both sides", "prompts", "scored_tokens"),
+    *descriptive("a warning about one side's outputs; greedy_ids / greedy_match compare them", "degenerate_prompts"),
+    *summary("kl", "kl_mean", "kl_p99", "kl_max", "kl_frac_over_tau", "base_self_kl_mean", "kl_infinite_prompts"),
+    *summary("scored_logprobs", "k3_mean", "k3_p99", "k3_max", "k3_frac_over_tau", "prompts_diverged"),
+    *summary("top1_agree", "top1_agree"),
+    *summary("greedy_ids", "greedy_identical"),
+    *locator("greedy_ids", "greedy_first_diff"), *locator("scored_logprobs", "first_divergent"),
+    *locator("greedy_topk", "decode_first_divergent"),
+    *descriptive("why the sides could not be compared (the row reads error)", "not_comparable"),
+)
+
 PROBE = register(ProbeKind(
     "revision_kl", run,
     "base vs candidate on the same tokens: greedy decode + teacher-forced score, KL(base ‖ candidate)",
-    params=PARAMS, describe=describe, across=across, planned=planned, values=VALUES.get))
+    params=PARAMS, describe=describe, across=across, planned=planned, values=VALUES.get, figures=FIGURES))

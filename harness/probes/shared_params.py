@@ -15,13 +15,23 @@ def non_empty(value: list[Any]) -> str | None:
     return None if value else "must list at least one value"
 
 
+# Judging parameters are bounded, so that no value makes a verdict unreachable or a figure
+# infinite: a floor that relative to the base is at most half of it (a slowdown can never
+# exceed 100% of a throughput: a floor of 1 or more reads every slowdown *same*); an absolute one
+# finite; alpha at most 0.5 (beyond it a "significant" result is likelier false than not).
+FLOOR_ABS_RANGE = (0.0, 1e6)
+FLOOR_REL_RANGE = (0.0, 0.5)
+ALPHA_RANGE = (1e-6, 0.5)
+
+
 def _floor_table(value: dict[str, dict[str, float]]) -> str | None:
     for metric, floor in value.items():
         unknown = set(floor) - {"absolute", "relative"}
         if unknown:
             return f"{metric}: unknown key(s) {', '.join(sorted(unknown))} (absolute, relative)"
-        if any(v < 0 for v in floor.values()):
-            return f"{metric}: a floor is >= 0"
+        for key, (low, high) in (("absolute", FLOOR_ABS_RANGE), ("relative", FLOOR_REL_RANGE)):
+            if key in floor and not low <= floor[key] <= high:
+                return f"{metric}.{key}: {floor[key]!r} is out of range [{low:g}, {high:g}]"
     return None
 
 
@@ -34,8 +44,8 @@ BATCH_SIZE = Param("batch_size", int, None, "prompts per /generate request (defa
 # tau is MEASURED: the share of tokens over it and the first divergent position are summarised
 # into the cell's facts and samples when the cell is measured.
 KL = (
-    Param("tau", float, 1e-6, "a per-token KL term above this counts as diverged", MEASURED, low=0.0),
-    Param("threshold", float, None, "gate on the mean k3 of each side (strict <)", JUDGED, low=0.0),
+    Param("tau", float, 1e-6, "a per-token KL term above this counts as diverged", MEASURED, low=0.0, high=1e3),
+    Param("threshold", float, None, "gate on the mean k3 of each side (strict <)", JUDGED, low=0.0, high=1e3),
 )
 
 # MEASURED: below it the probe stops before its cold replay, so the cell's samples depend on it.
@@ -49,11 +59,11 @@ JUDGING = (
           "per metric: {absolute, relative} practical floor of a noisy comparison", JUDGED,
           check=_floor_table),
     Param("floor_abs", float, 0.0, "absolute floor of every noisy metric without its own `floors` entry",
-          JUDGED, low=0.0),
+          JUDGED, low=FLOOR_ABS_RANGE[0], high=FLOOR_ABS_RANGE[1]),
     Param("floor_rel", float, 0.0, "floor of every noisy metric without its own `floors` entry, "
-          "relative to the base median", JUDGED, low=0.0),
-    Param("alpha", float, 0.05, "significance level of the rank tests (Wilcoxon, Mann-Whitney)",
-          JUDGED, low=0.0, high=1.0),
+          "relative to the base median", JUDGED, low=FLOOR_REL_RANGE[0], high=FLOOR_REL_RANGE[1]),
+    Param("alpha", float, 0.05, "significance level of the rank tests (Wilcoxon, Mann-Whitney), over all "
+          "of a comparison's looks", JUDGED, low=ALPHA_RANGE[0], high=ALPHA_RANGE[1]),
     Param("bootstrap_seed", int, 0, "seed of the bootstrap confidence intervals", JUDGED, low=0),
     Param("verdict_metrics", list[str], None, "metrics that decide the verdict (default: the primary and every exact "
           "metric; exact ones left out still show when they change)",

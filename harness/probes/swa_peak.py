@@ -23,7 +23,8 @@ from harness.client import SGLangClient
 from harness.errors import ProbeNotApplicable, ServerError
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
+                                 parameter, register, summary)
 from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
 from harness.results import CellResult, Metric, ProbeOutput, Role
@@ -220,7 +221,16 @@ PARAMS = (
           low=0.001, high=60.0),
     *JUDGING,
 )
+FIGURES = (
+    metric("swa_peak"), metric("swa_plateau"), metric("retractions"),
+    *summary("swa_peak", "swa_peak", "swa_peak_usage", "gauge_max", "gauge_within_log"),
+    *summary("swa_plateau", "swa_plateau", "growth_slope"),
+    *summary("retractions", "retractions"),
+    *descriptive("the workload's size, fixed by its requests and output_len (ignore_eos); what they held "
+                 "is compared by the peak and plateau", "generated_tokens", "requests", "aborted", "decode_lines"),
+)
+
 PROBE = register(ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",
                            params=PARAMS, server_args=("--decode-log-interval", "1", "--enable-metrics"),
                            describe=describe, plot=plot, text_figure=text_figure,
-                           values=lambda metric: REQUEST, planned=planned))
+                           values=lambda metric: REQUEST, planned=planned, figures=FIGURES))

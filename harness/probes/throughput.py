@@ -51,7 +51,8 @@ from harness.errors import ServerFinding, VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import PlannedMetric, ProbeContext, ProbeKind, ValueIndex, register
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
+                                 parameter, register, summary)
 from harness.probes.common import swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, PLACEMENT_SEED, SIDES_AT_ONCE, WORKLOAD, non_empty
 from harness.results import Metric, ProbeOutput
@@ -337,6 +338,16 @@ PARAMS = (
 # Every metric holds one value per round (per-request tok/s too: a round's median).
 ROUND = ValueIndex("round", lambda samples, i: f"round {i}")
 
+FIGURES = (
+    metric("tok_s_c*"), metric("req_tok_s_c*"),
+    *summary("tok_s_c*", "tok_s_c*_median"),
+    *parameter("concurrency", "repeats", "window_s"),
+    *descriptive("set by the server's timing under load, not by what it serves: pressure rows count "
+                 "retractions exactly (swa_peak)", "retractions", "retraction_events", "swa_tokens_at_retraction",
+                 "swa_peak_usage_c*"),
+    *descriptive("how many requests the window cut, set by timing", "requests_cut", "requests_sent"),
+)
+
 PROBE = register(ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
                            params=PARAMS, describe=describe, merge=merge, planned=planned,
-                           values=lambda metric: ROUND))
+                           values=lambda metric: ROUND, figures=FIGURES))
