@@ -19,6 +19,7 @@ from harness import __version__, stats
 from harness.probes import PROBES
 from harness.probes.base import deciding_metrics
 from harness.reproducer import reproducer
+from harness.sequential import LookState
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunResult, Status
 from harness.stats import Floor, Kind, Verdict
 
@@ -37,11 +38,16 @@ def floor_for(params: dict[str, Any], metric: str) -> Floor:
 
 
 def compare_metrics(pairs: list[tuple[Metric, Metric | None]], params: dict[str, Any],
-                    deciding: list[str]) -> dict[str, stats.Comparison]:
+                    deciding: list[str], look: LookState | None = None) -> dict[str, stats.Comparison]:
     """One comparison per metric both sides measured: exact ones by equality, noisy ones
     against their floor (paired when both sides are paired and equally long). The deciding
     noisy metrics share the suite's alpha (Bonferroni: alpha / their number), so a verdict any
-    one of them can turn *different* is still wrong at most alpha of the time."""
+    one of them can turn *different* is still wrong at most alpha of the time; samples measured
+    at a look of a sequential comparison (harness/sequential.py) get that look's share of it,
+    and intervals of that confidence."""
+    alpha = look.alpha(params["alpha"]) if look else params["alpha"]
+    boot = stats.Bootstrap(confidence=1 - alpha if look else stats.Bootstrap.confidence,
+                           seed=params["bootstrap_seed"])
     noisy = [m.name for m, _ in pairs if m.name in deciding and m.kind == Kind.NOISY]
     comparisons: dict[str, stats.Comparison] = {}
     for m, other in pairs:
@@ -51,8 +57,8 @@ def compare_metrics(pairs: list[tuple[Metric, Metric | None]], params: dict[str,
             comparisons[m.name] = stats.compare_exact(m.values, other.values)
         else:
             paired = m.paired and other.paired and len(m.values) == len(other.values)
-            judging = dict(floor=floor_for(params, m.name), alpha=params["alpha"] / (len(noisy) if m.name in noisy else 1),
-                           boot=stats.Bootstrap(seed=params["bootstrap_seed"]))
+            judging = dict(floor=floor_for(params, m.name), alpha=alpha / (len(noisy) if m.name in noisy else 1),
+                           boot=boot)
             if paired:
                 # A metric read by its mean (KL, k3: a change can sit in a few prompts) is judged
                 # by the mean of its differences, the number its row shows.
@@ -94,7 +100,11 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     if own_metrics:  # a metric only the candidate reports can decide too (and is one-sided)
         reported += [(m.name, m.kind) for m in cand.metrics if m.name not in dict(reported)]
     named = deciding_metrics(params, reported)
-    comparisons = compare_metrics(pairs, params, named)
+    looks = [LookState.from_facts(c.facts) for c in (base, cand)]
+    if looks[0] != looks[1]:
+        return ProbeComparison(config, probe, Verdict.ERROR, note=(
+            f"not comparable: the sides' samples are of different looks ({', '.join(_look_text(l) for l in looks)})"))
+    comparisons = compare_metrics(pairs, params, named, looks[0])
     deciding = tuple(n for n in named if n in comparisons)
     # A figure that does not decide and changed: an exact one the suite's verdict_metrics left
     # out, or a noisy one beside the primary (another concurrency level, per-request tok/s). It
@@ -113,6 +123,8 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         return ProbeComparison(config, probe, Verdict.ERROR, note=why + changed_note, **recorded)
     verdict = stats.combine_verdicts(comparisons[n].verdict for n in deciding)
     note = "; ".join(f"{n}: {comparisons[n].note}" for n in deciding) + changed_note
+    if looks[0] is not None:
+        note = f"{_look_text(looks[0])}: {note}{_ruled_out(looks[0], comparisons, deciding, verdict)}"
     decided_by = next((n for n in deciding if comparisons[n].verdict == verdict), None)
     lopsided = one_sided(pairs, cand, named, own_metrics)
     if lopsided and verdict != Verdict.DIFFERENT:
@@ -125,6 +137,25 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         return ProbeComparison(config, probe, Verdict.ERROR, note="vacuous: " + "; ".join(vacuous) + changed_note,
                                **recorded)
     return ProbeComparison(config, probe, verdict, note=note, decided_by=decided_by, **recorded)
+
+
+def _look_text(look: LookState | None) -> str:
+    if look is None:
+        return "one look"
+    earlier = "".join(f", look {l.look} ({l.samples} per side) {l.verdict}" for l in look.earlier)
+    return f"look {look.look} of at most {look.max_looks}{earlier}"
+
+
+def _ruled_out(look: LookState, comparisons: dict[str, stats.Comparison], deciding: tuple[str, ...],
+               verdict: Verdict) -> str:
+    """What an *unknown* that no further look will resolve still says: per undecided noisy
+    metric, the effects its interval rules out."""
+    if verdict != Verdict.UNKNOWN or not look.last:
+        return ""
+    spans = [f"{n} beyond [{comparisons[n].ci[0]:+.3g}, {comparisons[n].ci[1]:+.3g}] (floor ±{comparisons[n].floor:.3g})"
+             for n in deciding if comparisons[n].verdict == Verdict.UNKNOWN and comparisons[n].ci]
+    why = look.stopped or "the last look"
+    return f"; undecided after {why}: the samples rule out effects {'; '.join(spans)}" if spans else ""
 
 
 def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any]

@@ -51,8 +51,11 @@ from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
 from harness.redaction import environment_secrets, redact_argv, redact_env, scrub_file
 from harness.result_files import write_run
-from harness.results import CellResult, Launch, ProbeOutput, Role, RunResult, Status
+from harness.compare import compare_pair
+from harness.results import CellResult, Launch, ProbeComparison, ProbeOutput, Role, RunResult, Status
+from harness.stats import Kind, Verdict
 from harness.schedule import Countdown, Slot, SlotPool, Unit
+from harness.sequential import WORKLOAD_GROWTH, Look, LookBudget, LookState
 from harness.start_order import ModelGates, StartOrder, longest_first
 from harness.server import ServerProcess, exit_text, launch, stop_all
 from harness.store import CellKey, ResultStore, params_fingerprint
@@ -195,7 +198,7 @@ def start_queue(runs: list[Run], order: StartOrder) -> list[QueuedUnit]:
     """Every unit of the runs in the order they start: plan order (run after run), or longest
     first where earlier runs timed them."""
     units = [(run, unit, order.times.expected(run.suite.name, run.plans[unit.config_index].spec.name, unit.roles))
-             for run in runs for unit in plan_units(run.plans)]
+             for run in runs for unit in plan_units(run)]
     ordered = longest_first(units, [expected for _, _, expected in units])
     return [QueuedUnit(i, run, unit, model_key(run.plans[unit.config_index]), expected)
             for i, (run, unit, expected) in enumerate(ordered)]
@@ -373,7 +376,8 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
     """Both jobs of a configuration with their servers up at once: each side's other probes,
     then the interleaved probes one round at a time, alternating which side goes first
     (A B B A …, as Pinpoint and pyperf do), so that load and drift over the run fall on both
-    sides alike and round i of the two sides are neighbours in time."""
+    sides alike and round i of the two sides are neighbours in time. A sequential probe's
+    comparison that reads *unknown* is measured again on both servers (`looks`)."""
     # Both servers start at once (on a GPU a launch takes a minute or more), each from a thread
     # of this pool, which must outlive the servers: their PR_SET_PDEATHSIG lifeline fires when
     # the *thread* that started them ends, not the process.
@@ -383,34 +387,135 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
                                          jobs))
             live = [job for job, ok in zip(jobs, started) if ok]
             clients = {job.role: open_client(run, job) for job in live}
+            sequential = sequential_probes(run, jobs[0].cp)
+            held: dict[str, dict[Role, Outcome]] = {}
             noisy: dict[str, list[Job]] = {}
             for job in live:
                 for probe in job.todo:
                     if PROBES[probe].interleaved:
                         noisy.setdefault(probe, []).append(job)
+                    elif probe in sequential:
+                        held.setdefault(probe, {})[job.role] = probe_outcome(run, job, clients[job.role], probe)
                     else:
                         record_cell(run, job, probe, probe_outcome(run, job, clients[job.role], probe))
             for probe, sides in noisy.items():
-                outcomes = alternate_rounds(run, sides, clients, probe)
+                held[probe] = alternate_rounds(run, sides, clients, probe, range(run.suite.probe_spec(probe).params["repeats"]))
+            for probe, outcomes in held.items():
+                sides = [job for job in live if job.role in outcomes]
+                if probe in sequential and len(sides) == 2:
+                    outcomes = looks(run, sides, clients, probe, outcomes)
                 for job in sides:
-                    record_cell(run, job, probe, outcomes[job.role])
+                    outcome = outcomes[job.role]
+                    state = LookState.from_facts(outcome.output.facts) if outcome.output else None
+                    record_cell(run, job_at_scale(job, probe, state.scale if state else 1), probe, outcome)
         finally:
             # Both at once too: SGLang takes seconds to shut down (5.7 s a server on the H200).
             list(launching.map(lambda job: stop_job(run, job), jobs))
 
 
+def sequential_probes(run: Run, cp: ConfigPlan) -> set[str]:
+    """The configuration's probes whose comparison may be looked at again: those with a noisy
+    metric on it (by their plan), under a suite that allows more than one look."""
+    out = set()
+    for probe in cp.probes:
+        kind, params = PROBES[probe], run.suite.probe_spec(probe).params
+        if kind.planned is None or params["max_looks"] < 2:
+            continue
+        if any(m.kind == Kind.NOISY for m in kind.planned(params, cp.workloads[probe].spec, cp.server.features.deterministic)):
+            out.add(probe)
+    return out
+
+
+def looks(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient], probe: str,
+          first: dict[Role, Outcome]) -> dict[Role, Outcome]:
+    """A sequential comparison (harness/sequential.py): the first look's outcomes, then, while the
+    comparison reads *unknown* and the budget allows, another look on both servers: `repeats`
+    more rounds of an interleaved probe, merged with the earlier ones, or the probe over
+    twice the prompts. Every outcome returned carries its look (`sequential` in its facts)."""
+    params = run.suite.probe_spec(probe).params
+    budget = LookBudget(params["max_looks"], params["look_budget_s"])
+    outcomes, look, scale = first, 1, 1
+    while True:
+        state = LookState(look, budget.max_looks, tuple(budget.history), scale)
+        outcomes = {role: with_look(o, state) for role, o in outcomes.items()}
+        if any(o.status != Status.OK for o in outcomes.values()):
+            return outcomes
+        cells = {job.role: run.recorder.cell(job_at_scale(job, probe, scale), probe, outcomes[job.role])
+                 for job in jobs}
+        comp = compare_pair(jobs[0].cp.spec.name, probe, cells[Role.BASE], cells[Role.CANDIDATE],
+                            run.suite.probe_params)
+        stopped = budget.why_not(look + 1) if comp.verdict == Verdict.UNKNOWN else ""
+        if comp.verdict != Verdict.UNKNOWN or stopped or run.cancelled.is_set():
+            if stopped:
+                outcomes = {role: with_look(o, dataclasses.replace(state, stopped=stopped))
+                            for role, o in outcomes.items()}
+            return outcomes
+        budget.history.append(Look(look, look_samples(comp), comp.verdict.value, state.alpha(params["alpha"])))
+        look += 1
+        t0 = time.monotonic()
+        print(f"detcheck: {jobs[0].cp.spec.name} {probe} reads unknown at look {look - 1}: measuring look {look} "
+              f"of at most {budget.max_looks}", file=sys.stderr)
+        if PROBES[probe].interleaved:
+            repeats = params["repeats"]
+            more = alternate_rounds(run, jobs, clients, probe, range(repeats * (look - 1), repeats * look))
+            outcomes = {role: joined(probe, outcomes[role], more[role]) for role in outcomes}
+        else:
+            scale *= WORKLOAD_GROWTH
+            order = jobs if look % 2 else jobs[::-1]  # alternate which side measures first
+            outcomes = {job.role: probe_outcome(run, job_at_scale(job, probe, scale), clients[job.role], probe)
+                        for job in order}
+        budget.spent_s += time.monotonic() - t0
+
+
+def look_samples(comp: ProbeComparison) -> int:
+    """The samples per side of a look's first deciding noisy metric."""
+    noisy = [comp.metrics[n] for n in comp.deciding if comp.metrics[n].kind == Kind.NOISY]
+    return noisy[0].base.n if noisy else 0
+
+
+def with_look(outcome: Outcome, state: LookState) -> Outcome:
+    if outcome.output is None or outcome.status != Status.OK:
+        return outcome
+    facts = {**outcome.output.facts, "sequential": state.to_dict()}
+    return dataclasses.replace(outcome, output=dataclasses.replace(outcome.output, facts=facts))
+
+
+def job_at_scale(job: Job, probe: str, scale: int) -> Job:
+    """The job as it measures `probe` over `scale` times its planned prompts (itself at 1): the
+    cell's workload and key are the grown workload's."""
+    if scale == 1:
+        return job
+    spec = job.cp.workloads[probe].spec
+    cp = dataclasses.replace(job.cp, workloads={**job.cp.workloads, probe: build_workload(scaled(spec, scale))})
+    return dataclasses.replace(job, cp=cp, keys={**job.keys, probe: None})
+
+
+def joined(probe: str, earlier: Outcome, later: Outcome) -> Outcome:
+    """An interleaved probe's rounds of two looks as one side's outcome (a failed later look ends it)."""
+    if later.status != Status.OK:
+        return later
+    placed = {**later.output.facts}
+    placed["first_side"] = [*earlier.output.facts.get("first_side", []), *later.output.facts.get("first_side", [])]
+    output = PROBES[probe].merge([earlier.output, later.output])
+    output = dataclasses.replace(output, facts={**output.facts, **{k: placed[k] for k in PLACEMENT_FACTS if k in placed}})
+    return Outcome(Status.OK, "", later.log_tail, output, wall_s=round((earlier.wall_s or 0.0) + (later.wall_s or 0.0), 3))
+
+
+PLACEMENT_FACTS = ("placement", "first_side", "placement_seed")
+
+
 def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
-                     probe: str) -> dict[Role, Outcome]:
-    """One probe's rounds on each job in turn (or, with `sides_at_once`, on both at the same
+                     probe: str, rounds: range) -> dict[Role, Outcome]:
+    """One probe's `rounds` on each job in turn (or, with `sides_at_once`, on both at the same
     time), merged per side; a side that fails a round ends with that failure while the other
     goes on."""
     params = run.suite.probe_spec(probe).params
     done: dict[Role, list[Outcome]] = {job.role: [] for job in jobs}
     failed: dict[Role, Outcome] = {}
     at_once = bool(params.get("sides_at_once"))
-    firsts = first_sides(params["repeats"], at_once, params.get("placement_seed", 0))
-    for rep in range(params["repeats"]):
-        sides = [job for job in (jobs if firsts[rep] == 0 else jobs[::-1]) if job.role not in failed]
+    firsts = first_sides(rounds, at_once, params.get("placement_seed", 0))
+    for rep, first in zip(rounds, firsts):
+        sides = [job for job in (jobs if first == 0 else jobs[::-1]) if job.role not in failed]
 
         def measure(job: Job, rep: int = rep) -> Outcome:
             return probe_outcome(run, job, clients[job.role], probe, (rep,))
@@ -431,16 +536,15 @@ def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient
     return {role: failed.get(role) or merged(probe, outcomes, placement) for role, outcomes in done.items()}
 
 
-def first_sides(repeats: int, at_once: bool, seed: int) -> list[int]:
+def first_sides(rounds: range, at_once: bool, seed: int) -> list[int]:
     """Per round, which of the two jobs starts first (0: the configuration's first role). One
     after the other: A B B A …, so drift falls on both alike. At once: each side starts first in
-    half the rounds, in an order shuffled by `seed` (recorded in the cells), so a head start
-    that favours whichever side's requests reach the card first cannot line up with anything
-    periodic in the rounds."""
-    if not at_once:
-        return [rep % 2 for rep in range(repeats)]
-    order = [rep % 2 for rep in range(repeats)]
-    random.Random(seed).shuffle(order)
+    half the rounds, in an order shuffled by `seed` (and the rounds' start, so a later look's
+    rounds are shuffled anew; recorded in the cells), so a head start that favours whichever
+    side's requests reach the card first cannot line up with anything periodic in the rounds."""
+    order = [rep % 2 for rep in rounds]
+    if at_once:
+        random.Random(seed if rounds.start == 0 else f"{seed}:{rounds.start}").shuffle(order)
     return order
 
 
@@ -664,12 +768,12 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
     return tuple(plans)
 
 
-def plan_units(plans: tuple[ConfigPlan, ...]) -> list[Unit]:
+def plan_units(run: Run) -> list[Unit]:
     """The jobs in plan order, sides alternating per configuration; a configuration with an
-    interleaved probe is one unit of both jobs (its servers are up together)."""
+    interleaved or a sequential probe is one unit of both jobs (its servers are up together)."""
     units = []
-    for i, cp in enumerate(plans):
-        if any(PROBES[p].interleaved for p in cp.probes):
+    for i, cp in enumerate(run.plans):
+        if any(PROBES[p].interleaved for p in cp.probes) or sequential_probes(run, cp):
             units.append(Unit(i, role_order(i)))
         else:
             units += [Unit(i, (role,)) for role in role_order(i)]

@@ -277,11 +277,12 @@ def test_compare_of_two_runs_reads_the_deciding_metrics_the_comparison_recorded(
     two runs derived the deciding metrics again from the compared ones, took `spread` (the first
     compared) for the primary, and turned a *same* that `settled` decided into *unknown*."""
     from harness.compare import compare_runs
-    from harness.probes.base import ProbeKind
+    from harness.probes.base import ProbeKind, metric
     from harness.probes.shared_params import JUDGING
     from harness.results import RunResult
 
-    monkeypatch.setitem(PROBES, "toy", ProbeKind("toy", lambda ctx: None, "a toy", params=JUDGING))
+    monkeypatch.setitem(PROBES, "toy", ProbeKind("toy", lambda ctx: None, "a toy", params=JUDGING,
+                                                 figures=(metric("primary"), metric("spread"), metric("settled"))))
 
     def run_of(spread: tuple[float, ...], when: str) -> RunResult:
         rev = RevisionInfo("HEAD", "b" * 40)

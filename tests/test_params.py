@@ -44,7 +44,13 @@ def test_a_typo_names_the_closest_key():
     ({"verdict_metrics": "k3"}, r"\.verdict_metrics: expected a list, got a string"),
     ({"floors": {"k3": {"absolut": 1.0}}}, r"\.floors: k3: unknown key\(s\) absolut"),
     ({"floors": {"k3": 1.0}}, r"\.floors\.k3: expected a table, got a number"),
-    ({"alpha": 2}, r"\.alpha: 2\.0 is out of range \[0, 1\]"),
+    ({"alpha": 2}, r"\.alpha: 2\.0 is out of range \[1e-06, 0\.5\]"),
+    ({"alpha": 0.9}, r"\.alpha: 0\.9 is out of range \[1e-06, 0\.5\]"),
+    ({"floor_rel": 1e308}, r"\.floor_rel: 1e\+308 is out of range \[0, 0\.5\]"),
+    ({"floor_abs": 1e308}, r"\.floor_abs: 1e\+308 is out of range \[0, 1e\+06\]"),
+    ({"floors": {"k3": {"relative": 2.0}}}, r"\.floors: k3\.relative: 2\.0 is out of range \[0, 0\.5\]"),
+    ({"threshold": 1e9}, r"\.threshold: 1000000000\.0 is out of range \[0, 1000\]"),
+    ({"max_looks": 9}, r"\.max_looks: 9 is out of range \[1, 8\]"),
 ])
 def test_bad_values_are_rejected_with_the_key_named(raw, message):
     with pytest.raises(UsageError, match=message):

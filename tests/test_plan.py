@@ -198,7 +198,7 @@ def test_a_suite_whose_rounds_cannot_reach_alpha_is_refused_with_the_smallest_co
     from conftest import detcheck, refserver_suite
 
     suite = refserver_suite(tmp_path / "five.toml", ["throughput"],
-                            "[probe.throughput]\nconcurrency = [1, 4]\nrepeats = 5\n", deterministic=False)
+                            "[probe.throughput]\nconcurrency = [1, 4]\nrepeats = 5\nmax_looks = 1\n", deterministic=False)
     with pytest.raises(UsageError) as err:
         load_suite(suite, known_probes())
     assert "[probe.throughput].repeats: 5 gives tok_s_c4 5 pairs" in str(err.value)
@@ -208,10 +208,17 @@ def test_a_suite_whose_rounds_cannot_reach_alpha_is_refused_with_the_smallest_co
     assert proc.returncode == 2 and "set repeats >= 6" in proc.stderr, proc.stderr
     # a stricter alpha asks for more; six rounds at 0.05 load
     strict = refserver_suite(tmp_path / "strict.toml", ["throughput"],
-                             "[probe.throughput]\nrepeats = 6\nalpha = 0.01\n", deterministic=False)
+                             "[probe.throughput]\nrepeats = 6\nalpha = 0.01\nmax_looks = 1\n", deterministic=False)
     with pytest.raises(UsageError, match="set repeats >= 8"):
         load_suite(strict, known_probes())
-    load_suite(refserver_suite(tmp_path / "six.toml", ["throughput"], "[probe.throughput]\nrepeats = 6\n",
+    load_suite(refserver_suite(tmp_path / "six.toml", ["throughput"], "[probe.throughput]\nrepeats = 6\nmax_looks = 1\n",
+                               deterministic=False), known_probes())
+    # sequential (three looks by default): the last look, 3 x 2 rounds at alpha 0.05 / 4, cannot reach it
+    # (2/2^6 = 0.031); three rounds a look (9 by the last) can
+    with pytest.raises(UsageError, match=r"repeats: 2 gives tok_s_c8 6 pairs by look 3.*share at the last of 3 looks.*set repeats >= 3"):
+        load_suite(refserver_suite(tmp_path / "two.toml", ["throughput"], "[probe.throughput]\nrepeats = 2\n",
+                                   deterministic=False), known_probes())
+    load_suite(refserver_suite(tmp_path / "three.toml", ["throughput"], "[probe.throughput]\nrepeats = 3\n",
                                deterministic=False), known_probes())
 
 
@@ -222,10 +229,16 @@ def test_the_design_check_knows_which_metrics_are_noisy_on_which_configuration(t
     load_suite(refserver_suite(tmp_path / "det.toml", ["kl"], prompts=3), known_probes())
     # a non-deterministic kl is judged on per-prompt k3 pairs: three cannot reach 0.05
     with pytest.raises(UsageError, match=r"\[probe.kl\].prompts: 3 gives k3 3 pairs.*set prompts >= 6"):
-        load_suite(refserver_suite(tmp_path / "noisy.toml", ["kl"], prompts=3, deterministic=False), known_probes())
+        load_suite(refserver_suite(tmp_path / "noisy.toml", ["kl"], "[probe.kl]\nmax_looks = 1\n", prompts=3,
+                                   deterministic=False), known_probes())
     # accept_length: two turns per prompt per round
     with pytest.raises(UsageError, match=r"repeats: 1 gives accept_length 4 pairs.*set repeats >= 2"):
-        load_suite(refserver_suite(tmp_path / "acc.toml", ["accept_length"], prompts=2, deterministic=False),
+        load_suite(refserver_suite(tmp_path / "acc.toml", ["accept_length"], "[probe.accept_length]\nmax_looks = 1\n",
+                                   prompts=2, deterministic=False), known_probes())
+    # a cache probe's k3 counts hits, which no plan knows: the check reads every prompt as a hit
+    with pytest.raises(UsageError, match=r"prompts: 3 gives k3 at most 3 hits, whose smallest"):
+        load_suite(refserver_suite(tmp_path / "hits.toml", ["decode_cache_hit"],
+                                   "[probe.decode_cache_hit]\nmax_looks = 1\n", prompts=3, deterministic=False),
                    known_probes())
 
 
@@ -234,17 +247,26 @@ def test_revision_kl_off_deterministic_mode_needs_the_prompts_its_two_noisy_metr
 
     # exact under deterministic inference: any count decides
     load_suite(refserver_suite(tmp_path / "det.toml", ["revision_kl"], prompts=3), known_probes())
-    # otherwise KL and top-1 agreement, paired by prompt, share alpha 0.05: 7 pairs (2/2^7 < 0.025)
+    # otherwise KL, top-1 agreement and the greedy decode's two, paired by prompt, share alpha
+    # 0.05: in one look 8 pairs (2/2^8 < 0.0125)
+    one_look = "[probe.revision_kl]\nmax_looks = 1\n"
     with pytest.raises(UsageError, match=r"\[probe.revision_kl\].prompts: 3 gives kl 3 pairs.*"
-                                         r"over 2 deciding noisy metrics.*set prompts >= 7"):
-        load_suite(refserver_suite(tmp_path / "noisy.toml", ["revision_kl"], prompts=3, deterministic=False),
+                                         r"alpha 0.05: over 4 deciding noisy metrics.*set prompts >= 8"):
+        load_suite(refserver_suite(tmp_path / "noisy.toml", ["revision_kl"], one_look, prompts=3, deterministic=False),
                    known_probes())
-    load_suite(refserver_suite(tmp_path / "seven.toml", ["revision_kl"], prompts=7, deterministic=False),
+    load_suite(refserver_suite(tmp_path / "eight.toml", ["revision_kl"], one_look, prompts=8, deterministic=False),
+               known_probes())
+    # with three looks the last one (alpha/4 over 4 metrics) measures 4 times the prompts: 10 pairs at
+    # least, so 3 prompts (12 by look 3) load and 2 (8) do not
+    with pytest.raises(UsageError, match=r"prompts: 2 gives kl 8 pairs by look 3.*share at the last of 3 looks, over 4 deciding.*set prompts >= 3"):
+        load_suite(refserver_suite(tmp_path / "two.toml", ["revision_kl"], prompts=2, deterministic=False),
+                   known_probes())
+    load_suite(refserver_suite(tmp_path / "three.toml", ["revision_kl"], prompts=3, deterministic=False),
                known_probes())
 
 
 @pytest.mark.parametrize("probe, table, deterministic, message", [
-    ("kl", 'verdict_metrics = ["k3x"]', True, r"verdict_metrics: 'k3x' is not a metric of kl \(its metrics: k3, topk_kl, first_divergent\)"),
+    ("kl", 'verdict_metrics = ["k3x"]', True, r"verdict_metrics: 'k3x' is not a metric of kl \(its metrics: k3, topk_kl, first_divergent, topk_first_divergent\)"),
     ("swa_peak", 'verdict_metrics = ["peak", "swa_plateau"]', True, r"'peak' is not a metric of swa_peak"),
     ("revision_kl", 'verdict_metrics = ["kl"]', True,
      r"verdict_metrics: kl is not reported on a deterministic configuration, whose metrics are scored_logprobs"),

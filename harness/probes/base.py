@@ -18,6 +18,7 @@ from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
 from harness.plan import ServerConfig, WorkloadSpec
 from harness.results import CellResult, Metric, ProbeOutput, Role
+from harness.sequential import WORKLOAD_GROWTH, look_alpha
 from harness.server import ServerProcess
 from harness.stats import Kind
 from harness.workloads import Workload
@@ -87,8 +88,12 @@ class PlannedMetric:
     # value per prompt that hit, which no plan can know): `samples` is then an upper bound.
     counts: str = ""
 
-    def samples(self, params: dict[str, Any], workload: WorkloadSpec) -> int:
-        return self.per_unit * _param_or_workload(params, workload, self.key)
+    def samples(self, params: dict[str, Any], workload: WorkloadSpec, look: int = 1) -> int:
+        """Per side at look `look` of a sequential comparison: rounds add `repeats` per look, a
+        workload's prompts grow by WORKLOAD_GROWTH per look."""
+        units = _param_or_workload(params, workload, self.key)
+        grown = units * look if self.key == "repeats" else units * WORKLOAD_GROWTH ** (look - 1)
+        return self.per_unit * grown
 
 
 def _param_or_workload(params: dict[str, Any], workload: WorkloadSpec, key: str) -> int:
@@ -261,21 +266,29 @@ class ProbeKind:
         self._check_verdict_metrics(params, workload, deterministic, planned, where)
         deciding = set(deciding_metrics(params, [(m.name, m.kind) for m in planned]))
         noisy = [m for m in planned if m.kind == Kind.NOISY and m.name in deciding]
-        # compare.py splits alpha among the deciding noisy metrics (Bonferroni)
-        alpha = params["alpha"] / max(1, len(noisy))
+        # compare.py splits alpha among the deciding noisy metrics (Bonferroni), and a sequential
+        # comparison's last look spends its share of it on the most samples it will measure
+        looks = params["max_looks"]
+        alpha = look_alpha(params["alpha"], looks, looks) / max(1, len(noisy))
         for m in noisy:
-            n = m.samples(params, workload)
+            n = m.samples(params, workload, looks)
             least = stats.least_samples(alpha, m.paired)
             if n >= least:
                 continue
             lowest_p = stats.min_wilcoxon_p(n) if m.paired else stats.min_mann_whitney_p(n, n)
             value = _param_or_workload(params, workload, m.key)
+            unit = "pairs" if m.paired else m.counts or "samples per side"
+            at_most = f"at most {n} {unit}" if m.counts else f"{n} {unit}"
+            parts = [*([f"its share at the last of {looks} looks"] if looks > 1 else []),
+                     *([f"over {len(noisy)} deciding noisy metrics"] if len(noisy) > 1 else [])]
+            share = f" (the suite alpha {params['alpha']:g}: {', '.join(parts)})" if parts else ""
+            least_value = -(-least // m.per_unit)
+            least_value = -(-least_value // looks) if m.key == "repeats" else -(-least_value // WORKLOAD_GROWTH ** (looks - 1))
             raise UsageError(
-                f"{where}.{m.key}: {value} gives {m.name} {n} {'pairs' if m.paired else 'samples per side'}, "
-                f"whose smallest two-sided p is {lowest_p:.3g}: it can never reach alpha {alpha:.3g}"
-                f"{f' (the suite alpha over {len(noisy)} deciding noisy metrics)' if len(noisy) > 1 else ''}, so "
-                f"this suite could not tell a change from none; set {m.key} >= "
-                f"{-(-least // m.per_unit)} (or raise alpha)")
+                f"{where}.{m.key}: {value} gives {m.name} {at_most}{f' by look {looks}' if looks > 1 else ''}, "
+                f"whose smallest two-sided p is {lowest_p:.3g}: it can never reach alpha {alpha:.3g}{share}, so "
+                f"this suite could not tell a change from none; set {m.key} >= {least_value} "
+                f"(or raise alpha{' or max_looks' if looks < 8 else ''})")
 
     def _check_verdict_metrics(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
                                planned: tuple[PlannedMetric, ...], where: str) -> None:

@@ -68,6 +68,13 @@ JUDGING = (
     Param("verdict_metrics", list[str], None, "metrics that decide the verdict (default: the primary and every exact "
           "metric; exact ones left out still show when they change)",
           JUDGED, check=non_empty),
+    # MEASURED: they decide how many samples are measured (harness/sequential.py); max_looks also
+    # sets each look's share of alpha.
+    Param("max_looks", int, 3, "looks at a noisy comparison: an unknown is measured again (more rounds, or "
+          "twice the prompts) until it decides or this many looks are spent; each look spends a share of alpha",
+          MEASURED, low=1, high=8),
+    Param("look_budget_s", float, 900.0, "seconds the further looks of one comparison may take at most",
+          MEASURED, low=0.0, high=86_400.0),
 )
 
 # How the pipeline runs an interleaved probe's rounds. MEASURED: it changes what each side's

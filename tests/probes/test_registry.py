@@ -54,7 +54,7 @@ TOY = '''
 
 from harness.params import Param, ParamRole
 from harness.probes import register
-from harness.probes.base import ProbeKind
+from harness.probes.base import ProbeKind, descriptive, metric
 from harness.probes.shared_params import JUDGING, WORKLOAD
 from harness.results import Metric, ProbeOutput
 from harness.stats import Kind
@@ -73,7 +73,8 @@ PROBE = register(ProbeKind("toy", run, "completion tokens per prompt", params=(
     *WORKLOAD,
     Param("tokens", int, 3, "tokens per request", ParamRole.MEASURED, low=1, high=64),
     *JUDGING,
-), describe=lambda facts, primary: f"{facts['requests']} requests"))
+), describe=lambda facts, primary: f"{facts['requests']} requests",
+   figures=(metric("completion_tokens"), *descriptive("the workload's size", "requests"))))
 '''
 
 
@@ -102,3 +103,99 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
     suite.write_text(suite.read_text().replace("tokens = 5", "tokens = 500"))
     bad = detcheck_with_toy(tmp_path, "run", "--suite", str(suite), "--out", str(tmp_path / "bad-run"))
     assert bad.returncode == 2 and "[probe.toy].tokens: 500 is out of range [1, 64]" in bad.stderr
+
+
+# Every figure each shipped probe records, by role: a figure a probe starts to write appears here
+# (and in the probe's ProbeKind.figures) or its cell fails (run.probe_outcome), so nothing is
+# recorded that no verdict reads without saying why.
+DECLARED = {
+    'accept_length': {
+        'metric': ['accept_length'],
+        'summary': ['aggregate_accept_length', 'requests_without_verify', 'server_avg_accept_length', 'turn1_median', 'turn2_median', 'verify_calls'],
+        'parameter': ['min_hit_fraction'],
+        'descriptive': ['completion_tokens', 'requests', 'turn2_hit_fraction'],
+    },
+    'decode_cache_hit': {
+        'metric': ['cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
+        'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
+        'locator': ['first_divergent', 'first_divergent_prompt'],
+        'parameter': ['min_hit_fraction', 'tau', 'threshold'],
+        'descriptive': ['prompts', 'tokens', 'vacuous'],
+    },
+    'determinism': {
+        'metric': ['ids_departure', 'logprob_departure', 'unique_outputs'],
+        'summary': ['unique_outputs'],
+        'locator': ['first_difference', 'first_differing_batch_size'],
+        'parameter': ['batch_sizes', 'compares'],
+    },
+    'kl': {
+        'metric': ['first_divergent', 'k3', 'topk_first_divergent', 'topk_kl'],
+        'summary': ['frac_over_tau', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged', 'top1_agree', 'topk_frac_over_tau', 'topk_kl_max', 'topk_kl_mean', 'topk_kl_p99'],
+        'locator': ['first_divergent', 'first_divergent_prompt'],
+        'parameter': ['tau', 'threshold', 'top_k'],
+        'descriptive': ['degenerate_prompts', 'prompts', 'tokens'],
+    },
+    'prefill_cache_hit': {
+        'metric': ['cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
+        'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
+        'locator': ['first_divergent', 'first_divergent_prompt'],
+        'parameter': ['min_hit_fraction', 'tau', 'threshold'],
+        'descriptive': ['prompts', 'tokens', 'vacuous'],
+    },
+    'revision_kl': {
+        'metric': ['greedy_ids', 'greedy_k3', 'greedy_logprobs', 'greedy_match', 'greedy_topk', 'kl', 'scored_logprobs', 'scored_topk', 'top1_agree'],
+        'summary': ['base_self_kl_mean', 'greedy_identical', 'k3_frac_over_tau', 'k3_max', 'k3_mean', 'k3_p99', 'kl_frac_over_tau', 'kl_infinite_prompts', 'kl_max', 'kl_mean', 'kl_p99', 'prompts_diverged', 'top1_agree'],
+        'locator': ['decode_first_divergent', 'first_divergent', 'greedy_first_diff'],
+        'parameter': ['continuation_len', 'deterministic', 'scoring_passes', 'tau', 'top_k'],
+        'descriptive': ['degenerate_prompts', 'nll_mean', 'not_comparable', 'prompts', 'scored_nll', 'scored_tokens'],
+    },
+    'swa_peak': {
+        'metric': ['retractions', 'swa_peak', 'swa_plateau'],
+        'summary': ['gauge_max', 'gauge_within_log', 'growth_slope', 'retractions', 'swa_peak', 'swa_peak_usage', 'swa_plateau'],
+        'descriptive': ['aborted', 'decode_lines', 'generated_tokens', 'requests'],
+    },
+    'throughput': {
+        'metric': ['req_tok_s_c*', 'tok_s_c*'],
+        'summary': ['tok_s_c*_median'],
+        'parameter': ['concurrency', 'repeats', 'window_s'],
+        'descriptive': ['requests_cut', 'requests_sent', 'retraction_events', 'retractions', 'swa_peak_usage_c*', 'swa_tokens_at_retraction'],
+    },
+}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_probe_declares_its_figures_and_each_belongs_to_a_metric(name):
+    from harness.plan import WorkloadSpec
+    from harness.probes.base import FigureRole
+
+    kind = PROBES[name]
+    declared = {role.value: sorted(f.name for f in kind.figures if f.role == role) for role in FigureRole}
+    assert {r: v for r, v in declared.items() if v} == DECLARED[name]
+    metrics = [f for f in kind.figures if f.role == FigureRole.METRIC]
+    for figure in kind.figures:  # a summary or locator names a metric of the probe, which decides it
+        if figure.role in (FigureRole.SUMMARY, FigureRole.LOCATOR):
+            assert any(m.name == figure.of for m in metrics), figure
+    params, spec = kind.defaults(), WorkloadSpec(prompts=8)
+    for det in (True, False):  # every metric the probe plans is declared one
+        for planned in kind.planned(params, spec, det):
+            assert any(m.names(planned.name) for m in metrics), (planned.name, det)
+
+
+def test_a_figure_nobody_declared_fails_its_cell_and_its_comparison():
+    from harness.compare import compare_cells
+    from harness.results import CellResult, Metric, ProbeOutput, RevisionInfo, Role, Status
+    from harness.stats import Kind
+
+    kl = PROBES["kl"]
+    assert kl.undeclared(ProbeOutput((), (Metric("k3", Kind.EXACT, (0.0,)),), {"k3_mean": 0.0})) == []
+    odd = ProbeOutput((), (Metric("k3", Kind.EXACT, (0.0,)), Metric("reuse", Kind.EXACT, (1.0,))),
+                      {"k3_mean": 0.0, "hit_lengths": [3]})
+    assert kl.undeclared(odd) == ["metric reuse", "fact hit_lengths"]
+    # a fact cannot pass for a metric: it is not compared
+    assert kl.undeclared(ProbeOutput((), (Metric("k3_mean", Kind.EXACT, (0.0,)),), {})) == ["metric k3_mean"]
+    rev = RevisionInfo("HEAD", "a" * 40)
+    cells = [CellResult("c", "kl", role, rev, Status.OK, "f", "w", metrics=odd.metrics, facts=odd.facts)
+             for role in (Role.BASE, Role.CANDIDATE)]
+    comp = compare_cells("c", "kl", *cells, kl.defaults())
+    assert comp.verdict.value == "error" and "undeclared figures of kl: metric reuse" in comp.note, comp.note
+

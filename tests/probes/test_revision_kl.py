@@ -79,7 +79,7 @@ def test_identical_sides_read_same_exactly_with_zero_kl():
     same = [sample(i) for i in range(3)]
     comp = compare(same, same)
     assert comp.verdict == Verdict.SAME and comp.reproducer is None
-    assert set(comp.metrics) == {"scored_logprobs", "scored_topk", "greedy_ids", "greedy_logprobs"}
+    assert set(comp.metrics) == {"scored_logprobs", "scored_topk", "greedy_ids", "greedy_logprobs", "greedy_topk"}
     assert all(c.kind == "exact" and c.verdict == "same" for c in comp.metrics.values())
     facts = comp.judged["candidate"]
     assert facts["kl_mean"] == 0.0 and facts["k3_max"] == 0.0 and facts["top1_agree"] == 1.0
@@ -168,7 +168,7 @@ def test_a_verdict_metric_the_cells_do_not_hold_is_an_error_that_names_what_was_
     comp = compare(base, cand, verdict_metrics=["kl"])
     assert comp.verdict == Verdict.ERROR and exit_code(overall([comp])) == 1
     assert comp.note.startswith("no deciding metric was measured on both sides (deciding: kl; compared: "
-                                "scored_logprobs, scored_topk, greedy_ids, greedy_logprobs)")
+                                "scored_logprobs, scored_topk, greedy_ids, greedy_logprobs, greedy_topk)")
     assert comp.changed_not_deciding == ("scored_logprobs", "scored_topk")
 
 
