@@ -12,10 +12,13 @@ here too, so stored cells are judged under the suite's current values.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
+from pathlib import Path
 from typing import Any, Iterable
 
 from harness import __version__, stats
+from harness.errors import CorruptResult
 from harness.probes import PROBES
 from harness.probes.base import deciding_metrics
 from harness.reproducer import reproducer
@@ -220,6 +223,42 @@ def compare_pair(config: str, probe: str, base: CellResult | None, cand: CellRes
     # A *different* pair gets its smallest request (harness/reproducer.py), from the samples.
     pairs = metric_pairs(probe, base, cand, params)[0] if comp.metrics else []
     return dataclasses.replace(comp, reproducer=reproducer(comp, base, cand, pairs))
+
+
+def check_verdicts(result: RunResult, where: Path, strict: bool) -> None:
+    """CorruptResult (exit 2) naming every row whose stored verdict its samples do not give:
+    no stored verdict is trusted. A file that cannot be judged again fails too where `strict`
+    (a verdict is asked of it), else a line on stderr says its verdicts are as stored."""
+    rows = rejudged_rows(result)
+    if not rows:
+        return
+    if rows[0].startswith("the file records no judging"):
+        if strict:
+            raise CorruptResult(f"{where}: {rows[0]}; measure it again with this version")
+        print(f"detcheck: {where}: {rows[0]}: shown as stored", file=sys.stderr)
+        return
+    raise CorruptResult(f"{where}: results file altered, or written by another version: "
+                        f"{'; '.join(rows)}")
+
+
+def rejudged_rows(result: RunResult) -> list[str]:
+    """Every row whose stored verdict the stored samples, judged again under the stored
+    parameters (`metadata.probe_params`), do not give, in words; a file that cannot be judged
+    again (written before its parameters were recorded, or its cells removed) is one line that
+    says why. Empty: every stored verdict is what its samples give."""
+    params = result.metadata.get("probe_params")
+    if "trimmed" in result.metadata:
+        return []  # a kept record without cells: nothing to judge, and report.md says so
+    if not isinstance(params, dict):
+        return [f"the file records no judging parameters (written by harness "
+                f"{result.metadata.get('harness_version', '?')}): its verdicts cannot be judged again"]
+    # A parameter that was not set is stored as null: validated again as not given.
+    validated = {probe: PROBES[probe].validate({k: v for k, v in raw.items() if v is not None},
+                                               f"metadata.probe_params.{probe}")
+                 for probe, raw in params.items() if probe in PROBES and isinstance(raw, dict)}
+    fresh = compare_run(result.cells, validated, [(c.config, c.probe) for c in result.comparisons])
+    return [f"{stored.config} / {stored.probe}: stored {stored.verdict.value}, its samples give {again.verdict.value}"
+            for stored, again in zip(result.comparisons, fresh) if stored.verdict != again.verdict]
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from harness.commands.common_args import add_format_arg, command_line, conclude
-from harness.compare import compare_runs
+from harness.compare import check_verdicts, compare_runs
 from harness.errors import UsageError
 from harness.plan import load_suite
 from harness.probes import known_probes
@@ -39,6 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     base_run, cand_run = read_run(args.base_results), read_run(args.candidate_results)
+    for path, stored in ((args.base_results, base_run), (args.candidate_results, cand_run)):
+        check_verdicts(stored, path, strict=False)
     suite_path = args.suite or Path(base_run.metadata.get("suite_path") or "")
     if not suite_path.is_file():
         raise UsageError(f"the base run's suite {str(suite_path)!r} is not here; pass --suite FILE")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.commands.common_args import add_format_arg, conclude
+from harness.compare import check_verdicts
 from harness.result_files import read_run
 
 
@@ -22,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = read_run(args.path)
+    # every verdict is judged again from the stored samples: a stored one is never trusted
+    check_verdicts(result, args.path, strict=args.check)
     out_dir = args.path if args.path.is_dir() else args.path.parent
     code = conclude(result, args.format, out_dir)
     return code if args.check else 0
