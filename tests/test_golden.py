@@ -65,11 +65,15 @@ def test_report_command_prints_the_stored_table(tmp_path):
     assert (run_dir / "report.md").read_text() == proc.stdout
 
 
-def test_report_check_exits_with_the_stored_verdict(tmp_path):
+def test_report_check_will_not_vouch_for_verdicts_it_cannot_judge_again(tmp_path):
+    """demo-cache.json was written before results recorded their judging parameters: rendered as
+    stored, but `--check` (a verdict asked of it) is exit 2, never the stored verdict trusted."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "results.json").write_text((DATA / "demo-cache.json").read_text())
-    assert detcheck("report", str(run_dir), "--format", "md", "--check").returncode == 1  # different
+    proc = detcheck("report", str(run_dir), "--format", "md", "--check")
+    assert proc.returncode == 2, proc.stderr
+    assert "records no judging parameters (written by harness 0.1.0): its verdicts cannot be judged again" in proc.stderr
 
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~/…-])/(?:[\w.-]+/)+[\w.-]*")
