@@ -1,3 +1,3 @@
 """sglang-detcheck: deterministic-inference validation harness for SGLang."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
