@@ -418,12 +418,26 @@ def built_names() -> list[str]:
 
 
 @pytest.mark.parametrize("pip_args", [("--target=/tmp/elsewhere",), ("--target", "/tmp/elsewhere"), ("-t", "/x"),
-                                      ("-t/x",), ("--prefix=/x",), ("--root", "/x"), ("--user",)])
+                                      ("-t/x",), ("--prefix=/x",), ("--root", "/x"), ("--user",),
+                                      # pip takes an unambiguous prefix of a long option, and clustered flags
+                                      ("--prefi=/x",), ("--ta", "/x"), ("--use",), ("-qt/x",), ("-vqt", "/x"),
+                                      # uv's: the environment it installs into
+                                      ("--python=/other/bin/python",), ("--pyth", "/x"), ("-p", "/x"),
+                                      ("--system",)])
 def test_pip_options_that_move_the_install_are_refused(pip_args):
     from harness.envs import EnvOptions
 
     with pytest.raises(UsageError, match="installs outside the environment being built"):
         EnvOptions(pip_args=pip_args)
+
+
+@pytest.mark.parametrize("pip_args", [("--pre",), ("--no-index", "--find-links=/wheels"), ("-i", "https://x/simple"),
+                                      ("-q",), ("--root-user-action=ignore",), ("--python-version", "3.11"),
+                                      ("-r/x/more.txt",)])
+def test_pip_options_that_install_into_the_environment_are_kept(pip_args):
+    from harness.envs import EnvOptions
+
+    assert EnvOptions(pip_args=pip_args).pip_args == pip_args
 
 
 @pytest.mark.slow
