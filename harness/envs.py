@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from harness.bounded import INPUT_FILE, TooLarge, read_file, read_file_text
 from harness.errors import UsageError
 from harness.paths import cache_dir, file_lock
 from harness.redaction import environment_secrets, scrub
@@ -218,7 +219,7 @@ def envs_root() -> Path:
 
 
 def env_key(sha: str, env_file: Path, base: BaseInterpreter, pip_args: Sequence[str] = ()) -> EnvKey:
-    return EnvKey(sha, hashlib.sha256(env_file.read_bytes()).hexdigest(), base.identity,
+    return EnvKey(sha, hashlib.sha256(read_file(env_file, INPUT_FILE)).hexdigest(), base.identity,
                   hashlib.sha256("\0".join(pip_args).encode()).hexdigest())
 
 
@@ -230,7 +231,10 @@ def revision_env(sha: str | None, worktree: Path | None, options: EnvOptions,
         return None
     env_file = inside_tree(worktree, options.file)
     base = BaseInterpreter.inspect(base_python)
-    key = env_key(sha, env_file, base, options.pip_args)
+    try:
+        key = env_key(sha, env_file, base, options.pip_args)
+    except TooLarge as exc:
+        raise UsageError(f"--env-file {options.file}: {exc}") from None
     path = envs_root() / key.name
     try:
         manifest = ensure_built(path, env_file, worktree, base, options)
@@ -410,7 +414,7 @@ def requirement_names(env_file: Path) -> list[str]:
 def requirement_pins(env_file: Path) -> dict[str, str]:
     """Each project a requirements file names → the version an `==` pins it at ("" unpinned)."""
     pins: dict[str, str] = {}
-    for line in env_file.read_text().splitlines():
+    for line in read_file_text(env_file).splitlines():
         line = line.split(" #", 1)[0].strip()
         if not line or line.startswith(("#", "-", ".", "/")) or "://" in line.split("@", 1)[0]:
             continue

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
+from harness.bounded import TooLarge, read_file_text
 from harness.configs import Features, ServerConfig, SpeculativeSpec
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, reject_unknown, validate_params
@@ -192,9 +193,11 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(f"{what} file not found: {path}")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(read_file_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except TooLarge as exc:
+        raise UsageError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
 

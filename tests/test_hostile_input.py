@@ -168,18 +168,27 @@ def test_a_folder_holding_both_result_files_that_disagree_is_not_read(tmp_path, 
     assert "holds both results.json and results.json.gz, and they differ" in err and str(out) in err
 
 
-def test_a_gzip_bomb_is_refused_before_it_is_inflated_whole(tmp_path, monkeypatch):
-    from harness import result_files
+@pytest.mark.parametrize("name", ["results.json.gz", "results.json"])
+def test_a_result_file_past_the_cap_is_refused_before_it_is_read_whole(tmp_path, monkeypatch, name):
+    """A gzip bomb, and a plain results.json of gigabytes (`--order-from`, `report`): the
+    reader holds the cap at most."""
+    from harness import bounded, result_files
     from harness.errors import CorruptResult
 
-    monkeypatch.setattr(result_files, "MAX_INFLATED_BYTES", 2**20, raising=False)
-    bomb = tmp_path / "run" / "results.json.gz"
-    bomb.parent.mkdir()
-    with gzip.open(bomb, "wb") as f:
+    monkeypatch.setattr(bounded, "RESULT_DOCUMENT", bounded.SizeCap(2**20, "a result file"))
+    big = tmp_path / "run" / name
+    big.parent.mkdir()
+    with (gzip.open if name.endswith(".gz") else open)(big, "wb") as f:
         for _ in range(4):
             f.write(b" " * 2**20)  # 4 MiB of whitespace: valid JSON padding around nothing
-    with pytest.raises(CorruptResult, match=r"inflates to more than 1 MiB"):
-        result_files.read_run(bomb.parent)
+    reads: list[int] = []
+    real_read = bounded.read_bounded
+    monkeypatch.setattr(bounded, "read_bounded", lambda read, cap, where="": real_read(
+        lambda n: reads.append(n) or read(n), cap, where))
+    with pytest.raises(CorruptResult, match=rf"{big}: larger than 1 MiB, the most detcheck reads of a result "
+                                            rf"file; not a results file detcheck wrote"):
+        result_files.read_run(big.parent)
+    assert sum(reads) <= 2**20 + 1  # never more asked for than one byte past the cap
 
 
 def test_resume_with_another_suite_is_refused(tmp_path):
