@@ -8,6 +8,7 @@ results.json of gigabytes) costs the cap's memory at most, never what it holds.
 from __future__ import annotations
 
 import gzip
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -32,6 +33,11 @@ class SizeCap:
 RESULT_DOCUMENT = SizeCap(256 * 2**20, "a result file")
 # What a person writes (suites, matrix.toml, an env file): the largest checked-in one is 6 KB.
 INPUT_FILE = SizeCap(16 * 2**20, "an input file")
+# One HTTP answer of a server: a /generate batch with top-k logprobs of every position runs to
+# tens of MB (64 prompts × 2,048 positions × top-20 ≈ 90 MB); $DETCHECK_MAX_ANSWER_MB raises it.
+SERVER_ANSWER = SizeCap(int(os.environ.get("DETCHECK_MAX_ANSWER_MB", "256")) * 2**20, "a server's answer")
+# A health check's answer is a status and a few words.
+HEALTH_ANSWER = SizeCap(2**20, "a health check's answer")
 
 
 class TooLarge(ValueError):
