@@ -191,6 +191,60 @@ def test_a_result_file_past_the_cap_is_refused_before_it_is_read_whole(tmp_path,
     assert sum(reads) <= 2**20 + 1  # never more asked for than one byte past the cap
 
 
+# -- demo: what it would destroy ---------------------------------------------------------
+
+
+def test_demo_refuses_an_out_holding_an_earlier_run_without_force(tmp_path):
+    from conftest import detcheck
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(DEMO_RUN.read_text())
+    proc = detcheck("demo", "--out", str(out), "--no-progress", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--out {out} holds an earlier run; pass --force to replace it" in proc.stderr
+    assert (out / "results.json").read_text() == DEMO_RUN.read_text()
+
+
+@pytest.mark.parametrize("occupied", ["refserver-cache", "refserver-bisect"])
+@pytest.mark.parametrize("as_link", [False, True])
+def test_demo_keep_never_removes_what_an_occupied_repo_place_holds(tmp_path, occupied, as_link):
+    """An earlier kept demo's repositories (the user's commits in them), or a link there to
+    anything: refused before anything is made, never removed nor followed."""
+    from conftest import detcheck
+
+    kept, mine = tmp_path / "kept", tmp_path / "mine"
+    kept.mkdir()
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    if as_link:
+        (kept / occupied).symlink_to(mine)
+    else:
+        mine.rename(kept / occupied)
+    proc = detcheck("demo", "--keep", str(kept), "--no-progress", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    what = "a link" if as_link else "a directory that is not empty"
+    assert f"--keep {kept}: {kept / occupied}: is {what}" in proc.stderr, proc.stderr
+    assert (kept / occupied / "notes.txt").read_text() == "the user's"
+    assert sorted(p.name for p in kept.iterdir()) == [occupied]  # nothing made beside it
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_demo_keep_on_a_file_or_a_link_is_bad_input_naming_it(tmp_path, kind):
+    from conftest import detcheck
+
+    kept = tmp_path / "kept"
+    if kind == "file":
+        kept.write_text("not a directory")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        kept.symlink_to(tmp_path / "elsewhere")
+    proc = detcheck("demo", "--keep", str(kept), "--no-progress", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--keep {kept}: is a {kind}, not a directory" in proc.stderr, proc.stderr
+    assert kind == "file" or not any((tmp_path / "elsewhere").iterdir())
+
+
 def test_resume_with_another_suite_is_refused(tmp_path):
     from harness.cli import build_parser
     from harness.commands.common_args import request_from
