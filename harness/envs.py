@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -311,7 +312,7 @@ def build(building: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
     for i, (step, argv) in enumerate(build_commands(building, env_file, base, options.pip_args, uv)):
         left_s = options.build_timeout_s - (time.monotonic() - t0)
         code, output = run_step(argv, worktree, left_s)
-        log += [f"$ {' '.join(argv)}", output]
+        log += [f"$ {shlex.join(argv)}", output]
         if code is None:
             raise EnvBuildError(scrub(f"{step} timed out after {options.build_timeout_s:g} s (the build's limit, "
                                       f"--env-build-timeout); its processes were killed:\n"

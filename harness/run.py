@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -121,7 +122,7 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
         for run in runs:
             save(run, partial=True)
-        exc.resume_hint = (f"--resume --out {reqs[0].out_dir}"
+        exc.resume_hint = (shlex.join(["--resume", "--out", str(reqs[0].out_dir)])
                            if len(runs) == 1 and runs[0].recorder.cells else None)
         raise
     finally:

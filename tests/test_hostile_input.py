@@ -575,3 +575,97 @@ def test_a_build_that_hangs_is_killed_at_its_time_limit(tmp_path, no_leftovers):
     env = revision_env(SHA, tree, options, sys.executable)
     assert env.error.startswith("pip install timed out after 3 s (the build's limit, --env-build-timeout)"), env.error
     assert built_names() == []
+
+
+# -- what a report holds to paste: shell lines, Markdown, HTML ---------------------------
+
+
+def hostile_report(tmp_path: Path) -> str:
+    """report.md of a results.json whose strings are commands, Markdown and HTML: a model
+    directory named `m $(touch PWNED)`, a reproducer step whose title breaks its line, a commit
+    subject of HTML, a log tail that closes its code fence."""
+    from harness.report.markdown import MarkdownReport
+    from harness.result_files import read_run
+
+    data = json.loads(DEMO_RUN.read_text())
+    data["base"]["subject"] = '<img src=x onerror="alert(1)"> **fix** [here](https://evil.invalid)'
+    for cell in data["cells"]:
+        argv = cell["metadata"]["server_argv"]
+        argv[argv.index("--model-path") + 1] = str(tmp_path / "models" / "m $(touch PWNED)")
+    comp = next(c for c in data["comparisons"] if c.get("reproducer"))
+    comp["reproducer"]["requests"][0]["what"] = "start cold\ntouch PWNED\n```\n<script>alert(1)</script>"
+    cell = data["cells"][0]
+    cell.update(status="error", reason="<b>bold</b> reason", log_tail="last words\n```\n<script>alert(2)</script>")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(data))
+    return MarkdownReport(read_run(tmp_path / "run")).render()
+
+
+def code_span(line: str) -> str:
+    """The text of the code span that ends `line` (CommonMark: a fence of n backticks)."""
+    import re
+
+    m = re.search(r"(`+) ?(.*?) ?\1$", line)
+    assert m, line
+    return m.group(2)
+
+
+def test_the_server_args_line_pasted_into_a_shell_runs_nothing_and_gives_the_argv_back(tmp_path):
+    import subprocess
+
+    line = next(l for l in hostile_report(tmp_path).splitlines() if l.startswith("- server args"))
+    args = code_span(line)
+    echoed = subprocess.run(["sh", "-c", f"printf '%s\\n' {args}"], cwd=tmp_path, capture_output=True, text=True)
+    assert not (tmp_path / "PWNED").exists(), line
+    assert echoed.stdout.splitlines()[2:4] == ["--model-path", "…/models/m $(touch PWNED)"], echoed.stdout
+
+
+def test_a_step_title_cannot_put_a_command_into_the_reproducers_sh_block(tmp_path):
+    import os
+    import subprocess
+
+    lines = hostile_report(tmp_path).splitlines()
+    start = next(i for i, l in enumerate(lines) if l.endswith("sh") and l.startswith("```"))
+    fence = lines[start][:-2]
+    block = lines[start + 1:lines.index(fence, start + 1)]
+    assert "# start cold touch PWNED ``` &lt;script>" not in block  # a shell comment is shell, not Markdown
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text("#!/bin/sh\nexit 0\n")  # the requests go nowhere
+    (bin_dir / "curl").chmod(0o755)
+    proc = subprocess.run(["sh", "-e", "-c", "\n".join(block)], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "PWNED").exists(), block
+    assert all(l.startswith(("# ", "curl ")) for l in block), block
+
+
+def outside_code_blocks(report: str) -> tuple[list[str], list[list[str]]]:
+    """The report's lines outside fenced code blocks, and each block's lines, as CommonMark
+    reads them: a block ends at a line of at least as many backticks as opened it, nothing else."""
+    import re
+
+    prose, blocks, fence = [], [], None
+    for line in report.splitlines():
+        run = re.match(r"(`{3,})", line)
+        if fence is None and run:
+            fence, block = run.group(1), []
+        elif fence is not None and re.fullmatch(rf"{fence}`*\s*", line):
+            blocks.append(block)
+            fence = None
+        elif fence is not None:
+            block.append(line)
+        else:
+            prose.append(line)
+    return prose, blocks
+
+
+def test_strings_of_a_results_file_bring_no_html_or_markdown_into_the_report(tmp_path):
+    prose, blocks = outside_code_blocks(hostile_report(tmp_path))
+    text = "\n".join(prose)
+    for tag in ("<img", "<script", "<b>"):
+        assert tag not in text, tag
+    assert "[here](" not in text and "\\[here\\]" in text  # a link escaped, shown as typed
+    assert "**fix**" not in text and "\\*\\*fix\\*\\*" in text
+    # the log tail is shown as it is, its ``` line inside its block
+    assert ["last words", "```", "<script>alert(2)</script>"] in blocks, blocks
