@@ -295,10 +295,11 @@ print('launch argv:', ' '.join(argv), flush=True)
 print('launch env:', ' '.join(f'{k}={v}' for k, v in sorted(os.environ.items())), flush=True)
 if '--help' in argv:
     print('  --api-key KEY  --db-passwd PW  --credential C')
+    print('  --hub-login LOGIN     The password of the model hub account.')
 kept = []
 words = iter(argv)
 for word in words:
-    if word in ('--db-passwd',):
+    if word in ('--db-passwd', '--hub-login'):
         next(words)
     elif not word.startswith(('--api-key', '--credential')):
         kept.append(word)
@@ -316,7 +317,9 @@ def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, ba
     from faultlib import Bench
 
     secret = {name: f"{name}-{os.urandom(6).hex()}" for name in
-              ("abbrev", "passwd", "credential", "suite_cred", "suite_pass", "url")}
+              ("abbrev", "passwd", "credential", "suite_cred", "suite_pass", "url",
+               "my_auth", "gh_pat", "db_pwd", "session_cookie", "hub_login")}
+    secret["by_value"] = f"ghp_{os.urandom(18).hex()}"  # a GitHub token under a name that says nothing
     repo = make_sglang_repo(tmp_path, module="faults")
     (repo / "python" / "sglang" / "launch_server.py").write_text(ECHO_SHIM)
     for message in ("echo argv and env", "candidate"):
@@ -324,11 +327,15 @@ def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, ba
                         "-q", "--allow-empty", "-am", message], check=True)
     bench = Bench(tmp_path, bare_python, repo=repo)
     bench.write_suite({"one": ["--fault", "http-500"]},  # a failing cell keeps a log tail too
-                      env={"SERVICE_CREDENTIAL": secret["suite_cred"], "PGPASS": secret["suite_pass"]})
+                      env={"SERVICE_CREDENTIAL": secret["suite_cred"], "PGPASS": secret["suite_pass"],
+                           "MY_AUTH": secret["my_auth"], "GH_PAT": secret["gh_pat"], "DB_PWD": secret["db_pwd"],
+                           "SESSION_COOKIE": secret["session_cookie"], "BUILD_SETTING": secret["by_value"]})
     proc = detcheck_with(bench, {"MIRROR_URL": f"https://mirror-user:{secret['url']}@mirror.invalid/simple"},
                          f"--server-a=--api-key={secret['abbrev']}",  # argparse's abbreviation of --server-arg
                          "--server-arg=--db-passwd", f"--server-arg={secret['passwd']}",
-                         f"--server-arg=--credential={secret['credential']}")
+                         f"--server-arg=--credential={secret['credential']}",
+                         # a flag secret by its --help only
+                         "--server-arg=--hub-login", f"--server-arg={secret['hub_login']}")
     assert proc.returncode == 1, proc.stderr[-2000:]
     logs = "".join(p.read_text() for p in (bench.out / "logs").iterdir())
     assert "launch argv:" in logs and "launch env:" in logs and "mirror.invalid" in logs
