@@ -37,6 +37,13 @@ def fmt_pair(a: float, b: float, digits: int = 3) -> tuple[str, str]:
     return repr(a), repr(b)
 
 
+def displayable(text: str) -> str:
+    """`text` as any UTF-8 output takes it: a name the file system gave as undecodable bytes (a
+    suite, model or --out name that is not UTF-8 arrives as surrogate escapes) shows its
+    undecodable bytes as U+FFFD instead of failing the write."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def one_line(text: str) -> str:
     """`text` on one line: every line break (\\n, \\r, Unicode's separators) a space. A line of
     its own is where Markdown opens a block and a shell runs a command."""

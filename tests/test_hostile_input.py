@@ -676,3 +676,44 @@ def test_strings_of_a_results_file_bring_no_html_or_markdown_into_the_report(tmp
     assert "**fix**" not in text and "\\*\\*fix\\*\\*" in text
     # the log tail is shown as it is, its ``` line inside its block
     assert ["last words", "```", "<script>alert(2)</script>"] in blocks, blocks
+
+
+# -- names that are not UTF-8 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["md", "console", "json"])
+def test_a_results_file_with_names_that_are_not_utf8_renders_every_format(tmp_path, fmt):
+    """Names the file system gave as undecodable bytes reach results.json as surrogate escapes
+    (`\\udcff`): report.md and every printed format show them, never a UnicodeEncodeError."""
+    from conftest import detcheck
+
+    data = json.loads(DEMO_RUN.read_text())
+    data["suite"] = "suite-\udcff"
+    for cell in data["cells"]:
+        argv = cell["metadata"]["server_argv"]
+        argv[argv.index("--model-path") + 1] = "/models/m-\udcfe/weights"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(data))  # ASCII: \udcff escaped
+    proc = detcheck("report", str(tmp_path / "run"), "--format", fmt)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    report = (tmp_path / "run" / "report.md").read_text()  # UTF-8, as every report is
+    assert "suite-\ufffd" in report and "m-\ufffd" in report
+
+
+@pytest.mark.slow
+def test_a_run_whose_suite_and_out_names_are_not_utf8_writes_its_report(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, refserver_suite
+
+    text = refserver_suite(tmp_path / "plain.toml", ["kl"]).read_bytes()
+    root = os.fsencode(tmp_path)
+    suite, out = root + b"/suite-\xff.toml", root + b"/out-\xfe"
+    with open(suite, "wb") as f:
+        f.write(text.replace(b'name = "plain"', b'name = "plain-\xc3\xa9"'))
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--suite", suite, "--out", out,
+                           "--no-progress", "--format", "md"], cwd=ROOT, capture_output=True, timeout=300)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr[-3000:]
+    report = (Path(os.fsdecode(out)) / "report.md").read_text()
+    assert "## detcheck `plain-é` on refserver" in report and proc.stdout.decode().startswith("## detcheck")
