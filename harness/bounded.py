@@ -36,6 +36,8 @@ INPUT_FILE = SizeCap(16 * 2**20, "an input file")
 # One HTTP answer of a server: a /generate batch with top-k logprobs of every position runs to
 # tens of MB (64 prompts × 2,048 positions × top-20 ≈ 90 MB); $DETCHECK_MAX_ANSWER_MB raises it.
 SERVER_ANSWER = SizeCap(int(os.environ.get("DETCHECK_MAX_ANSWER_MB", "256")) * 2**20, "a server's answer")
+# What a probe reads of a server's log between two marks (its requests' scheduler lines).
+SERVER_LOG = SizeCap(256 * 2**20, "a server's log")
 # A health check's answer is a status and a few words.
 HEALTH_ANSWER = SizeCap(2**20, "a health check's answer")
 

@@ -125,16 +125,26 @@ def scrub(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
+_SCRUB_BLOCK = 1 << 20  # characters of a log scrubbed at a time
+
+
 def scrub_file(path: Path, secrets: Sequence[str]) -> None:
-    """A log the harness keeps, rewritten without the secrets (temp file + rename)."""
+    """A log the harness keeps, rewritten without the secrets (temp file + rename), a block at
+    a time: a server's log may run to gigabytes. The last characters of each block, where a
+    secret the next block ends may begin, are scrubbed again with the next."""
     if not secrets or not path.is_file():
         return
-    text = path.read_text(errors="replace")
-    clean = scrub(text, secrets)
-    if clean != text:
-        tmp = path.with_name(f".{path.name}.scrub")
-        tmp.write_text(clean)
-        os.replace(tmp, path)
+    carry = max(len(s) for s in secrets) - 1
+    tmp = path.with_name(f".{path.name}.scrub")
+    with open(path, errors="replace", newline="") as src, open(tmp, "w", newline="") as dst:
+        pending = ""
+        while block := src.read(_SCRUB_BLOCK):
+            clean = scrub(pending + block, secrets)
+            cut = max(0, len(clean) - carry)
+            dst.write(clean[:cut])
+            pending = clean[cut:]
+        dst.write(pending)
+    os.replace(tmp, path)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:

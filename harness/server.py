@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import psutil
 
-from harness.bounded import HEALTH_ANSWER, TooLarge
+from harness.bounded import HEALTH_ANSWER, SERVER_LOG, TooLarge, read_bounded
 from harness.errors import LaunchError
 from harness.httpcall import AnswerBrokenOff, ConnectionFailed, DeadlinePassed, call
 from harness.lifeline import SERVER_MARKER, die_with_parent, register, server_token, unregister
@@ -309,11 +309,13 @@ class ServerProcess:
             return 0
 
     def log_since(self, offset: int) -> str:
-        """Log text written after byte `offset` (probes mark offsets around their requests)."""
+        """Log text written after byte `offset` (probes mark offsets around their requests), up
+        to SERVER_LOG (TooLarge past it: a server that logs gigabytes fails the probe that reads
+        them, never the harness's memory)."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(offset)
-                return f.read().decode("utf-8", "replace")
+                return read_bounded(f.read, SERVER_LOG, str(self.log_path)).decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
 

@@ -70,3 +70,13 @@ def test_flags_the_help_calls_secrets_are_masked_whatever_they_are_called():
     assert caps.secret_flags == {"--hub-login", "--admin-api-key"}
     assert redact_argv(["--hub-login", "pw1", "--hub-login=pw2", "--max-total-tokens", "9"], caps.secret_flags) == \
         ["--hub-login", "<redacted>", "--hub-login=<redacted>", "--max-total-tokens", "9"]
+
+
+def test_a_kept_log_is_scrubbed_a_block_at_a_time_secrets_across_blocks_included(tmp_path, monkeypatch):
+    from harness import redaction
+
+    monkeypatch.setattr(redaction, "_SCRUB_BLOCK", 7)  # every secret below crosses a block's end
+    log = tmp_path / "server.log"
+    log.write_text("abc SECRET-ONE def SECRET-TWO-LONG gh\nSECRET-ONE\nend\n")
+    redaction.scrub_file(log, ("SECRET-TWO-LONG", "SECRET-ONE"))
+    assert log.read_text() == "abc <redacted> def <redacted> gh\n<redacted>\nend\n"
