@@ -511,16 +511,19 @@ def test_pip_options_that_install_into_the_environment_are_kept(pip_args):
 
 
 @pytest.mark.slow
-def test_a_build_that_installed_nothing_into_the_environment_is_never_published(tmp_path):
+def test_a_build_that_installed_nothing_into_the_environment_is_never_published(tmp_path, monkeypatch):
     """Before: `--targ=DIR` (pip's abbreviation of --target) installed into DIR, the empty
-    environment was published, and every later run reused it (packages null), exit 0."""
+    environment was published, and every later run reused it (packages null), exit 0. That
+    option is refused up front now; pip's own configuration (PIP_TARGET) is another way to send
+    the install elsewhere, caught by the check of what the environment holds."""
     import sys
 
     from harness.envs import EnvOptions, revision_env
 
     tree = revision_tree(tmp_path / "t", "detcheck_envprobe==2.0\n")
     wheels = wheel_folder(tmp_path / "wheels", "2.0")
-    options = EnvOptions(pip_args=("--no-index", f"--find-links={wheels}", f"--targ={tmp_path / 'elsewhere'}"))
+    monkeypatch.setenv("PIP_TARGET", str(tmp_path / "elsewhere"))
+    options = EnvOptions(pip_args=("--no-index", f"--find-links={wheels}"))
     env = revision_env(SHA, tree, options, sys.executable)
     assert (tmp_path / "elsewhere" / "detcheck_envprobe").is_dir()  # where pip put it
     assert "without what detcheck-requirements.txt names: detcheck_envprobe absent (pinned 2.0)" in env.error
