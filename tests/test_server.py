@@ -52,3 +52,22 @@ def test_a_log_read_past_its_cap_is_refused_naming_the_cap(tmp_path, monkeypatch
     assert proc.log_since(log.stat().st_size - 28) == "Prefill batch\n" * 2
     with pytest.raises(bounded.TooLarge, match=rf"^{log}: larger than 1 MiB, the most detcheck reads of a server's log$"):
         proc.log_since(0)
+
+
+def test_a_health_answer_trickled_a_byte_at_a_time_is_not_healthy_past_the_startup_deadline(tmp_path):
+    """The fault server's trickle-health: each byte well within a read timeout, the answer two
+    minutes long. Read to its end, it would be a 200: healthy."""
+    from conftest import ROOT
+    from harness.errors import LaunchError
+    from harness.server import ServerProcess, free_port
+
+    port = free_port()
+    proc = ServerProcess([sys.executable, "-m", "faults", "--model-path", "m", "--port", str(port),
+                          "--fault", "trickle-health"], {"PYTHONPATH": str(ROOT / "fixtures")},
+                         tmp_path / "server.log", port)
+    proc.start()
+    try:
+        with pytest.raises(LaunchError, match=r"^server not healthy after 2 s$"):
+            proc.wait_healthy(timeout_s=2)
+    finally:
+        proc.stop()
