@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.bounded import RESULT_DOCUMENT, read_file_text
 from harness.capabilities import revision_capabilities
 from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import LaunchError, UsageError
@@ -90,7 +91,7 @@ class BisectSpec:
         if not path.is_file():
             raise UsageError(f"{session_dir}: no bisect session here ({SESSION_FILE} missing)")
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(read_file_text(path, RESULT_DOCUMENT))
             # A session saved before environments were threaded through has none: the defaults.
             env = d.pop("env_options", {})
             return cls(**{**d, "repo": Path(d["repo"]), "suite": Path(d["suite"]),
@@ -553,8 +554,12 @@ def read_log(session_dir: Path) -> list[Evaluation]:
     path = session_dir / LOG_FILE
     if not path.is_file():
         return []
+    try:
+        lines = read_file_text(path, RESULT_DOCUMENT).splitlines()
+    except ValueError as exc:  # past the cap, or not UTF-8
+        raise UsageError(f"{path}: corrupt bisect log ({exc})") from None
     evaluations = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         try:
             evaluations += [Evaluation(**json.loads(line))] if line.strip() else []
         except (ValueError, TypeError) as exc:

@@ -18,7 +18,7 @@ from harness.errors import LaunchError
 from harness.paths import sha_cache_file
 from harness.result_files import atomic_write_text
 from harness.plan import Features
-from harness.redaction import environment_secrets, scrub
+from harness.redaction import environment_secrets, help_secret_flags, scrub
 from harness.targets import Target
 
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
@@ -42,6 +42,8 @@ class NotExpressible(Exception):
 class Capabilities:
     flags: frozenset[str]
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Flags whose value the help calls a secret (a password, an API key): masked like --api-key.
+    secret_flags: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, help_text: str) -> Capabilities:
@@ -51,7 +53,7 @@ class Capabilities:
         flat = re.sub(r"\s*\n\s*", " ", help_text)
         for flag, body in _CHOICES.findall(flat):
             choices.setdefault(flag, tuple(c.strip() for c in body.split(",") if c.strip()))
-        return cls(flags=flags, choices=choices)
+        return cls(flags=flags, choices=choices, secret_flags=help_secret_flags(help_text))
 
     def knows(self, flag: str) -> bool:
         return flag in self.flags

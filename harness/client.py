@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import requests
-
+from harness.bounded import SERVER_ANSWER, TooLarge
 from harness.errors import ProbeNotApplicable, ServerError
+from harness.httpcall import Answer, AnswerBrokenOff, ConnectionFailed, DeadlinePassed, call
 
 # SGLang answers a request it cannot serve with 400 and a sentence; these say "cannot", not "broken".
 _UNSUPPORTED = re.compile(r"does not support|not supported|unsupported|not yet compatible", re.I)
@@ -146,26 +146,25 @@ def generate_body(input_ids: Sequence[int] | Sequence[Sequence[int]], *, max_new
 @dataclass
 class SGLangClient:
     base_url: str
-    # How long one request may take (the suite's request_timeout_s); a flush is retried as long.
+    # How long one request may take, its whole answer read (the suite's request_timeout_s); a
+    # flush is retried as long.
     timeout_s: float = 300.0
     flush_backoff_s: float = 0.25
 
-    def __post_init__(self) -> None:
-        self._http = requests.Session()
-
-    def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> requests.Response:
+    def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Answer:
+        seconds = timeout or self.timeout_s
         try:
-            return self._http.request(method, self.base_url + path, json=body,
-                                      timeout=timeout or self.timeout_s)
-        except requests.Timeout:
-            raise ServerError(f"{method} {path}: no answer within {timeout or self.timeout_s:.0f} s") from None
-        except requests.ConnectionError as exc:
-            raise ConnectionLost(f"{method} {path}: connection failed ({type(exc).__name__})") from None
-        except requests.RequestException as exc:  # e.g. the body ends before its Content-Length
-            raise ConnectionLost(f"{method} {path}: answer broken off ({type(exc).__name__}: "
-                              f"{str(exc)[:160]})") from None
+            return call(method, self.base_url + path, body, seconds, SERVER_ANSWER)
+        except DeadlinePassed:
+            raise ServerError(f"{method} {path}: no answer within {seconds:.0f} s") from None
+        except ConnectionFailed as exc:
+            raise ConnectionLost(f"{method} {path}: connection failed ({exc})") from None
+        except AnswerBrokenOff as exc:  # e.g. the body ends before its Content-Length
+            raise ConnectionLost(f"{method} {path}: answer broken off ({exc})") from None
+        except TooLarge as exc:
+            raise ServerError(f"{method} {path}: answer {exc}") from None
 
-    def _json(self, resp: requests.Response, what: str) -> Any:
+    def _json(self, resp: Answer, what: str) -> Any:
         try:
             return resp.json()
         except (json.JSONDecodeError, ValueError):
@@ -283,7 +282,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def _error_message(resp: requests.Response) -> str:
+def _error_message(resp: Answer) -> str:
     try:
         data = resp.json()
     except ValueError:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bounded import INPUT_FILE, TooLarge, read_file
+from harness.errors import UsageError
+
 
 @dataclass(frozen=True)
 class SpeculativeSpec:
@@ -56,7 +59,10 @@ class ServerConfig:
         h = hashlib.sha256()
         for path in (self.model, self.draft_model):
             cfg = path / "config.json" if path else None
-            h.update(cfg.read_bytes() if cfg and cfg.is_file() else b"-")
+            try:
+                h.update(read_file(cfg, INPUT_FILE) if cfg and cfg.is_file() else b"-")
+            except TooLarge as exc:
+                raise UsageError(f"model config: {exc}") from None
         h.update(json.dumps(
             {
                 "target": self.target,

@@ -58,8 +58,16 @@ class DemoRepo:
     candidate: str
 
 
+def repo_dir(scenario: Scenario, root: Path) -> Path:
+    """Where `build_repo` makes a scenario's repository under `root`."""
+    return root / f"refserver-{scenario.name}"
+
+
+HISTORY_DIR = "refserver-bisect"  # where build_demo_history makes its repository under its root
+
+
 def build_repo(scenario: Scenario, root: Path, reverse: bool = False) -> DemoRepo:
-    repo = FixtureRepo.create(root / f"refserver-{scenario.name}")
+    repo = FixtureRepo.create(repo_dir(scenario, root))
     clean = repo.head()
     repo.edit(scenario.regression)
     broken = repo.commit(f"planted regression: {scenario.regression}")
@@ -96,7 +104,7 @@ def build_demo_history(root: Path, seed: int, commits: int = 33, regression: str
     The unbuildable commit sits where git first looks (the range's midpoint), so the skip path
     always runs; the regression is anywhere it cannot be hidden by that skip.
     """
-    repo = FixtureRepo.create(root / "refserver-bisect")
+    repo = FixtureRepo.create(root / HISTORY_DIR)
     good = repo.head()
     mid = commits // 2  # git's first pick in a linear range of `commits` candidates
     rng = random.Random(seed)

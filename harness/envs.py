@@ -17,7 +17,8 @@ writes its absolute path into the scripts it installs), so it is built in a dire
 own that never moves and published by renaming a symlink onto the key's name: the name is a
 complete environment or absent, and an interrupted build is removed by the next one. A build
 is published only once every package the file names imports from it (at its pinned version):
-pip options that send the install elsewhere (`--target`, `--prefix`, `--root`, `--user`) are
+pip options that send the install elsewhere (`--target`, `--prefix`, `--root`, `--user`, and
+uv's `--python`, `--system`; spelled in full or, as pip takes them, by any prefix) are
 refused, and any other way to install nothing is caught by that check. A build has a time limit
 (`EnvOptions.build_timeout_s`); past it, its process group is killed. A failed build is
 returned with pip's output tail, never cached: the next run tries again.
@@ -32,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from harness.bounded import INPUT_FILE, TooLarge, read_file, read_file_text
 from harness.errors import UsageError
 from harness.paths import cache_dir, file_lock
 from harness.redaction import environment_secrets, scrub
@@ -55,8 +58,17 @@ FAILURE_TAIL_LINES = 25
 # A build's time limit unless --env-build-timeout says otherwise: SGLang's own requirements,
 # kernels among them, from a cold pip cache.
 DEFAULT_BUILD_TIMEOUT_S = 1800.0
-# pip options that install somewhere other than the environment being built.
-_RELOCATING_PIP_OPTIONS = ("--target", "--prefix", "--root", "--user")
+# Installer options that install somewhere other than the environment being built: pip's, and
+# uv's (`--python` and `--system` choose the environment uv installs into; pip refuses its own
+# `--python` after the subcommand).
+_RELOCATING_PIP_OPTIONS = ("--target", "--prefix", "--root", "--user", "--python", "--system")
+# Their short spellings (pip's -t, uv's -p), and the short options that take no value, which
+# may come before one of them in a cluster (`-qt DIR` is -q -t DIR).
+_RELOCATING_SHORT_OPTIONS = "tp"
+_FLAG_SHORT_OPTIONS = "hvVqUI"
+# pip (optparse) takes any unambiguous prefix of a long option, and an exact name before any
+# prefix: the options that are themselves a prefix of a relocating one stay allowed.
+_OPTIONS_PREFIXING_RELOCATING = ("--pre",)
 
 _BASE_PROBE = r"""
 import importlib.util, json, os, sys, sysconfig
@@ -108,12 +120,32 @@ class EnvOptions:
             raise UsageError(f"--env-file {self.file}: must be a path inside the revision's tree "
                              f"(relative, without '..')")
         for arg in self.pip_args:
-            option = arg.partition("=")[0]
-            if option in _RELOCATING_PIP_OPTIONS or arg.startswith("-t"):
-                raise UsageError(f"--env-pip-arg {arg}: installs outside the environment being built; "
-                                 f"not allowed (refused: {', '.join(_RELOCATING_PIP_OPTIONS)}, -t)")
+            relocating = relocating_pip_option(arg)
+            if relocating:
+                raise UsageError(f"--env-pip-arg {arg}: reads as {relocating}, which installs outside the "
+                                 f"environment being built; not allowed (refused: "
+                                 f"{', '.join(_RELOCATING_PIP_OPTIONS)}, any prefix of them, "
+                                 f"{', '.join('-' + c for c in _RELOCATING_SHORT_OPTIONS)})")
         if not 0 < self.build_timeout_s <= 86_400:
             raise UsageError(f"--env-build-timeout {self.build_timeout_s:g}: must be in (0, 86400] seconds")
+
+
+def relocating_pip_option(arg: str) -> str | None:
+    """The relocating option `arg` is read as by pip or uv (`--prefi=DIR` is pip's --prefix,
+    `-qtDIR` its -t), or None. A word that is only an option's value is judged as an option too:
+    refusing a value that looks like one costs nothing, missing an option costs the install."""
+    if arg.startswith("--"):
+        option = arg.partition("=")[0]
+        if len(option) <= 2 or option in _OPTIONS_PREFIXING_RELOCATING:
+            return None
+        return next((full for full in _RELOCATING_PIP_OPTIONS if full.startswith(option)), None)
+    if arg.startswith("-"):
+        for letter in arg[1:]:
+            if letter in _RELOCATING_SHORT_OPTIONS:
+                return f"-{letter}"
+            if letter not in _FLAG_SHORT_OPTIONS:  # an option that takes the rest as its value
+                return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -188,7 +220,7 @@ def envs_root() -> Path:
 
 
 def env_key(sha: str, env_file: Path, base: BaseInterpreter, pip_args: Sequence[str] = ()) -> EnvKey:
-    return EnvKey(sha, hashlib.sha256(env_file.read_bytes()).hexdigest(), base.identity,
+    return EnvKey(sha, hashlib.sha256(read_file(env_file, INPUT_FILE)).hexdigest(), base.identity,
                   hashlib.sha256("\0".join(pip_args).encode()).hexdigest())
 
 
@@ -200,7 +232,10 @@ def revision_env(sha: str | None, worktree: Path | None, options: EnvOptions,
         return None
     env_file = inside_tree(worktree, options.file)
     base = BaseInterpreter.inspect(base_python)
-    key = env_key(sha, env_file, base, options.pip_args)
+    try:
+        key = env_key(sha, env_file, base, options.pip_args)
+    except TooLarge as exc:
+        raise UsageError(f"--env-file {options.file}: {exc}") from None
     path = envs_root() / key.name
     try:
         manifest = ensure_built(path, env_file, worktree, base, options)
@@ -277,7 +312,7 @@ def build(building: Path, env_file: Path, worktree: Path, base: BaseInterpreter,
     for i, (step, argv) in enumerate(build_commands(building, env_file, base, options.pip_args, uv)):
         left_s = options.build_timeout_s - (time.monotonic() - t0)
         code, output = run_step(argv, worktree, left_s)
-        log += [f"$ {' '.join(argv)}", output]
+        log += [f"$ {shlex.join(argv)}", output]
         if code is None:
             raise EnvBuildError(scrub(f"{step} timed out after {options.build_timeout_s:g} s (the build's limit, "
                                       f"--env-build-timeout); its processes were killed:\n"
@@ -380,7 +415,7 @@ def requirement_names(env_file: Path) -> list[str]:
 def requirement_pins(env_file: Path) -> dict[str, str]:
     """Each project a requirements file names → the version an `==` pins it at ("" unpinned)."""
     pins: dict[str, str] = {}
-    for line in env_file.read_text().splitlines():
+    for line in read_file_text(env_file).splitlines():
         line = line.split(" #", 1)[0].strip()
         if not line or line.startswith(("#", "-", ".", "/")) or "://" in line.split("@", 1)[0]:
             continue

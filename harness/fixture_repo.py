@@ -73,6 +73,16 @@ def set_release(package_parent: Path, release: str) -> None:
     file.write_text("\n".join(lines))
 
 
+def check_free(path: Path) -> None:
+    """UsageError unless `path` is free for a new repository: absent, or an empty directory
+    that is no link. Whatever is there stays: it may be someone's (a kept demo's directory
+    named again), and a link there may lead anywhere."""
+    if path.is_symlink() or path.exists() and (not path.is_dir() or any(path.iterdir())):
+        what = "a link" if path.is_symlink() else "a file" if not path.is_dir() else "a directory that is not empty"
+        raise UsageError(f"{path}: is {what}; a fixture repository is made only where nothing is, "
+                         f"and nothing there is removed to make room")
+
+
 class FixtureRepo:
     """A repo whose python/refserver is the project's reference server."""
 
@@ -84,9 +94,9 @@ class FixtureRepo:
 
     @classmethod
     def create(cls, path: Path) -> FixtureRepo:
-        if path.exists():
-            shutil.rmtree(path)
-        (path / "python").mkdir(parents=True)
+        """A new repository at `path`, which must be free (`check_free`)."""
+        check_free(path)
+        (path / "python").mkdir(parents=True, exist_ok=True)
         shutil.copytree(FIXTURES / PACKAGE, path / "python" / PACKAGE,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         repo = cls(path)

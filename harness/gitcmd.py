@@ -4,6 +4,7 @@ with signing off so that commits made by the harness (fixtures, reverts) never p
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def git(repo: Path, *args: str, check: bool = True, env: dict[str, str] | None =
     """stdout, stripped; a failure is UsageError naming the command and repo (check=True)."""
     proc = git_run(repo, *args, env=env)
     if check and proc.returncode != 0:
-        raise UsageError(f"git {' '.join(args)} in {repo}: {proc.stderr.strip() or proc.stdout.strip()}")
+        raise UsageError(f"{shlex.join(['git', *args])} in {repo}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout.strip()
 
 

@@ -94,6 +94,8 @@ class Job:
     # configuration's, which holds a matrix entry's, and its arguments) must not come back
     # through its own output.
     secrets: tuple[str, ...] = ()
+    # The flags the revision's `--help` calls secrets, once read (resolve_flags).
+    secret_flags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

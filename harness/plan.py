@@ -12,8 +12,9 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
+from harness.bounded import TooLarge, read_file_text
 from harness.configs import Features, ServerConfig, SpeculativeSpec
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, reject_unknown, validate_params
@@ -192,9 +193,11 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(f"{what} file not found: {path}")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(read_file_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except TooLarge as exc:
+        raise UsageError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
 
@@ -236,7 +239,8 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
                              f"(known: {', '.join(sorted(known_probes))})")
         if not isinstance(params, dict):
             raise UsageError(f"{path}: [probe.{kind}] must be a table")
-    tables = _with_overrides(tables, overrides or {}, known_probes)
+    overrides = overrides or {}
+    tables = _with_overrides(tables, overrides, known_probes)
 
     configs_raw = raw.get("config", [])
     if not isinstance(configs_raw, list) or not configs_raw:
@@ -247,8 +251,9 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise UsageError(f"{path}: duplicate [[config]] names: {', '.join(sorted(dup))}")
+    _check_overridden_probes_run(overrides, configs)
     probe_params = (tables if known_probes is None
-                    else _probe_params(path, tables, configs, known_probes, workload))
+                    else _probe_params(path, tables, configs, known_probes, workload, overrides))
     server_args = where.server_args(server, "args", "[server]")
     target_args = {t: where.server_args(target_args_raw, t, "[server.target_args]") for t in target_args_raw}
     _check_graph_args(path, (*server_args, *(a for args in target_args.values() for a in args)), configs)
@@ -277,37 +282,107 @@ def _with_overrides(tables: dict[str, Any], overrides: Mapping[str, Mapping[str,
     for kind, values in overrides.items():
         if known_probes is not None:
             if kind not in known_probes:
-                raise UsageError(f"--set {kind}.…: unknown probe (known: {', '.join(sorted(known_probes))})")
-            known_probes[kind].validate(dict(values), f"--set {kind}.…")
+                raise UsageError(f"{_set_option(kind, values)}: unknown probe "
+                                 f"(known: {', '.join(sorted(known_probes))})")
+            # Where "--set kl" names the option: a bad key reads `--set kl.tau: …` in full.
+            known_probes[kind].validate(dict(values), f"--set {kind}")
         merged[kind] = {**merged.get(kind, {}), **values}
     return merged
 
 
+def _set_option(kind: str, values: Mapping[str, Any]) -> str:
+    """The `--set` options given for probe `kind`, as typed: `--set kl.tau`, `--set kl.tau/top_k`."""
+    return f"--set {kind}.{'/'.join(values)}"
+
+
+def _check_overridden_probes_run(overrides: Mapping[str, Mapping[str, Any]], configs: tuple[ConfigSpec, ...]) -> None:
+    """A `--set` for a probe no configuration runs would change nothing: most likely a typo of
+    the probe that was meant, so it is refused rather than ignored."""
+    run = {p for c in configs for p in c.probes}
+    for kind, values in overrides.items():
+        if kind not in run:
+            raise UsageError(f"{_set_option(kind, values)}: the suite runs no {kind} probe "
+                             f"(it runs: {', '.join(sorted(run))})")
+
+
 def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec, ...],
-                  known_probes: Mapping[str, ProbeSchema], workload: WorkloadSpec) -> dict[str, dict[str, Any]]:
-    """The validated parameters of every probe the suite has a table for or runs."""
+                  known_probes: Mapping[str, ProbeSchema], workload: WorkloadSpec,
+                  overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The validated parameters of every probe the suite has a table for or runs. A check that
+    fails only because of a `--set` value names the option, not the suite file."""
     used = dict.fromkeys([*tables, *(p for c in configs for p in c.probes)])
     params = {kind: known_probes[kind].validate(tables.get(kind, {}), f"{path}: [probe.{kind}]")
               for kind in used}
+    blame = {kind: _SetBlame(_set_option(kind, values), _suite_only(known_probes[kind], tables[kind], values))
+             for kind, values in overrides.items()}
     for kind, p in params.items():
-        _check_workload(path, f"[workload] with [probe.{kind}]", workload.with_overrides(p))
+        _check_blaming_set(lambda q, file: _check_workload(f"{file}[workload] with [probe.{kind}]",
+                                                           workload.with_overrides(q)),
+                           p, path, blame.get(kind))
     for c in configs:
         for kind in c.probes:
-            known_probes[kind].check_design(params[kind], workload.with_overrides(params[kind]),
-                                            c.features.deterministic, f"{path}: [probe.{kind}]")
+            _check_blaming_set(
+                lambda q, file: known_probes[kind].check_design(q, workload.with_overrides(q),
+                                                                c.features.deterministic, f"{file}[probe.{kind}]"),
+                params[kind], path, blame.get(kind))
     return params
+
+
+@dataclass(frozen=True)
+class _SetBlame:
+    """What a failed check of a probe that `--set` changed is weighed against: the options, and the
+    probe's parameters as the suite alone sets them (None: the suite's table is not valid alone)."""
+
+    option: str
+    suite_params: dict[str, Any] | None
+
+
+def _suite_only(schema: ProbeSchema, merged: dict[str, Any], values: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A probe's parameters as the suite alone sets them (its --set values taken out); None
+    where the suite's own table is not valid without them."""
+    try:
+        return schema.validate({k: v for k, v in merged.items() if k not in values}, "")
+    except UsageError:
+        return None
+
+
+def _check_blaming_set(check: Callable[[dict[str, Any], str], None], params: dict[str, Any], path: Path,
+                       blame: _SetBlame | None) -> None:
+    """`check(params, file)` of one probe's parameters (`file`: how its message names the suite
+    file). Where it fails and the suite's own parameters pass, the --set caused it: the message
+    opens with the option and names the probe's tables, not the file
+    (`--set kl.alpha: [probe.kl].prompts: 8 gives …`)."""
+    try:
+        check(params, f"{path}: ")
+        return
+    except UsageError as exc:
+        failure = exc
+    if blame is not None and blame.suite_params is not None and _passes(check, blame.suite_params):
+        try:
+            check(params, "")
+        except UsageError as exc:
+            raise UsageError(f"{blame.option}: {exc}") from None
+    raise failure
+
+
+def _passes(check: Callable[[dict[str, Any], str], None], params: dict[str, Any]) -> bool:
+    try:
+        check(params, "")
+    except UsageError:
+        return False
+    return True
 
 
 def _load_workload(where: _Where, raw: dict[str, Any]) -> WorkloadSpec:
     spec = WorkloadSpec().with_overrides(validate_params(WORKLOAD_PARAMS, raw, f"{where.path}: [workload]"))
-    _check_workload(where.path, "[workload]", spec)
+    _check_workload(f"{where.path}: [workload]", spec)
     return spec
 
 
-def _check_workload(path: Path, where: str, spec: WorkloadSpec) -> None:
+def _check_workload(where: str, spec: WorkloadSpec) -> None:
     """What no single field can check: how fields relate."""
     if spec.vocab <= spec.low_token:
-        raise UsageError(f"{path}: {where}: vocab must exceed low_token")
+        raise UsageError(f"{where}: vocab must exceed low_token")
 
 
 def _load_config(where: _Where, raw: Any, index: int,

@@ -69,12 +69,17 @@ class RunRecorder:
         self.clock = StepClock()
         # Per role, the environment its revision's env file gave it (harness.envs), as recorded.
         self.environments: dict[str, dict] = {}
+        # Every job's secrets: the recorded command line was masked by flag names alone, before
+        # any revision's --help said which other flags are secrets.
+        self._secrets: set[str] = set()
         self._lock = threading.Lock()  # jobs run in threads (server slots)
 
     def cell(self, job: Job, probe: str, outcome: Outcome) -> CellResult:
         """The cell a job's probe ended with: where it was measured (the job's metadata), under
         which key, with the job's secrets masked in what the server said."""
         cp, key, secrets = job.cp, job.keys[probe], job.secrets
+        with self._lock:
+            self._secrets.update(secrets)
         workload = cp.workloads[probe]
         meta = {**job.meta, "finished_at": utc_now(), "workload": workload.spec.to_dict(),
                 "workload_name": workload.name}
@@ -113,11 +118,12 @@ class RunRecorder:
             cells = tuple(sorted(self.cells, key=lambda c: self.cell_position[(c.config, c.role, c.probe)]))
             # Stable: a configuration's relaunches (a port taken) keep their order.
             launches = tuple(sorted(self.launches, key=lambda l: self.job_position[(l.config, l.role)]))
+            secrets = sorted(self._secrets, key=len, reverse=True)  # a secret holding another: masked whole
         return RunResult(
             suite=self.suite.name, target=self.req.target,
             base=self.req.base.info, candidate=self.req.candidate.info,
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
-            metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
+            metadata={**self.host, "suite_path": str(self.suite.path), "command": scrub(self.req.command_line, secrets),
                       **({"overrides": self.req.overrides} if self.req.overrides else {}),
                       # every probe's parameters as judged: what `report` judges the cells again with
                       "probe_params": {probe: self.suite.probe_spec(probe).params

@@ -26,16 +26,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from harness import bounded
 from harness.errors import CorruptResult, UsageError
 from harness.results import SCHEMA_VERSION, CellResult, RunResult
 
 T = TypeVar("T")
 RESULTS_FILE = "results.json"
 GZ_RESULTS_FILE = f"{RESULTS_FILE}.gz"
-# What a gzipped document may inflate to: 15× the largest committed GPU run (16.6 MB,
-# validate-pool/release-inkling), so that a small file that inflates to gigabytes (a gzip bomb)
-# is refused instead of filling memory.
-MAX_INFLATED_BYTES = 256 * 2**20
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -103,16 +100,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def read_json(path: Path, what: str = "result") -> Any:
     """A JSON document; gzipped when its name ends in .gz (committed GPU runs keep their
-    results.json gzipped: samples with top-k logprobs run to megabytes)."""
+    results.json gzipped: samples with top-k logprobs run to megabytes). Read up to
+    `bounded.RESULT_DOCUMENT`, inflated or not: a plain file of gigabytes, or a small one that
+    inflates to them (a gzip bomb), is refused instead of filling memory."""
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                data = f.read(MAX_INFLATED_BYTES + 1)  # inflated a block at a time, up to the bound
-            if len(data) > MAX_INFLATED_BYTES:
-                raise CorruptResult(f"{path}: inflates to more than {MAX_INFLATED_BYTES // 2**20} MiB; "
-                                    f"not a {what} file detcheck wrote")
-            return json.loads(data.decode())
-        return json.loads(path.read_text())
+        return json.loads(bounded.read_file(path, bounded.RESULT_DOCUMENT).decode())
+    except bounded.TooLarge as exc:
+        raise CorruptResult(f"{exc}; not a {what} file detcheck wrote") from None
     except json.JSONDecodeError as exc:
         raise CorruptResult(f"{path}: corrupt {what} file ({exc.msg} at line {exc.lineno})") from None
     except UnicodeDecodeError:

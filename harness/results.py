@@ -259,6 +259,7 @@ class Launch:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Launch:
         return cls(**{**d, "role": Role(d["role"]), "args": tuple(d.get("args", ())),
+                      "started_at": _unix_seconds(d, "started_at"), "ended_at": _unix_seconds(d, "ended_at"),
                       "relaunched": tuple(str(why) for why in _typed(d, "relaunched", list))})
 
 
@@ -428,6 +429,15 @@ class RunResult:
             comparisons=tuple(ProbeComparison.from_dict(c) for c in _typed(d, "comparisons", list)),
             cells=tuple(CellResult.from_dict(c) for c in _typed(d, "cells", list)),
         )
+
+
+def _unix_seconds(d: dict[str, Any], key: str) -> float | None:
+    """A launch's time (absent: None), or TypeError naming the key: the start order subtracts
+    them (`--order-from`), so a string or a list there is a damaged file, not a crash later."""
+    value = d.get(key)
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise TypeError(f"launch {key} is a {type(value).__name__}, expected Unix seconds (a number)")
 
 
 def _typed(d: dict[str, Any], key: str, kind: type) -> Any:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -124,7 +125,7 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
         for run in runs:
             save(run, partial=True)
-        exc.resume_hint = (f"--resume --out {reqs[0].out_dir}"
+        exc.resume_hint = (shlex.join(["--resume", "--out", str(reqs[0].out_dir)])
                            if len(runs) == 1 and runs[0].recorder.cells else None)
         raise
     finally:
@@ -596,7 +597,11 @@ def environment_ready(run: Run, job: Job) -> bool:
 
 def resolve_flags(run: Run, job: Job) -> bool:
     try:
-        job.args = server_flags(run.capabilities[job.role].result(), job.cp.server, job.cp.probe_args)
+        caps = run.capabilities[job.role].result()
+        # Flags the revision's help calls secrets: their values are masked too, from here on.
+        job.secret_flags = caps.secret_flags
+        job.secrets = environment_secrets({**os.environ, **job.env}, job.cp.server.args, caps.secret_flags)
+        job.args = server_flags(caps, job.cp.server, job.cp.probe_args)
     except NotExpressible as exc:
         return finish_job(run, job, Outcome(Status.NOT_APPLICABLE, f"n/a at this revision: {exc}"))
     except (LaunchError, UsageError) as exc:
@@ -646,7 +651,7 @@ def launch_server(run: Run, job: Job) -> bool:
     if run.gates is not None:  # up or failed: the model's other servers may start
         run.gates.opened(model_key(job.cp))
     job.launch = Launch(job.cp.spec.name, job.role, job.revision.sha, server.port, server.startup_s,
-                        launched.failure is None, tuple(redact_argv(list(server.argv[1:]))),
+                        launched.failure is None, tuple(redact_argv(list(server.argv[1:]), job.secret_flags)),
                         started_at=round(started_at, 3), relaunched=launched.relaunched)
     run.recorder.launched(job.launch, run.observer)
     job.meta.update(server_argv=list(job.launch.args), server_env=redact_env(job.env),

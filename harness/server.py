@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import psutil
-import requests
 
+from harness.bounded import HEALTH_ANSWER, SERVER_LOG, TooLarge, read_bounded
 from harness.errors import LaunchError
+from harness.httpcall import AnswerBrokenOff, ConnectionFailed, DeadlinePassed, call
 from harness.lifeline import SERVER_MARKER, die_with_parent, register, server_token, unregister
 from harness.targets import HOST, TransientLaunchFailure
 
@@ -246,12 +247,15 @@ class ServerProcess:
             if elapsed > timeout_s:
                 raise LaunchError(f"server not healthy after {timeout_s:.0f} s", self.log_tail())
             try:
-                r = requests.get(self.url + HEALTH_POLL_PATH, timeout=min(30.0, timeout_s))
+                # A poll ends by the startup deadline however slowly the server answers it (one
+                # that trickles its answer is not healthy).
+                r = call("GET", self.url + HEALTH_POLL_PATH, None, min(30.0, max(0.1, timeout_s - elapsed)),
+                         HEALTH_ANSWER)
                 if r.status_code == 200:
                     self._check_answered_by_own_group()
                     self.startup_s = time.monotonic() - t0
                     return self.startup_s
-            except requests.RequestException:
+            except (DeadlinePassed, ConnectionFailed, AnswerBrokenOff, TooLarge):
                 pass
             if on_tick:
                 on_tick(elapsed)
@@ -305,11 +309,13 @@ class ServerProcess:
             return 0
 
     def log_since(self, offset: int) -> str:
-        """Log text written after byte `offset` (probes mark offsets around their requests)."""
+        """Log text written after byte `offset` (probes mark offsets around their requests), up
+        to SERVER_LOG (TooLarge past it: a server that logs gigabytes fails the probe that reads
+        them, never the harness's memory)."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(offset)
-                return f.read().decode("utf-8", "replace")
+                return read_bounded(f.read, SERVER_LOG, str(self.log_path)).decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
 

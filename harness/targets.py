@@ -54,10 +54,18 @@ class TransientLaunchFailure:
         return True
 
 
-# Someone else bound the port between the harness choosing it and the server binding it (the
-# kernel's words, uvicorn's "[Errno 98] … address already in use"), or answers on it
-# (server.ServerProcess's own check says it alike).
-PORT_TAKEN = TransientLaunchFailure("address already in use", (r"(?i)address already in use",), retries=2)
+# Someone else bound the port between the harness choosing it and the server binding it, or
+# answers on it. The words "address already in use" alone prove nothing (a metrics exporter's
+# warning, a crash that quotes them): they count where they are the cause, in one of three
+# places: uvicorn's bind failure on this attempt's port; server.ServerProcess's own check of
+# this port; or the last exception the attempt logged (a bind of the server's own, by the
+# kernel's errno text, with no later exception that killed it).
+_BIND_FAILED = r"error while attempting to bind on address \('[^']*', {port}\): (?i:address already in use)"
+_ANSWERED_BY_ANOTHER = r"^port {port} is answered by another process .*: address already in use"
+_EXCEPTION_LINE = r"^[A-Za-z_][\w.]*(?:Error|Exception): "
+_LAST_EXCEPTION_IS_BIND = rf"{_EXCEPTION_LINE}.*(?i:address already in use).*$(?![\s\S]*{_EXCEPTION_LINE})"
+PORT_TAKEN = TransientLaunchFailure("address already in use",
+                                    (f"{_BIND_FAILED}|{_ANSWERED_BY_ANOTHER}|{_LAST_EXCEPTION_IS_BIND}",), retries=2)
 # SGLang 0.5.16/0.5.17 (entrypoints/http_server.py, _execute_server_warmup): a thread polls the
 # server's own /model_info; when every poll failed it logs "Initialization failed. warmup
 # error: <traceback>" and kills its own process tree (SIGKILL). The same log line follows a

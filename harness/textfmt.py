@@ -5,6 +5,7 @@ harness/report/format.py."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 
@@ -36,9 +37,53 @@ def fmt_pair(a: float, b: float, digits: int = 3) -> tuple[str, str]:
     return repr(a), repr(b)
 
 
+def displayable(text: str) -> str:
+    """`text` as any UTF-8 output takes it: a name the file system gave as undecodable bytes (a
+    suite, model or --out name that is not UTF-8 arrives as surrogate escapes) shows its
+    undecodable bytes as U+FFFD instead of failing the write."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: every line break (\\n, \\r, Unicode's separators) a space. A line of
+    its own is where Markdown opens a block and a shell runs a command."""
+    return " ".join(text.splitlines())
+
+
 def md_escape(text: str) -> str:
-    """Text that stays inside one Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text that stays inside one Markdown table cell, its Markdown kept (a cell may hold
+    `code`), no HTML tag opened: `<` is the only character that opens one."""
+    return one_line(text).replace("|", "\\|").replace("<", "&lt;")
+
+
+# What Markdown reads as markup anywhere in a line; `<` and `&` as HTML (a tag, an entity).
+_MD_PUNCTUATION = re.compile(r"([\\`*_\[\]#|~!])")
+
+
+def md_text(text: str) -> str:
+    """Text from elsewhere (a commit subject, a name read from a results file) shown as it is
+    on one line: no Markdown or HTML of its own takes effect."""
+    text = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_PUNCTUATION.sub(r"\\\1", text)
+
+
+def md_code(text: str) -> str:
+    """`text` as a Markdown code span: fenced by one backtick more than its longest run of
+    them, so none inside can end it (CommonMark), on one line."""
+    text = one_line(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fence(lines: Iterable[str], info: str = "") -> list[str]:
+    """Lines as a fenced code block whose fence no line of theirs can close: one backtick more
+    than the longest run that opens any of them (a log line of ``` would end a fixed fence and
+    let the rest render as Markdown and HTML)."""
+    lines = list(lines)
+    longest = max((len(m.group(1)) for line in lines if (m := re.match(r"\s*(`+)", line))), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{info}", *lines, fence]
 
 
 def md_table(header: Iterable[str], body: Iterable[Iterable[Any]]) -> list[str]:

@@ -22,9 +22,11 @@ def test_set_values_are_read_as_toml_else_as_text():
 
 
 @pytest.mark.parametrize("option, message", [
-    ("kl.tauu=1e-6", "--set kl.…: unknown key 'tauu'"),
-    ("kll.tau=1e-6", "--set kll.…: unknown probe"),
-    ("kl.tau=fast", "--set kl.…"),
+    ("kl.tauu=1e-6", "--set kl: unknown key 'tauu'"),
+    ("kll.tau=1e-6", "--set kll.tau: unknown probe"),
+    ("kl.tau=fast", "--set kl.tau: expected a number, got a string 'fast'"),
+    # a probe the suite never runs: the value would change nothing
+    ("throughput.repeats=9", "--set throughput.repeats: the suite runs no throughput probe (it runs: kl)"),
 ])
 def test_a_bad_set_is_bad_input_before_any_launch(tmp_path, option, message):
     suite = refserver_suite(tmp_path / "s.toml", ["kl"])
@@ -32,6 +34,33 @@ def test_a_bad_set_is_bad_input_before_any_launch(tmp_path, option, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr, proc.stderr
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # the suite's 8 prompts pass the design check; the --set's 2 cannot reach alpha
+    ({"kl": {"prompts": 2}}, "--set kl.prompts: [probe.kl].prompts: 2 gives k3 2 pairs"),
+    # the key that fails is not the one set: the option is still named first
+    ({"kl": {"alpha": 1e-9}}, "--set kl.alpha: [probe.kl].prompts: 8 gives k3 8 pairs"),
+    ({"kl": {"low_token": 99999}}, "--set kl.low_token: [workload] with [probe.kl]: vocab must exceed low_token"),
+])
+def test_a_design_error_a_set_causes_blames_the_set_not_the_suite(tmp_path, overrides, message):
+    from harness.plan import load_suite
+    from harness.probes import known_probes
+
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"], deterministic=False, prompts=8)
+    load_suite(suite, known_probes())  # the suite alone is sound
+    with pytest.raises(UsageError) as raised:
+        load_suite(suite, known_probes(), overrides)
+    assert str(raised.value).startswith(message), raised.value
+
+
+def test_a_design_error_of_the_suite_itself_still_names_the_suite(tmp_path):
+    from harness.plan import load_suite
+    from harness.probes import known_probes
+
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"], deterministic=False, prompts=2)
+    with pytest.raises(UsageError, match=rf"^{tmp_path / 's.toml'}: \[probe.kl\].prompts: 2 gives"):
+        load_suite(suite, known_probes(), {"kl": {"tau": 1e-6}})
 
 
 def test_flags_after_a_lone_dash_dash_need_a_command_that_launches(tmp_path):

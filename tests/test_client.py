@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -69,3 +70,89 @@ def test_generate_carries_the_rids_and_reads_an_abort(stub):
     assert s.received[0][1]["rid"] == ["r0", "r1"]
     assert gen.aborted and gen.completion_tokens == 2
     assert not Generation((5,), {"finish_reason": {"type": "length", "length": 1}}).aborted
+
+
+class Hostile:
+    """A server that answers /generate as `answer(handler)` writes it: slowly, or without end."""
+
+    def __init__(self, answer):
+        self.written = 0  # bytes the answer got out before the client hung up
+        self.cut_off = threading.Event()
+        hostile = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    answer(self, hostile)
+                except OSError:  # the client gave up
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+TRICKLE_S = 0.2  # far within a read timeout; 600 bytes of it take two minutes
+
+
+def trickle(handler, hostile, head: bool) -> None:
+    body = b'{"output_ids": [1], "meta_info": {}}'.ljust(600)
+    head_text = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n" + "X-Pad: " + "x" * 600 + "\r\n\r\n"
+    parts = [*head_text.encode(), *body] if head else [*body]
+    if not head:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+    try:
+        for byte in parts:
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+            time.sleep(TRICKLE_S)
+    except OSError:
+        hostile.cut_off.set()  # the client hung up before the answer ended
+
+
+@pytest.mark.parametrize("head", [False, True], ids=["body", "headers"])
+def test_an_answer_trickled_a_byte_at_a_time_is_cut_off_at_the_request_deadline(head):
+    hostile = Hostile(lambda handler, _: trickle(handler, hostile, head))
+    try:
+        # The answer is a valid one: read to its end, it would be taken.
+        with pytest.raises(ServerError, match=r"^POST /generate: no answer within 1 s$"):
+            SGLangClient(hostile.url, timeout_s=1).generate([1, 2], max_new_tokens=1)
+        assert hostile.cut_off.wait(60), "the client read the answer to its end"
+    finally:
+        hostile.server.shutdown()
+
+
+def endless(handler, hostile, declared: bool) -> None:
+    """256 MiB of JSON whitespace; its size said up front, or not (the answer ends at close)."""
+    handler.send_response(200)
+    if declared:
+        handler.send_header("Content-Length", str(256 * 2**20))
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    block = b" " * 2**20
+    for _ in range(256):
+        handler.wfile.write(block)
+        hostile.written += len(block)
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["unsized", "content-length"])
+def test_an_answer_past_the_cap_is_refused_having_read_no_more_than_the_cap(monkeypatch, declared):
+    from harness import bounded, client
+
+    monkeypatch.setattr(client, "SERVER_ANSWER", bounded.SizeCap(2**20, "a server's answer"))
+    hostile = Hostile(lambda handler, h: endless(handler, h, declared))
+    try:
+        with pytest.raises(ServerError, match=r"^POST /generate: answer larger than 1 MiB, the most detcheck reads "
+                                              r"of a server's answer$"):
+            SGLangClient(hostile.url, timeout_s=60).generate([1, 2], max_new_tokens=1)
+        time.sleep(0.5)  # the server notices the hang-up
+        assert hostile.written < 64 * 2**20  # the cap and the sockets' buffers, not the answer
+    finally:
+        hostile.server.shutdown()

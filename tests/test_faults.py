@@ -68,6 +68,17 @@ FAULTS = {
                     r"of 3 ports tried \(address already in use\)$", r"address already in use"),
     "port-in-use-once": (["--fault", "port-in-use", "--fault-launches", "1"], "ok", r"^$", ""),
     "child-ignores-sigterm": (["--spawn-child"], "ok", r"^$", ""),
+    # A crash whose log mentions a port taken, not as its cause: one start, its own error.
+    "mentions-port-in-use": (["--fault", "mentions-port-in-use"], "error",
+                             r"^launch failed: server exited with code 1 before becoming healthy$",
+                             r"RuntimeError: CUDA error: no kernel image is available"),
+    # Answers that come a byte at a time, each byte well within any read timeout: cut off at the
+    # suite's whole-request deadlines (2 s to be healthy, 1 s a request), not minutes later.
+    "trickle-health": (["--fault", "trickle-health"], "error", r"^launch failed: server not healthy after 2 s", ""),
+    "trickle-generate": (["--fault", "trickle-generate"], "error", r"^POST /generate: no answer within 1 s$", ""),
+    # 1 GiB of an answer, read to the cap ($DETCHECK_MAX_ANSWER_MB=1 here) and refused.
+    "huge-generate": (["--fault", "huge-generate"], "error",
+                      r"^POST /generate: answer larger than 1 MiB, the most detcheck reads of a server's answer$", ""),
 }
 # Launches a configuration took over both roles (a port in use is retried on a fresh port).
 LAUNCHES = {"port-in-use": 6, "port-in-use-once": 3}
@@ -118,7 +129,7 @@ def matrix(tmp_path_factory, bare_python) -> Matrix:
     watcher.start()
     try:
         proc = detcheck(*bench.args(), timeout=150, env={
-            **bench.env(), TAG: run.tag, "DETCHECK_CACHE_DIR": str(run.cache),
+            **bench.env(), TAG: run.tag, "DETCHECK_CACHE_DIR": str(run.cache), "DETCHECK_MAX_ANSWER_MB": "1",
             CALLER_SECRET[0]: CALLER_SECRET[1]})
     finally:
         done.set()

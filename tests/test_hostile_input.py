@@ -168,18 +168,81 @@ def test_a_folder_holding_both_result_files_that_disagree_is_not_read(tmp_path, 
     assert "holds both results.json and results.json.gz, and they differ" in err and str(out) in err
 
 
-def test_a_gzip_bomb_is_refused_before_it_is_inflated_whole(tmp_path, monkeypatch):
-    from harness import result_files
+@pytest.mark.parametrize("name", ["results.json.gz", "results.json"])
+def test_a_result_file_past_the_cap_is_refused_before_it_is_read_whole(tmp_path, monkeypatch, name):
+    """A gzip bomb, and a plain results.json of gigabytes (`--order-from`, `report`): the
+    reader holds the cap at most."""
+    from harness import bounded, result_files
     from harness.errors import CorruptResult
 
-    monkeypatch.setattr(result_files, "MAX_INFLATED_BYTES", 2**20, raising=False)
-    bomb = tmp_path / "run" / "results.json.gz"
-    bomb.parent.mkdir()
-    with gzip.open(bomb, "wb") as f:
+    monkeypatch.setattr(bounded, "RESULT_DOCUMENT", bounded.SizeCap(2**20, "a result file"))
+    big = tmp_path / "run" / name
+    big.parent.mkdir()
+    with (gzip.open if name.endswith(".gz") else open)(big, "wb") as f:
         for _ in range(4):
             f.write(b" " * 2**20)  # 4 MiB of whitespace: valid JSON padding around nothing
-    with pytest.raises(CorruptResult, match=r"inflates to more than 1 MiB"):
-        result_files.read_run(bomb.parent)
+    reads: list[int] = []
+    real_read = bounded.read_bounded
+    monkeypatch.setattr(bounded, "read_bounded", lambda read, cap, where="": real_read(
+        lambda n: reads.append(n) or read(n), cap, where))
+    with pytest.raises(CorruptResult, match=rf"{big}: larger than 1 MiB, the most detcheck reads of a result "
+                                            rf"file; not a results file detcheck wrote"):
+        result_files.read_run(big.parent)
+    assert sum(reads) <= 2**20 + 1  # never more asked for than one byte past the cap
+
+
+# -- demo: what it would destroy ---------------------------------------------------------
+
+
+def test_demo_refuses_an_out_holding_an_earlier_run_without_force(tmp_path):
+    from conftest import detcheck
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(DEMO_RUN.read_text())
+    proc = detcheck("demo", "--out", str(out), "--no-progress", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--out {out} holds an earlier run; pass --force to replace it" in proc.stderr
+    assert (out / "results.json").read_text() == DEMO_RUN.read_text()
+
+
+@pytest.mark.parametrize("occupied", ["refserver-cache", "refserver-bisect"])
+@pytest.mark.parametrize("as_link", [False, True])
+def test_demo_keep_never_removes_what_an_occupied_repo_place_holds(tmp_path, occupied, as_link):
+    """An earlier kept demo's repositories (the user's commits in them), or a link there to
+    anything: refused before anything is made, never removed nor followed."""
+    from conftest import detcheck
+
+    kept, mine = tmp_path / "kept", tmp_path / "mine"
+    kept.mkdir()
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    if as_link:
+        (kept / occupied).symlink_to(mine)
+    else:
+        mine.rename(kept / occupied)
+    proc = detcheck("demo", "--keep", str(kept), "--no-progress", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    what = "a link" if as_link else "a directory that is not empty"
+    assert f"--keep {kept}: {kept / occupied}: is {what}" in proc.stderr, proc.stderr
+    assert (kept / occupied / "notes.txt").read_text() == "the user's"
+    assert sorted(p.name for p in kept.iterdir()) == [occupied]  # nothing made beside it
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_demo_keep_on_a_file_or_a_link_is_bad_input_naming_it(tmp_path, kind):
+    from conftest import detcheck
+
+    kept = tmp_path / "kept"
+    if kind == "file":
+        kept.write_text("not a directory")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        kept.symlink_to(tmp_path / "elsewhere")
+    proc = detcheck("demo", "--keep", str(kept), "--no-progress", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--keep {kept}: is a {kind}, not a directory" in proc.stderr, proc.stderr
+    assert kind == "file" or not any((tmp_path / "elsewhere").iterdir())
 
 
 def test_resume_with_another_suite_is_refused(tmp_path):
@@ -232,10 +295,11 @@ print('launch argv:', ' '.join(argv), flush=True)
 print('launch env:', ' '.join(f'{k}={v}' for k, v in sorted(os.environ.items())), flush=True)
 if '--help' in argv:
     print('  --api-key KEY  --db-passwd PW  --credential C')
+    print('  --hub-login LOGIN     The password of the model hub account.')
 kept = []
 words = iter(argv)
 for word in words:
-    if word in ('--db-passwd',):
+    if word in ('--db-passwd', '--hub-login'):
         next(words)
     elif not word.startswith(('--api-key', '--credential')):
         kept.append(word)
@@ -253,7 +317,9 @@ def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, ba
     from faultlib import Bench
 
     secret = {name: f"{name}-{os.urandom(6).hex()}" for name in
-              ("abbrev", "passwd", "credential", "suite_cred", "suite_pass", "url")}
+              ("abbrev", "passwd", "credential", "suite_cred", "suite_pass", "url",
+               "my_auth", "gh_pat", "db_pwd", "session_cookie", "hub_login")}
+    secret["by_value"] = f"ghp_{os.urandom(18).hex()}"  # a GitHub token under a name that says nothing
     repo = make_sglang_repo(tmp_path, module="faults")
     (repo / "python" / "sglang" / "launch_server.py").write_text(ECHO_SHIM)
     for message in ("echo argv and env", "candidate"):
@@ -261,11 +327,15 @@ def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, ba
                         "-q", "--allow-empty", "-am", message], check=True)
     bench = Bench(tmp_path, bare_python, repo=repo)
     bench.write_suite({"one": ["--fault", "http-500"]},  # a failing cell keeps a log tail too
-                      env={"SERVICE_CREDENTIAL": secret["suite_cred"], "PGPASS": secret["suite_pass"]})
+                      env={"SERVICE_CREDENTIAL": secret["suite_cred"], "PGPASS": secret["suite_pass"],
+                           "MY_AUTH": secret["my_auth"], "GH_PAT": secret["gh_pat"], "DB_PWD": secret["db_pwd"],
+                           "SESSION_COOKIE": secret["session_cookie"], "BUILD_SETTING": secret["by_value"]})
     proc = detcheck_with(bench, {"MIRROR_URL": f"https://mirror-user:{secret['url']}@mirror.invalid/simple"},
                          f"--server-a=--api-key={secret['abbrev']}",  # argparse's abbreviation of --server-arg
                          "--server-arg=--db-passwd", f"--server-arg={secret['passwd']}",
-                         f"--server-arg=--credential={secret['credential']}")
+                         f"--server-arg=--credential={secret['credential']}",
+                         # a flag secret by its --help only
+                         "--server-arg=--hub-login", f"--server-arg={secret['hub_login']}")
     assert proc.returncode == 1, proc.stderr[-2000:]
     logs = "".join(p.read_text() for p in (bench.out / "logs").iterdir())
     assert "launch argv:" in logs and "launch env:" in logs and "mirror.invalid" in logs
@@ -418,7 +488,12 @@ def built_names() -> list[str]:
 
 
 @pytest.mark.parametrize("pip_args", [("--target=/tmp/elsewhere",), ("--target", "/tmp/elsewhere"), ("-t", "/x"),
-                                      ("-t/x",), ("--prefix=/x",), ("--root", "/x"), ("--user",)])
+                                      ("-t/x",), ("--prefix=/x",), ("--root", "/x"), ("--user",),
+                                      # pip takes an unambiguous prefix of a long option, and clustered flags
+                                      ("--prefi=/x",), ("--ta", "/x"), ("--use",), ("-qt/x",), ("-vqt", "/x"),
+                                      # uv's: the environment it installs into
+                                      ("--python=/other/bin/python",), ("--pyth", "/x"), ("-p", "/x"),
+                                      ("--system",)])
 def test_pip_options_that_move_the_install_are_refused(pip_args):
     from harness.envs import EnvOptions
 
@@ -426,17 +501,29 @@ def test_pip_options_that_move_the_install_are_refused(pip_args):
         EnvOptions(pip_args=pip_args)
 
 
+@pytest.mark.parametrize("pip_args", [("--pre",), ("--no-index", "--find-links=/wheels"), ("-i", "https://x/simple"),
+                                      ("-q",), ("--root-user-action=ignore",), ("--python-version", "3.11"),
+                                      ("-r/x/more.txt",)])
+def test_pip_options_that_install_into_the_environment_are_kept(pip_args):
+    from harness.envs import EnvOptions
+
+    assert EnvOptions(pip_args=pip_args).pip_args == pip_args
+
+
 @pytest.mark.slow
-def test_a_build_that_installed_nothing_into_the_environment_is_never_published(tmp_path):
+def test_a_build_that_installed_nothing_into_the_environment_is_never_published(tmp_path, monkeypatch):
     """Before: `--targ=DIR` (pip's abbreviation of --target) installed into DIR, the empty
-    environment was published, and every later run reused it (packages null), exit 0."""
+    environment was published, and every later run reused it (packages null), exit 0. That
+    option is refused up front now; pip's own configuration (PIP_TARGET) is another way to send
+    the install elsewhere, caught by the check of what the environment holds."""
     import sys
 
     from harness.envs import EnvOptions, revision_env
 
     tree = revision_tree(tmp_path / "t", "detcheck_envprobe==2.0\n")
     wheels = wheel_folder(tmp_path / "wheels", "2.0")
-    options = EnvOptions(pip_args=("--no-index", f"--find-links={wheels}", f"--targ={tmp_path / 'elsewhere'}"))
+    monkeypatch.setenv("PIP_TARGET", str(tmp_path / "elsewhere"))
+    options = EnvOptions(pip_args=("--no-index", f"--find-links={wheels}"))
     env = revision_env(SHA, tree, options, sys.executable)
     assert (tmp_path / "elsewhere" / "detcheck_envprobe").is_dir()  # where pip put it
     assert "without what detcheck-requirements.txt names: detcheck_envprobe absent (pinned 2.0)" in env.error
@@ -498,3 +585,138 @@ def test_a_build_that_hangs_is_killed_at_its_time_limit(tmp_path, no_leftovers):
     env = revision_env(SHA, tree, options, sys.executable)
     assert env.error.startswith("pip install timed out after 3 s (the build's limit, --env-build-timeout)"), env.error
     assert built_names() == []
+
+
+# -- what a report holds to paste: shell lines, Markdown, HTML ---------------------------
+
+
+def hostile_report(tmp_path: Path) -> str:
+    """report.md of a results.json whose strings are commands, Markdown and HTML: a model
+    directory named `m $(touch PWNED)`, a reproducer step whose title breaks its line, a commit
+    subject of HTML, a log tail that closes its code fence."""
+    from harness.report.markdown import MarkdownReport
+    from harness.result_files import read_run
+
+    data = json.loads(DEMO_RUN.read_text())
+    data["base"]["subject"] = '<img src=x onerror="alert(1)"> **fix** [here](https://evil.invalid)'
+    for cell in data["cells"]:
+        argv = cell["metadata"]["server_argv"]
+        argv[argv.index("--model-path") + 1] = str(tmp_path / "models" / "m $(touch PWNED)")
+    comp = next(c for c in data["comparisons"] if c.get("reproducer"))
+    comp["reproducer"]["requests"][0]["what"] = "start cold\ntouch PWNED\n```\n<script>alert(1)</script>"
+    cell = data["cells"][0]
+    cell.update(status="error", reason="<b>bold</b> reason", log_tail="last words\n```\n<script>alert(2)</script>")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(data))
+    return MarkdownReport(read_run(tmp_path / "run")).render()
+
+
+def code_span(line: str) -> str:
+    """The text of the code span that ends `line` (CommonMark: a fence of n backticks)."""
+    import re
+
+    m = re.search(r"(`+) ?(.*?) ?\1$", line)
+    assert m, line
+    return m.group(2)
+
+
+def test_the_server_args_line_pasted_into_a_shell_runs_nothing_and_gives_the_argv_back(tmp_path):
+    import subprocess
+
+    line = next(l for l in hostile_report(tmp_path).splitlines() if l.startswith("- server args"))
+    args = code_span(line)
+    echoed = subprocess.run(["sh", "-c", f"printf '%s\\n' {args}"], cwd=tmp_path, capture_output=True, text=True)
+    assert not (tmp_path / "PWNED").exists(), line
+    assert echoed.stdout.splitlines()[2:4] == ["--model-path", "…/models/m $(touch PWNED)"], echoed.stdout
+
+
+def test_a_step_title_cannot_put_a_command_into_the_reproducers_sh_block(tmp_path):
+    import os
+    import subprocess
+
+    lines = hostile_report(tmp_path).splitlines()
+    start = next(i for i, l in enumerate(lines) if l.endswith("sh") and l.startswith("```"))
+    fence = lines[start][:-2]
+    block = lines[start + 1:lines.index(fence, start + 1)]
+    assert "# start cold touch PWNED ``` &lt;script>" not in block  # a shell comment is shell, not Markdown
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text("#!/bin/sh\nexit 0\n")  # the requests go nowhere
+    (bin_dir / "curl").chmod(0o755)
+    proc = subprocess.run(["sh", "-e", "-c", "\n".join(block)], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "PWNED").exists(), block
+    assert all(l.startswith(("# ", "curl ")) for l in block), block
+
+
+def outside_code_blocks(report: str) -> tuple[list[str], list[list[str]]]:
+    """The report's lines outside fenced code blocks, and each block's lines, as CommonMark
+    reads them: a block ends at a line of at least as many backticks as opened it, nothing else."""
+    import re
+
+    prose, blocks, fence = [], [], None
+    for line in report.splitlines():
+        run = re.match(r"(`{3,})", line)
+        if fence is None and run:
+            fence, block = run.group(1), []
+        elif fence is not None and re.fullmatch(rf"{fence}`*\s*", line):
+            blocks.append(block)
+            fence = None
+        elif fence is not None:
+            block.append(line)
+        else:
+            prose.append(line)
+    return prose, blocks
+
+
+def test_strings_of_a_results_file_bring_no_html_or_markdown_into_the_report(tmp_path):
+    prose, blocks = outside_code_blocks(hostile_report(tmp_path))
+    text = "\n".join(prose)
+    for tag in ("<img", "<script", "<b>"):
+        assert tag not in text, tag
+    assert "[here](" not in text and "\\[here\\]" in text  # a link escaped, shown as typed
+    assert "**fix**" not in text and "\\*\\*fix\\*\\*" in text
+    # the log tail is shown as it is, its ``` line inside its block
+    assert ["last words", "```", "<script>alert(2)</script>"] in blocks, blocks
+
+
+# -- names that are not UTF-8 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["md", "console", "json"])
+def test_a_results_file_with_names_that_are_not_utf8_renders_every_format(tmp_path, fmt):
+    """Names the file system gave as undecodable bytes reach results.json as surrogate escapes
+    (`\\udcff`): report.md and every printed format show them, never a UnicodeEncodeError."""
+    from conftest import detcheck
+
+    data = json.loads(DEMO_RUN.read_text())
+    data["suite"] = "suite-\udcff"
+    for cell in data["cells"]:
+        argv = cell["metadata"]["server_argv"]
+        argv[argv.index("--model-path") + 1] = "/models/m-\udcfe/weights"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(data))  # ASCII: \udcff escaped
+    proc = detcheck("report", str(tmp_path / "run"), "--format", fmt)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    report = (tmp_path / "run" / "report.md").read_text()  # UTF-8, as every report is
+    assert "suite-\ufffd" in report and "m-\ufffd" in report
+
+
+@pytest.mark.slow
+def test_a_run_whose_suite_and_out_names_are_not_utf8_writes_its_report(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, refserver_suite
+
+    text = refserver_suite(tmp_path / "plain.toml", ["kl"]).read_bytes()
+    root = os.fsencode(tmp_path)
+    suite, out = root + b"/suite-\xff.toml", root + b"/out-\xfe"
+    with open(suite, "wb") as f:
+        f.write(text.replace(b'name = "plain"', b'name = "plain-\xc3\xa9"'))
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--suite", suite, "--out", out,
+                           "--no-progress", "--format", "md"], cwd=ROOT, capture_output=True, timeout=300)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr[-3000:]
+    report = (Path(os.fsdecode(out)) / "report.md").read_text()
+    assert "## detcheck `plain-é` on refserver" in report and proc.stdout.decode().startswith("## detcheck")

@@ -8,7 +8,7 @@ import subprocess
 
 from conftest import ROOT
 
-STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.redaction", "harness.gitcmd", "harness.configs",
+STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.bounded", "harness.redaction", "harness.gitcmd", "harness.configs",
                "harness.targets", "harness.plan", "harness.matrix", "harness.demo")
 
 

@@ -80,6 +80,13 @@ def test_the_fixture_writes_what_the_h200_log_holds():
     "Initialization failed. warmup error: Traceback (most recent call last):\nAssertionError: <Response [500]>",
     # Any other crash.
     "Traceback (most recent call last):\nAssertionError: speculative_num_draft_tokens must be > 1",
+    # A crash whose log merely mentions a port taken: a warning, another port's bind, an
+    # exception handled before the one that killed the server.
+    "WARNING: metrics exporter: [Errno 98] address already in use; metrics stay off\n"
+    "Traceback (most recent call last):\nRuntimeError: CUDA error: no kernel image is available",
+    "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
+    "OSError: [Errno 98] Address already in use\nfalling back to another port\n"
+    "Traceback (most recent call last):\nAssertionError: speculative_num_draft_tokens must be > 1",
 ])
 def test_other_failed_starts_are_not_transient(log):
     assert transient_kind(failed_start(log), 46117) is None

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from harness.server import health_poll_s, wait_exit
 
 
@@ -37,3 +39,35 @@ def test_the_health_poll_grows_with_the_wait_within_its_bounds():
     assert health_poll_s(0.0) == 0.02
     assert health_poll_s(1.3) == 0.05 * 1.3  # the reference server's start: noticed within 65 ms
     assert health_poll_s(120.0) == 0.25  # a GPU server's minute of loading: as before
+
+
+def test_a_log_read_past_its_cap_is_refused_naming_the_cap(tmp_path, monkeypatch):
+    from harness import bounded, server
+    from harness.server import ServerProcess
+
+    monkeypatch.setattr(server, "SERVER_LOG", bounded.SizeCap(2**20, "a server's log"))
+    log = tmp_path / "server.log"
+    log.write_bytes(b"Prefill batch\n" * (2**20 // 14 + 1000))
+    proc = ServerProcess(["true"], {}, log, port=1)
+    assert proc.log_since(log.stat().st_size - 28) == "Prefill batch\n" * 2
+    with pytest.raises(bounded.TooLarge, match=rf"^{log}: larger than 1 MiB, the most detcheck reads of a server's log$"):
+        proc.log_since(0)
+
+
+def test_a_health_answer_trickled_a_byte_at_a_time_is_not_healthy_past_the_startup_deadline(tmp_path):
+    """The fault server's trickle-health: each byte well within a read timeout, the answer two
+    minutes long. Read to its end, it would be a 200: healthy."""
+    from conftest import ROOT
+    from harness.errors import LaunchError
+    from harness.server import ServerProcess, free_port
+
+    port = free_port()
+    proc = ServerProcess([sys.executable, "-m", "faults", "--model-path", "m", "--port", str(port),
+                          "--fault", "trickle-health"], {"PYTHONPATH": str(ROOT / "fixtures")},
+                         tmp_path / "server.log", port)
+    proc.start()
+    try:
+        with pytest.raises(LaunchError, match=r"^server not healthy after 2 s$"):
+            proc.wait_healthy(timeout_s=2)
+    finally:
+        proc.stop()

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, detcheck
 from harness.errors import UsageError
 from harness.results import Role
 from harness.schedule import SlotPool, Unit, cpu_slots
@@ -40,6 +40,20 @@ def test_job_times_are_read_from_every_suite_of_a_matrix_runs_folder():
 def test_a_path_without_results_is_bad_input(tmp_path):
     with pytest.raises(UsageError, match="no results.json"):
         read_job_times([tmp_path])
+
+
+@pytest.mark.parametrize("started_at, ended_at", [("yesterday", 2.0), (1.0, [1, 2]), (True, 2.0)])
+def test_launch_times_that_are_not_numbers_are_a_damaged_file_exit_2(tmp_path, started_at, ended_at):
+    """`--order-from` (and a matrix entry's `order_from`) subtracts the times: a string or a
+    list there was a TypeError traceback."""
+    data = json.loads((ROOT / "tests/data/demo-cache.json").read_text())
+    data["launches"][0].update(started_at=started_at, ended_at=ended_at)
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    proc = detcheck("run", "--suite", str(ROOT / "suites/default.toml"), "--order-from", str(tmp_path),
+                    "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{tmp_path / 'results.json'}: corrupt results file (bad field: launch " in proc.stderr, proc.stderr
+    assert "expected Unix seconds (a number)" in proc.stderr
 
 
 def test_a_models_first_job_starts_at_once_and_its_others_once_it_is_opened():

@@ -184,11 +184,12 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
     return base, candidate
 
 
-def claim_out_dir(out: Path, resume: bool, force: bool, suite: Path | None = None) -> None:
+def claim_out_dir(out: Path, resume: bool, force: bool, suite: Path | None = None, resumable: bool = True) -> None:
     """An --out holding another run (results.json or results.json.gz) is never overwritten by
     accident: --resume continues it (the same suite only), --force replaces it: the files
     detcheck wrote there go (results, report, server logs, the plots the report links), so
-    they are not appended across runs; anything else in the directory stays."""
+    they are not appended across runs; anything else in the directory stays. `resumable`:
+    whether the command has --resume to offer (demo has not)."""
     earlier = run_files(out)
     if resume:
         if not earlier:
@@ -200,8 +201,8 @@ def claim_out_dir(out: Path, resume: bool, force: bool, suite: Path | None = Non
     if not earlier:
         return
     if not force:
-        raise UsageError(f"--out {out} holds an earlier run; pass --resume to continue it or "
-                         f"--force to replace it")
+        raise UsageError(f"--out {out} holds an earlier run; pass "
+                         f"{'--resume to continue it or ' if resumable else ''}--force to replace it")
     for path in [*earlier, *server_logs(out), *report_files(out)]:
         path.unlink(missing_ok=True)
     for folder in (out / LOG_DIR, out / PLOT_DIR):

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from harness.bisect import SKIP, BisectSpec, bisect
 from harness.commands.common_args import add_format_arg, claim_out_dir, command_line, observer_for
-from harness.demo import (BISECT_CONFIG, BISECT_PROBE, BISECT_SUITE, SCENARIOS, build_demo_history, build_repo,
-                          check_expected, name_branches, try_commands)
+from harness.demo import (BISECT_CONFIG, BISECT_PROBE, BISECT_SUITE, HISTORY_DIR, SCENARIOS, Scenario,
+                          build_demo_history, build_repo, check_expected, name_branches, repo_dir, try_commands)
+from harness.errors import UsageError
+from harness.fixture_repo import check_free
 from harness.paths import cache_dir
 from harness.report.emit import emit
 from harness.result_files import atomic_write_json
@@ -36,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "the regression planted in it (branches good, main) and the run in DIR, and "
                         "print the run, report and bisect commands to try on them")
     p.add_argument("--fresh", action="store_true", help="ignore stored cells from earlier demo runs")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier run in the run directory (what detcheck wrote there only)")
     add_format_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--seed", type=int, default=0, help="bisect: where the regression is planted")
@@ -46,11 +50,13 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario == "bisect":
         return demo_bisect(args)
     scenario = SCENARIOS[args.scenario]
+    if args.keep:
+        check_keep_dir(args.keep, scenario)
     with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
         root = args.keep or Path(tmp)
-        repo = build_repo(scenario, root, reverse=args.reverse)
         out = args.out or root / "run"
-        claim_out_dir(out, resume=False, force=True)  # a demo always starts its run afresh
+        claim_out_dir(out, resume=False, force=args.force, resumable=False)  # as `run` does, before anything is made
+        repo = build_repo(scenario, root, reverse=args.reverse)
         req = RunRequest(
             suite_path=scenario.suite, target="refserver",
             base=Revision.resolve(repo.path, repo.base), candidate=Revision.resolve(repo.path, repo.candidate),
@@ -71,7 +77,20 @@ def run(args: argparse.Namespace) -> int:
                         f"expected verdicts reproduced ({len(result.launches)} launches)")
 
 
-def keep(root: Path, scenario, repo: Path, req: RunRequest, seed: int) -> None:
+def check_keep_dir(root: Path, scenario: Scenario) -> None:
+    """--keep DIR, before anything is made: a directory (or nothing yet), where the places of
+    the repositories the demo leaves are free. An earlier demo's are refused, never replaced:
+    they may hold the user's work, or be links to anywhere."""
+    if root.is_symlink() or root.exists() and not root.is_dir():
+        raise UsageError(f"--keep {root}: is {'a link' if root.is_symlink() else 'a file'}, not a directory")
+    for path in (repo_dir(scenario, root), root / HISTORY_DIR):
+        try:
+            check_free(path)
+        except UsageError as exc:
+            raise UsageError(f"--keep {root}: {exc}; name another directory") from None
+
+
+def keep(root: Path, scenario: Scenario, repo: Path, req: RunRequest, seed: int) -> None:
     """Name the kept repo's branches, add a history to bisect, print what to try on them."""
     name_branches(repo, base=req.base.sha, candidate=req.candidate.sha)
     history = build_demo_history(root, seed=seed)

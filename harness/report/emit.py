@@ -6,6 +6,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 
@@ -15,6 +16,7 @@ from harness.report.markdown import MarkdownReport
 from harness.report.rows import all_metric_sides
 from harness.result_files import atomic_write_text
 from harness.results import RunResult
+from harness.textfmt import displayable
 
 FORMATS = ("console", "md", "json")
 REPORT_FILE = "report.md"
@@ -43,23 +45,37 @@ def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], 
     return plot.draw_all(result, out_dir)
 
 
+class _DisplayableStream:
+    """A text stream that takes any str (`displayable`): the report's names come from the file
+    system and from results files, where they need not be UTF-8."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(displayable(text))
+
+    def __getattr__(self, name: str):  # flush, isatty, encoding: the stream's own
+        return getattr(self._stream, name)
+
+
 def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
          exit_code: int | None = None) -> None:
     """Print `result` in `fmt`; also write report.md and plots into `out_dir` where it can (a
     read-only run directory still prints, with a warning). JSON opens with the run's verdict and
     `exit_code`, the status the command exits with (or, for `report` without --check, would)."""
-    stream = stream or sys.stdout
+    stream = _DisplayableStream(stream or sys.stdout)
     sides = all_metric_sides(result)  # one derivation for report.md and the console table
     try:
         plots = plots_for(result, out_dir)
-        markdown = MarkdownReport(result, plots, sides).render()
+        markdown = displayable(MarkdownReport(result, plots, sides).render())
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(out_dir / REPORT_FILE, markdown)
     except OSError as exc:
         print(f"detcheck: warning: report.md and plots not written to {out_dir}: "
               f"{exc.strerror or exc}", file=sys.stderr)
-        markdown = MarkdownReport(result, {}, sides).render()
+        markdown = displayable(MarkdownReport(result, {}, sides).render())
     if fmt == "md":
         stream.write(markdown)
     elif fmt == "json":

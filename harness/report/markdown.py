@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from harness.probes import PROBES
 from harness.report.format import portable
@@ -10,12 +11,17 @@ from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
                                  revision_label, rows)
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
-from harness.textfmt import fmt, md_escape, md_table, plural
+from harness.textfmt import fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural
+
+# Every string of a results file (names, refs, commit subjects, a server's words) lands here
+# escaped for where it lands: md_text in prose, md_code in a code span, md_fence around log
+# lines, one_line in a shell comment; a shell line is shlex-joined. A hostile results.json or
+# commit must not put Markdown, HTML or commands of its own into a report that is pasted.
 
 
-def _rev(label: str, info) -> str:
-    subject = f" — {info.subject}" if info.subject else ""
-    return f"{label} `{info.ref}` ({info.short}){subject}"
+def _rev(info) -> str:
+    subject = f" — {md_text(info.subject)}" if info.subject else ""
+    return f"{md_code(info.ref)} ({md_text(info.short)}){subject}"
 
 
 class MarkdownReport:
@@ -30,16 +36,16 @@ class MarkdownReport:
 
     def render(self) -> str:
         r = self.result
-        out = [f"## detcheck `{r.suite}` on {r.target}: base {revision_label(r.base)} → "
-               f"candidate {revision_label(r.candidate)}",
+        out = [f"## detcheck {md_code(r.suite)} on {md_text(r.target)}: base {md_text(revision_label(r.base))} → "
+               f"candidate {md_text(revision_label(r.candidate))}",
                "",
                f"**Verdict: {headline(r)}**",
                "",
-               f"Base: {_rev('', r.base).strip()}  ",
-               f"Candidate: {_rev('', r.candidate).strip()}",
+               f"Base: {_rev(r.base)}  ",
+               f"Candidate: {_rev(r.candidate)}",
                ""]
         if "trimmed" in r.metadata:  # a kept record whose cells were removed: say why its sides read –
-            out += [f"*This record holds no cells: {r.metadata['trimmed']}.*", ""]
+            out += [f"*This record holds no cells: {md_text(str(r.metadata['trimmed']))}.*", ""]
         out += md_table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
                         ((row.config, f"`{row.probe}`", row.base, row.candidate,
                           VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r, self.sides)))
@@ -47,7 +53,7 @@ class MarkdownReport:
         if self.plots:
             out += ["", "Plots (relative links: attach the files to the PR, or they break once pasted):"]
         for (config, probe), path in self.plots.items():
-            out += ["", f"![{config} {probe}]({path})"]
+            out += ["", f"![{md_text(config)} {md_text(probe)}]({path})"]
         out += ["", "<details><summary>Details: metrics, per-request samples, failures</summary>", ""]
         for comp in r.comparisons:
             out += self._details(comp.config, comp.probe)
@@ -63,14 +69,14 @@ class MarkdownReport:
             kind = PROBES.get(comp.probe)
             cells = figure_cells(self.result, comp)
             if kind is not None and kind.text_figure is not None and cells:
-                out += ["", f"**{comp.config} / `{comp.probe}`**", "", *kind.text_figure(cells)]
+                out += ["", f"**{md_text(comp.config)} / {md_code(comp.probe)}**", "", *kind.text_figure(cells)]
         return out
 
     def _details(self, config: str, probe: str) -> list[str]:
         r = self.result
         base, cand = r.cell(config, probe, Role.BASE), r.cell(config, probe, Role.CANDIDATE)
         comp = next(c for c in r.comparisons if c.config == config and c.probe == probe)
-        out = [f"#### {config} / `{probe}`", ""]
+        out = [f"#### {md_text(config)} / {md_code(probe)}", ""]
         if comp.metrics:
             body = []
             sides = self.sides[(config, probe)]
@@ -88,9 +94,9 @@ class MarkdownReport:
                 out += [f"**{side}: {cell.status.value}** — {md_escape(portable(failure_text(cell)))}", ""]
                 if cell.status == Status.FINDING and cell.samples:
                     out += [f"{side}'s evidence (first of {len(cell.samples)} in results.json):", "",
-                            "```", *(json.dumps(s, default=str) for s in cell.samples[:3]), "```", ""]
+                            *md_fence(json.dumps(s, default=str) for s in cell.samples[:3]), ""]
                 if cell.log_tail:
-                    out += ["```", *(portable(line) for line in cell.log_tail.splitlines()[-15:]), "```", ""]
+                    out += [*md_fence(portable(line) for line in cell.log_tail.splitlines()[-15:]), ""]
         out += self._facts(comp, base, cand)
         if comp.reproducer is not None:
             out += _reproducer(comp.reproducer)
@@ -113,21 +119,23 @@ class MarkdownReport:
         meta = r.metadata
         out = ["<details><summary>Provenance</summary>", ""]
         out.append(f"- {launches_text(r)}")
-        out += [f"- relaunched {text}" for text in relaunch_texts(r)]
+        out += [f"- relaunched {md_text(text)}" for text in relaunch_texts(r)]
         for role, info in ((Role.BASE, r.base), (Role.CANDIDATE, r.candidate)):
-            out.append(f"- {role.value}: `{info.sha or info.ref}` {info.subject}")
+            out.append(f"- {role.value}: {md_code(info.sha or info.ref)} {md_text(info.subject)}")
         cell = next((c for c in r.cells if c.metadata.get("server_argv")), None)
         if cell is not None:
             m = cell.metadata
             env = ", ".join(k for k in (m.get("gpu_name"), m.get("torch") and f"torch {m['torch']}",
                                         m.get("cuda") and f"CUDA {m['cuda']}") if k)
             if env:
-                out.append(f"- environment: {env}; machine {m.get('machine', '?')}")
-            out.append(f"- server args ({cell.config}): `{portable(' '.join(m['server_argv']))}`")
+                out.append(f"- environment: {md_text(env)}; machine {md_text(str(m.get('machine', '?')))}")
+            # portable() after the quoting: it rewrites paths within a word, never across quotes
+            out.append(f"- server args ({md_text(cell.config)}): "
+                       f"{md_code(portable(shlex.join(str(a) for a in m['server_argv'])))}")
         if meta.get("command"):
-            out.append(f"- command: `{portable(meta['command'])}`")
-        out.append(f"- detcheck {meta.get('harness_version', '?')}, "
-                   f"{meta.get('started_at', '?')} → {meta.get('finished_at', '?')}")
+            out.append(f"- command: {md_code(portable(str(meta['command'])))}")
+        out.append(f"- detcheck {md_text(str(meta.get('harness_version', '?')))}, "
+                   f"{md_text(str(meta.get('started_at', '?')))} → {md_text(str(meta.get('finished_at', '?')))}")
         out += ["", "</details>"]
         return out
 
@@ -139,12 +147,13 @@ def _reproducer(rep: Reproducer) -> list[str]:
     facts = [*([f"prompts {list(rep.prompts)}"] if rep.prompts else []),
              *([f"first divergent: {divergence_text(first)}"] if first else []),
              f"re-measurements: {rep.re_measurements}"]
-    out = [f"**Reproducer** ({'; '.join(facts)}). {md_escape(rep.shrink)}.", ""]
+    out = [f"**Reproducer** ({md_text('; '.join(facts))}). {md_escape(rep.shrink)}.", ""]
     if rep.position_range is not None:
         out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
     if rep.requests:
-        out += ["Post to each side's server (its argv above, `--port 30000`), in order:", "", "```sh"]
-        out += [f"# {r.what}\n{r.curl()}" for r in rep.requests] + ["```", ""]
+        # A request's `what` is a comment on one line: a line break in it would be a command.
+        out += ["Post to each side's server (its argv above, `--port 30000`), in order:", "",
+                *md_fence([line for r in rep.requests for line in (f"# {one_line(r.what)}", r.curl())], "sh"), ""]
     return out + [f"Expect: {md_escape(rep.expect)}", ""]
 
 

@@ -41,7 +41,7 @@ def test_draw_all_writes_png_and_svg_per_swa_comparison(tmp_path):
     first = (png.read_bytes(), svg.read_bytes())
     plot.draw_all(_result(cells), tmp_path)
     assert (png.read_bytes(), svg.read_bytes()) == first  # same result, same files
-    assert "![dflash swa_peak](plots/dflash-swa_peak.png)" in MarkdownReport(_result(cells), plots).render()
+    assert "![dflash swa\\_peak](plots/dflash-swa_peak.png)" in MarkdownReport(_result(cells), plots).render()
 
 
 def test_draw_all_skips_failed_sides_and_probes_without_a_plot(tmp_path):
