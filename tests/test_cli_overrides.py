@@ -37,10 +37,10 @@ def test_a_bad_set_is_bad_input_before_any_launch(tmp_path, option, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    # the suite's 8 prompts pass the design check; the --set's 2 cannot reach alpha
-    ({"kl": {"prompts": 2}}, "--set kl.prompts: [probe.kl].prompts: 2 gives k3 2 pairs"),
+    # the suite's 8 prompts pass the design check; the --set's 1 (4 by the last of 3 looks) cannot reach alpha
+    ({"kl": {"prompts": 1}}, "--set kl.prompts: [probe.kl].prompts: 1 gives k3 4 pairs by look 3"),
     # the key that fails is not the one set: the option is still named first
-    ({"kl": {"alpha": 1e-9}}, "--set kl.alpha: [probe.kl].prompts: 8 gives k3 8 pairs"),
+    ({"kl": {"alpha": 1e-6, "max_looks": 1}}, "--set kl.alpha/max_looks: [probe.kl].prompts: 8 gives k3 8 pairs"),
     ({"kl": {"low_token": 99999}}, "--set kl.low_token: [workload] with [probe.kl]: vocab must exceed low_token"),
 ])
 def test_a_design_error_a_set_causes_blames_the_set_not_the_suite(tmp_path, overrides, message):
@@ -58,8 +58,8 @@ def test_a_design_error_of_the_suite_itself_still_names_the_suite(tmp_path):
     from harness.plan import load_suite
     from harness.probes import known_probes
 
-    suite = refserver_suite(tmp_path / "s.toml", ["kl"], deterministic=False, prompts=2)
-    with pytest.raises(UsageError, match=rf"^{tmp_path / 's.toml'}: \[probe.kl\].prompts: 2 gives"):
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"], deterministic=False, prompts=1)
+    with pytest.raises(UsageError, match=rf"^{tmp_path / 's.toml'}: \[probe.kl\].prompts: 1 gives"):
         load_suite(suite, known_probes(), {"kl": {"tau": 1e-6}})
 
 
