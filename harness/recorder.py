@@ -119,6 +119,7 @@ class RunRecorder:
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": self.req.command_line,
                       **({"overrides": self.req.overrides} if self.req.overrides else {}),
+                      **({"options": self.req.options} if self.req.options else {}),
                       "started_at": self.started, "harness_version": __version__,
                       "finished_at": utc_now(), "slots": len(self.req.slots),
                       **({"start_order": self.req.start_order.to_dict()}

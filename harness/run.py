@@ -121,8 +121,8 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
         for run in runs:
             save(run, partial=True)
-        exc.resume_hint = (f"--resume --out {reqs[0].out_dir}"
-                           if len(runs) == 1 and runs[0].recorder.cells else None)
+        # The `run` command's own run (it records its options) continues with `run --resume`.
+        exc.resume_out = reqs[0].out_dir if len(reqs) == 1 and reqs[0].options else None
         raise
     finally:
         observer.end()

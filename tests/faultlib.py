@@ -63,6 +63,11 @@ class Bench:
     def run(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return detcheck(*self.args(*extra), env=self.env(), timeout=timeout)
 
+    def resume(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """`detcheck run --resume --out <out>`: the run's own options come from its results.json."""
+        return detcheck("run", "--resume", "--out", str(self.out), "--format", "json", "--no-progress", *extra,
+                        env=self.env(), timeout=timeout)
+
     def start(self, *extra: str, command: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
         """`detcheck run` in the background (`command`: a wrapper such as nohup)."""
         return subprocess.Popen([*command, *detcheck_argv(*self.args(*extra))], cwd=ROOT, text=True,

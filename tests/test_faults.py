@@ -235,20 +235,34 @@ def test_interrupt_mid_suite_then_resume(tmp_path, bare_python, no_leftovers, si
         time.sleep(0.05)
     err = interrupt(proc, sig)
     assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err and "--resume" in err
+    assert f"interrupted; servers stopped, finished cells kept; `detcheck run --resume --out {bench.out}` continues" in err
     assert not leftovers(no_leftovers), "a server outlived the interrupted run"
     partial = bench.result()
     assert [c["status"] for c in cells(partial, "done")] == ["ok", "ok"]
     done_launches = len(bench.launches("done"))
     if not resume:
         return
-    resumed = bench.run("--resume", *mode)
+    # The command the interrupt printed, as it is: the run's repo, refs, suite and options come from D.
+    resumed = bench.resume()
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     result = bench.result()
     assert {c["config"] for c in result["launches"]} == {"stuck"}  # nothing relaunched for "done"
     assert len(bench.launches("done")) == done_launches
     assert {(c["config"], c["status"]) for c in result["cells"]} == {("done", "ok"), ("stuck", "ok")}
     assert [c["verdict"] for c in result["comparisons"]] == ["same", "same"]
+
+
+def test_resume_refuses_another_comparison_and_leaves_the_run_as_it_was(tmp_path, bare_python):
+    bench = Bench(tmp_path, bare_python)
+    bench.write_suite({"one": []})
+    assert bench.run().returncode == 0
+    before = (bench.out / "results.json").read_bytes()
+    # Given with --resume, the candidate ref at another sha: the run in --out compared main.
+    refused = bench.resume("--candidate", "main~1")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "--resume: --candidate main~1" in refused.stderr and "leave --candidate out" in refused.stderr
+    assert (bench.out / "results.json").read_bytes() == before
+    assert len(bench.launches("one")) == 2  # the first run's two servers: the refused resume launched none
 
 
 def test_nohup_run_survives_a_hangup(tmp_path, bare_python, no_leftovers):

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         root = args.keep or Path(tmp)
         repo = build_repo(scenario, root, reverse=args.reverse)
         out = args.out or root / "run"
-        claim_out_dir(out, resume=False, force=True)  # a demo always starts its run afresh
+        claim_out_dir(out, force=True)  # a demo always starts its run afresh
         req = RunRequest(
             suite_path=scenario.suite, target="refserver",
             base=Revision.resolve(repo.path, repo.base), candidate=Revision.resolve(repo.path, repo.candidate),
