@@ -40,6 +40,7 @@ from harness.capabilities import Capabilities, NotExpressible, revision_capabili
 from harness.client import ConnectionLost, SGLangClient
 from harness.envs import DEFAULT_ENV_FILE, RevisionEnv, revision_env
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
+from harness.interpreters import ServerInterpreter, check_imports
 from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
 from harness.metadata import interpreter_id, revision_interpreter_metadata
@@ -137,6 +138,9 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
     with recorder.clock("checkout"):
         worktrees = {role: req.revision(role).checkout() for role in Role}
+    with recorder.clock("interpreter check"):
+        for interpreter in server_interpreters(req, worktrees):
+            check_imports(interpreter, suite.startup_timeout_s)
     check_writable(req)
     with recorder.clock("environments"):
         envs = revision_envs(req, worktrees)
@@ -154,6 +158,26 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
         for mismatch in run.store.mismatched:
             print(f"detcheck: warning: {mismatch}; measuring it again", file=sys.stderr)
     return run
+
+
+def server_interpreters(req: RunRequest, worktrees: dict[Role, Path | None]) -> list[ServerInterpreter]:
+    """For SGLang, each interpreter that will run servers as it is (not a revision's env-file
+    environment, which is built to hold what the revision needs), once, with the first revision
+    it runs: what `check_imports` checks before anything is launched or built."""
+    if req.target != "sglang":
+        return []
+    found: dict[str, ServerInterpreter] = {}
+    for role in Role:
+        revision, worktree = req.revision(role), worktrees[role]
+        if role in req.role_python:
+            python, option, chosen = req.role_python[role], f"--{role.value}-python", True
+        elif worktree is not None and (worktree / req.env_options.file).is_file():
+            continue
+        else:
+            python, option, chosen = req.python or sys.executable, "--python", req.python is not None
+        found.setdefault(python, ServerInterpreter(get_target(req.target, python), option, chosen, worktree,
+                                                   revision.sha, f"{role.value} ({revision.ref} at {revision.short()})"))
+    return list(found.values())
 
 
 def revision_envs(req: RunRequest, worktrees: dict[Role, Path | None]) -> dict[Role, RevisionEnv]:
