@@ -560,7 +560,8 @@ def launch_server(run: Run, job: Job) -> bool:
             run.suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES,
             run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref),
             lambda why: print(f"detcheck: launching {job.cp.spec.name} @ {job.role.value} ({job.revision.ref}) "
-                              f"again on a fresh port: {why}", file=sys.stderr))
+                              f"again on a fresh port: {why}", file=sys.stderr),
+            cancelled=run.cancelled.is_set)
         job.meta.update(interpreter.result())
     job.server = server = launched.server
     if run.gates is not None:  # up or failed: the model's other servers may start

@@ -6,7 +6,10 @@ import subprocess
 import sys
 import time
 
-from harness.server import health_poll_s, wait_exit
+import pytest
+
+from harness import server as server_module
+from harness.server import LaunchCancelled, health_poll_s, launch, wait_exit
 
 
 def sleeper(seconds: float) -> subprocess.Popen:
@@ -37,3 +40,31 @@ def test_the_health_poll_grows_with_the_wait_within_its_bounds():
     assert health_poll_s(0.0) == 0.02
     assert health_poll_s(1.3) == 0.05 * 1.3  # the reference server's start: noticed within 65 ms
     assert health_poll_s(120.0) == 0.25  # a GPU server's minute of loading: as before
+
+
+# A server that never answers its health checks: only the interrupt can end its wait early.
+NEVER_HEALTHY = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def test_an_interrupt_during_the_health_wait_stops_the_server_it_waits_for(tmp_path):
+    """An interrupt stops the servers registered when it comes; one whose start was in flight
+    then is left to its own thread, which must stop it at its next poll, not at the end of the
+    startup timeout (the SIGHUP hang of test_faults)."""
+    looks = iter([False, False, True])  # before the attempt, the first poll, then interrupted
+    started: list = []
+
+    def argv(port: int) -> list[str]:
+        started.append(port)
+        return NEVER_HEALTHY
+
+    with pytest.raises(LaunchCancelled, match="interrupted while this server started"):
+        launch(argv, {}, tmp_path / "log", None, 600, (), cancelled=lambda: next(looks))
+    assert len(started) == 1 and not server_module._live  # stopped, and its registration gone
+
+
+def test_an_interrupt_before_an_attempt_starts_no_server(tmp_path):
+    started: list = []
+    with pytest.raises(LaunchCancelled, match="interrupted before this server started"):
+        launch(lambda port: started.append(port) or NEVER_HEALTHY, {}, tmp_path / "log", None, 600, (),
+               cancelled=lambda: True)
+    assert started == []
