@@ -106,3 +106,12 @@ def test_run_without_suite_or_resume_is_told_what_it_needs(capsys):
 
     assert main(["run", "--repo", "/nowhere"]) == 2
     assert "--suite is required (or `--resume --out DIR`" in capsys.readouterr().err
+
+
+def test_a_run_without_out_goes_under_the_cache_not_the_working_directory(isolated_cache, capsys):
+    """Before: results/runs/ in whatever checkout was the working directory (an SGLang one)."""
+    from harness.commands.common_args import default_out
+
+    out = default_out("default")
+    assert out.parent == isolated_cache / "runs" and out.name.startswith("default-")
+    assert capsys.readouterr().err == f"detcheck: no --out: writing to {out}\n"

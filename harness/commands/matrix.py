@@ -118,4 +118,8 @@ def run_entry(args: argparse.Namespace) -> int:
     print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
           f"in one pool{placement(slots)}", file=sys.stderr)
     results = execute_together(tuple(reqs), observer_for(args))
-    return max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))
+    code = max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))
+    # On stderr: stdout may be the runs' JSON.
+    print(f"matrix {entry.name}: results and reports in {root}/ "
+          f"({', '.join(req.out_dir.name + '/' for req in reqs)})", file=sys.stderr)
+    return code
