@@ -1,8 +1,9 @@
 """The pipeline: suite + revisions → one server per (configuration, revision) → verdicts.
 
     execute(req)
-      open_run         load the suite, plan configurations × probes, check both revisions out
-                       and the outputs writable, build or find each revision's environment
+      open_run         load the suite, plan configurations × probes, check both revisions out,
+                       for SGLang the servers' interpreter (harness.interpreters), the outputs
+                       writable, build or find each revision's environment
                        (harness.envs), read the store once: bad input fails here, before any
                        launch
       run_job          one job per (configuration, revision), a chain of steps:
