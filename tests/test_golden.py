@@ -44,6 +44,20 @@ def test_markdown_golden(name):
 
 
 @pytest.mark.parametrize("name", CASES)
+def test_junit_golden(name):
+    from xml.etree import ElementTree
+
+    from harness.report.junit import junit_xml
+
+    text = junit_xml(load(name))
+    check_golden(DATA / f"{name}.junit.xml", text)
+    suite = ElementTree.fromstring(text.encode())  # well-formed, and its counts are its cases'
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) == len(load(name).comparisons)
+    assert int(suite.get("failures")) == sum(case.find("failure") is not None for case in cases)
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_console_golden(name):
     buf = io.StringIO()
     ConsoleReport(load(name)).print(Console(file=buf, width=160, color_system=None))

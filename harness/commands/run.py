@@ -18,7 +18,8 @@ from typing import Any
 from harness.commands.common_args import (add_execution_args, add_revision_args, check_baseline_file, conclude,
                                           observer_for, parse_overrides, request_from, revisions_from)
 from harness.errors import UsageError
-from harness.result_files import RESULTS_FILE, read_run, run_files
+from harness.report.junit import junit_xml
+from harness.result_files import RESULTS_FILE, atomic_write_text, read_run, run_files
 from harness.results import RevisionInfo, RunResult
 from harness.revisions import Revision
 from harness.run import execute
@@ -33,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_execution_args(p)
     p.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file (see `detcheck baseline`)")
+    p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
+                   help="also write the run as JUnit XML: one test case per (configuration, probe), "
+                        "failed when it differs or errs, the row's reason as the failure's text")
     p.set_defaults(func=run, option_defaults={option.dest: p.get_default(option.dest) for option in RUN_OPTIONS})
 
 
@@ -45,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     req = request_from(args, base, candidate, args.suite, options=recorded_options(args),
                        target_named_by=f"the run in {args.out}" if resumed else "--target")
     result = execute(req, observer_for(args))
+    if args.junit_xml is not None:
+        atomic_write_text(args.junit_xml, junit_xml(result))
     code = conclude(result, args.format, req.out_dir, args.baseline)
     if args.format == "console":
         print(f"results: {req.out_dir / 'results.json'}  report: {req.out_dir / 'report.md'}")
