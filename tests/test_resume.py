@@ -115,3 +115,15 @@ def test_a_run_without_out_goes_under_the_cache_not_the_working_directory(isolat
     out = default_out("default")
     assert out.parent == isolated_cache / "runs" and out.name.startswith("default-")
     assert capsys.readouterr().err == f"detcheck: no --out: writing to {out}\n"
+
+
+def test_a_secret_among_the_options_is_never_recorded_and_must_be_given_again(tmp_path):
+    stored = StoredRun(tmp_path, "--server-arg=--api-key", "--server-arg=sk-live-1234",
+                       "--env-pip-arg=--index-url=https://user:hunter22@pypi.example/simple")
+    assert "sk-live-1234" not in stored.results.read_text() and "hunter22" not in stored.results.read_text()
+    with pytest.raises(UsageError, match=r"was given a secret in --server-arg, which results.json never keeps: "
+                                         r"give --server-arg again as the run had it \(--api-key '<redacted>'\)"):
+        stored.resume()
+    args, _ = stored.resume("--server-arg=--api-key", "--server-arg=sk-live-1234",
+                            "--env-pip-arg=--index-url=https://user:hunter22@pypi.example/simple")
+    assert args.server_arg == ["--api-key", "sk-live-1234"]

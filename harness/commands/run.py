@@ -18,6 +18,7 @@ from typing import Any
 from harness.commands.common_args import (add_execution_args, add_revision_args, check_baseline_file, conclude,
                                           observer_for, parse_overrides, request_from, revisions_from)
 from harness.errors import UsageError
+from harness.redaction import REDACTED, redact_argv, scrub, url_credentials
 from harness.report.junit import junit_xml
 from harness.result_files import RESULTS_FILE, atomic_write_text, read_run, run_files
 from harness.results import RevisionInfo, RunResult
@@ -78,6 +79,13 @@ def optional_path(value: str | None) -> Path | None:
     return None if value is None else Path(value)
 
 
+def without_secrets(args: list[str]) -> list[str]:
+    """Arguments as results.json may hold them: a secret flag's value and a URL's credentials
+    masked (`--api-key sk-…`, `--index-url https://user:pw@…`), as in the recorded command."""
+    credentials = url_credentials(args)
+    return [scrub(arg, credentials) for arg in redact_argv(list(args))]
+
+
 @dataclass(frozen=True)
 class Recorded:
     """How an option's value is written into results.json, read back into the options, and
@@ -93,6 +101,7 @@ PATH = Recorded(absolute, optional_path, absolute)
 PATHS = Recorded(lambda paths: [absolute(p) for p in paths], lambda paths: [Path(p) for p in paths],
                  lambda paths: [absolute(p) for p in paths])
 EXECUTABLE = Recorded(executable, as_is, as_is)
+ARGUMENTS = Recorded(without_secrets, as_is, as_is)  # compared masked: a secret given again matches
 OVERRIDES = Recorded(as_is, as_is, parse_overrides)  # `--set kl.tau=1e-6` is `--set kl.tau=0.000001`
 
 
@@ -119,10 +128,10 @@ RUN_OPTIONS = (
     RunOption("candidate_python", "--candidate-python", True, EXECUTABLE),
     RunOption("config", "--config", True),
     RunOption("probe", "--probe", True),
-    RunOption("server_arg", "--server-arg", True),
+    RunOption("server_arg", "--server-arg", True, ARGUMENTS),
     RunOption("overrides", "--set", True, OVERRIDES),
     RunOption("env_file", "--env-file", True),
-    RunOption("env_pip_arg", "--env-pip-arg", True),
+    RunOption("env_pip_arg", "--env-pip-arg", True, ARGUMENTS),
     RunOption("store", "--store", False, PATH),
     RunOption("slots", "--slots", False),
     RunOption("parallel", "--parallel", False),
@@ -166,6 +175,10 @@ def resumed_run(args: argparse.Namespace) -> ResumedRun:
         given = getattr(args, option.dest)
         value = stored.get(option.dest, args.option_defaults[option.dest])
         if given == args.option_defaults[option.dest]:
+            if isinstance(value, list) and any(REDACTED in str(item) for item in value):
+                raise UsageError(f"--resume: the run in {args.out} was given a secret in {option.flag}, which "
+                                 f"results.json never keeps: give {option.flag} again as the run had it "
+                                 f"({shown(value)})")
             setattr(args, option.dest, option.recorded.restore(value))
         elif option.measured and option.recorded.key(option.recorded.record(given)) != option.recorded.key(value):
             raise differs(args.out, option.flag, given, value)
