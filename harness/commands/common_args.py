@@ -22,7 +22,7 @@ from harness.paths import cache_dir
 from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
 from harness.report.emit import FORMATS, PLOT_DIR, emit, report_files
-from harness.result_files import RESULTS_FILE, read_run, run_files
+from harness.result_files import run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
 from harness.run import LOG_DIR, RunRequest, server_logs

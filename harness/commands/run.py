@@ -21,7 +21,7 @@ from harness.errors import UsageError
 from harness.redaction import REDACTED, redact_argv, scrub, url_credentials
 from harness.report.junit import junit_xml
 from harness.result_files import RESULTS_FILE, atomic_write_text, read_run, run_files
-from harness.results import RevisionInfo, RunResult
+from harness.results import RevisionInfo
 from harness.revisions import Revision
 from harness.run import execute
 
