@@ -45,7 +45,7 @@ from harness.bounded import RESULT_DOCUMENT, read_file_text
 from harness.capabilities import revision_capabilities
 from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import LaunchError, UsageError
-from harness.results import Role, RunResult, Status
+from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
 from harness.gitcmd import fixed_identity_env, git, git_argv, git_run
 from harness.paths import PROJECT_ROOT, cache_dir, file_lock, safe_name
 from harness.revisions import Revision
@@ -55,6 +55,7 @@ from harness.run import RunRequest, execute, plan
 from harness.schedule import check_slot_count, cpu_slots
 from harness.stats import Verdict, combine_verdicts
 from harness.targets import get_target
+from harness.textfmt import fmt_pair
 
 SAME, DIFFERENT, SKIP, ABORT = 0, 1, 125, 128
 SESSION_FILE = "session.json"
@@ -173,6 +174,19 @@ def _request(spec: BisectSpec, sha: str, scale: int, slots: int = 1) -> RunReque
     )
 
 
+def difference_text(comp: ProbeComparison, good: CellResult, bad: CellResult) -> str:
+    """Where an exact comparison first differs, its values as the report writes them (the
+    fewest digits that tell them apart: `0 vs 0.00659`, not the 17 digits of their repr); any
+    other comparison's own note."""
+    decided = comp.metrics.get(comp.decided_by) if comp.decided_by else None
+    first = decided.first_difference if decided else None
+    values = [cell.metric(comp.decided_by) for cell in (good, bad)]
+    if first is None or None in values or first >= min(len(m.values) for m in values):
+        return comp.note
+    shown = fmt_pair(values[0].values[first], values[1].values[first])
+    return f"{comp.decided_by} differs at value {first}: {shown[0]} vs {shown[1]}"
+
+
 def judge(result: RunResult) -> tuple[str, int | None, str]:
     """(verdict, exit code, note); the code is None when more samples would decide."""
     verdicts: list[Verdict] = []
@@ -197,7 +211,7 @@ def judge(result: RunResult) -> tuple[str, int | None, str]:
             continue
         verdicts.append(Verdict(comp.verdict))
         if comp.verdict != Verdict.SAME.value:
-            notes.append(f"{where}: {comp.note}")
+            notes.append(f"{where}: {difference_text(comp, good, cell)}")
     verdict = combine_verdicts(verdicts)
     note = "; ".join(notes)[:300]
     if verdict == Verdict.UNKNOWN:

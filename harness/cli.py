@@ -13,6 +13,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 
@@ -76,10 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         # A second Ctrl-C may have cut a server's teardown short: kill what is left at once.
         stop_all(grace_s=0)
-        hint = getattr(exc, "resume_hint", None)
-        print("detcheck: interrupted; servers stopped"
-              + (f"; finished cells are kept (`detcheck run {hint}` continues)" if hint else
-                 "; nothing had finished yet"), file=sys.stderr)
+        out = getattr(exc, "resume_out", None)
+        resume = f"; `{shlex.join(['detcheck', 'run', '--resume', '--out', str(out)])}` continues" if out else ""
+        print(f"detcheck: interrupted; servers stopped, finished cells kept{resume}", file=sys.stderr)
         return 130
 
 

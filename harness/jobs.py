@@ -53,6 +53,9 @@ class RunRequest:
     role_python: dict[Role, str] = field(default_factory=dict)
     # Where a revision declares its own environment and how that is built (harness.envs).
     env_options: EnvOptions = EnvOptions()
+    # The `run` command's options, recorded in results.json (metadata.options): what
+    # `detcheck run --resume --out D` continues D with. Empty for runs no command line can resume.
+    options: dict[str, Any] = field(default_factory=dict)
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate

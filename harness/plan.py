@@ -19,6 +19,7 @@ from harness.configs import Features, ServerConfig, SpeculativeSpec
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, reject_unknown, validate_params
 from harness.targets import TARGET_NAMES
+from harness.textfmt import did_you_mean
 
 # Set by the harness alone: every server listens on 127.0.0.1, on a port the harness picks.
 RESERVED_FLAGS = ("--host", "--port")
@@ -191,7 +192,8 @@ class Suite:
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """A TOML file's table, or UsageError naming the file (suites, the matrix)."""
     if not path.is_file():
-        raise UsageError(f"{what} file not found: {path}")
+        siblings = [str(path.parent / p.name) for p in path.parent.glob(f"*{path.suffix}")] if path.parent.is_dir() else []
+        raise UsageError(f"{what} file not found: {path}{did_you_mean(str(path), siblings)}")
     try:
         return tomllib.loads(read_file_text(path))
     except tomllib.TOMLDecodeError as exc:

@@ -128,6 +128,7 @@ class RunRecorder:
                       # every probe's parameters as judged: what `report` judges the cells again with
                       "probe_params": {probe: self.suite.probe_spec(probe).params
                                        for probe in dict.fromkeys(p for _, p in self.order)},
+                      **({"options": self.req.options} if self.req.options else {}),
                       "started_at": self.started, "harness_version": __version__,
                       "finished_at": utc_now(), "slots": len(self.req.slots),
                       **({"start_order": self.req.start_order.to_dict()}

@@ -16,6 +16,7 @@ from harness.errors import UsageError
 from harness.gitcmd import git, git_run
 from harness.paths import cache_dir, file_lock
 from harness.results import RevisionInfo
+from harness.textfmt import did_you_mean
 
 # The cache's directory of revision worktrees: WORKTREES/<repo name>-<key>/<sha[:12]>/<tree>.
 WORKTREES = "worktrees"
@@ -39,7 +40,9 @@ class Revision:
             raise UsageError(f"--repo {repo}: not a git repository")
         proc = git_run(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         if proc.returncode != 0:
-            raise UsageError(f"git ref {ref!r} does not resolve to a commit in {repo}")
+            names = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags",
+                        "refs/remotes", check=False).splitlines()
+            raise UsageError(f"git ref {ref!r} does not resolve to a commit in {repo}{did_you_mean(ref, names)}")
         sha = proc.stdout.strip()
         subject = git(repo, "log", "-1", "--format=%s", sha)
         return cls(ref=ref, sha=sha, repo=repo, subject=subject)

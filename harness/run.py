@@ -1,8 +1,9 @@
 """The pipeline: suite + revisions → one server per (configuration, revision) → verdicts.
 
     execute(req)
-      open_run         load the suite, plan configurations × probes, check both revisions out
-                       and the outputs writable, build or find each revision's environment
+      open_run         load the suite, plan configurations × probes, check both revisions out,
+                       for SGLang the servers' interpreter (harness.interpreters), the outputs
+                       writable, build or find each revision's environment
                        (harness.envs), read the store once: bad input fails here, before any
                        launch
       run_job          one job per (configuration, revision), a chain of steps:
@@ -41,6 +42,7 @@ from harness.capabilities import Capabilities, NotExpressible, revision_capabili
 from harness.client import ConnectionLost, SGLangClient
 from harness.envs import DEFAULT_ENV_FILE, RevisionEnv, revision_env
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, UsageError, VacuousResult
+from harness.interpreters import ServerInterpreter, check_imports
 from harness.lifeline import reap_orphans
 from harness.logparse import last_exception
 from harness.metadata import interpreter_id, revision_interpreter_metadata
@@ -125,8 +127,8 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
         for run in runs:
             save(run, partial=True)
-        exc.resume_hint = (shlex.join(["--resume", "--out", str(reqs[0].out_dir)])
-                           if len(runs) == 1 and runs[0].recorder.cells else None)
+        # The `run` command's own run (it records its options) continues with `run --resume`.
+        exc.resume_out = reqs[0].out_dir if len(reqs) == 1 and reqs[0].options else None
         raise
     finally:
         observer.end()
@@ -141,6 +143,9 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
     # A bad ref or an unwritable worktree directory is bad input, not a failure found half way.
     with recorder.clock("checkout"):
         worktrees = {role: req.revision(role).checkout() for role in Role}
+    with recorder.clock("interpreter check"):
+        for interpreter in server_interpreters(req, worktrees):
+            check_imports(interpreter, suite.startup_timeout_s)
     check_writable(req)
     with recorder.clock("environments"):
         envs = revision_envs(req, worktrees)
@@ -158,6 +163,26 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
         for mismatch in run.store.mismatched:
             print(f"detcheck: warning: {mismatch}; measuring it again", file=sys.stderr)
     return run
+
+
+def server_interpreters(req: RunRequest, worktrees: dict[Role, Path | None]) -> list[ServerInterpreter]:
+    """For SGLang, each interpreter that will run servers as it is (not a revision's env-file
+    environment, which is built to hold what the revision needs), once, with the first revision
+    it runs: what `check_imports` checks before anything is launched or built."""
+    if req.target != "sglang":
+        return []
+    found: dict[str, ServerInterpreter] = {}
+    for role in Role:
+        revision, worktree = req.revision(role), worktrees[role]
+        if role in req.role_python:
+            python, option, chosen = req.role_python[role], f"--{role.value}-python", True
+        elif worktree is not None and (worktree / req.env_options.file).is_file():
+            continue
+        else:
+            python, option, chosen = req.python or sys.executable, "--python", req.python is not None
+        found.setdefault(python, ServerInterpreter(get_target(req.target, python), option, chosen, worktree,
+                                                   revision.sha, f"{role.value} ({revision.ref} at {revision.short()})"))
+    return list(found.values())
 
 
 def revision_envs(req: RunRequest, worktrees: dict[Role, Path | None]) -> dict[Role, RevisionEnv]:
@@ -645,7 +670,8 @@ def launch_server(run: Run, job: Job) -> bool:
             run.suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES,
             run.observer.launching(job.cp.spec.name, job.role.value, job.revision.ref),
             lambda why: print(f"detcheck: launching {job.cp.spec.name} @ {job.role.value} ({job.revision.ref}) "
-                              f"again on a fresh port: {why}", file=sys.stderr))
+                              f"again on a fresh port: {why}", file=sys.stderr),
+            cancelled=run.cancelled.is_set)
         job.meta.update(interpreter.result())
     job.server = server = launched.server
     if run.gates is not None:  # up or failed: the model's other servers may start

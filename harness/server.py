@@ -103,22 +103,37 @@ class Launched:
     relaunched: tuple[str, ...] = ()
 
 
+class LaunchCancelled(LaunchError):
+    """The run was interrupted while this server started: it is stopped, and no attempt follows."""
+
+
 def launch(argv_for_port: Callable[[int], list[str]], env: dict[str, str], log_path: Path,
            cwd: Path | None, timeout_s: float, transient: Sequence[TransientLaunchFailure],
            on_tick: Callable[[float], None] | None = None,
-           on_relaunch: Callable[[str], None] | None = None) -> Launched:
+           on_relaunch: Callable[[str], None] | None = None,
+           cancelled: Callable[[], bool] = lambda: False) -> Launched:
     """Start a server and wait for it to be healthy. A failure of one of the `transient` kinds
     (the caller's: what they look like is the target's) is tried again on a fresh port, as
     often as that kind allows; `on_relaunch` hears the reason before each new attempt. Every
-    attempt appends to `log_path`, and each is judged by what it wrote there itself."""
+    attempt appends to `log_path`, and each is judged by what it wrote there itself.
+
+    `cancelled` (the run's interrupt) is read at every health poll and before every attempt: an
+    interrupt stops the servers registered when it came (`stop_all`), but one whose start was
+    in flight then, or a relaunch after it, is this thread's to stop, at once, not once its
+    health wait (minutes on SGLang) has run out."""
     relaunched: list[str] = []
     while True:
+        if cancelled():
+            raise LaunchCancelled("the run was interrupted before this server started")
         port = free_port()
         server = ServerProcess(argv_for_port(port), env, log_path, port, cwd=cwd)
         try:
             server.start()
-            server.wait_healthy(timeout_s, on_tick=on_tick)
+            server.wait_healthy(timeout_s, on_tick=on_tick, cancelled=cancelled)
             return Launched(server, None, tuple(relaunched))
+        except LaunchCancelled:
+            server.stop()
+            raise
         except LaunchError as exc:
             server.stop()
             kind = next((k for k in transient if k.matches(f"{exc}\n{server.launch_output()}", port)), None)
@@ -231,8 +246,10 @@ class ServerProcess:
         finally:
             log.close()
 
-    def wait_healthy(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
-        """Poll /health_generate until 200; fail fast if the process exits. Returns seconds.
+    def wait_healthy(self, timeout_s: float, on_tick: Callable[[float], None] | None = None,
+                     cancelled: Callable[[], bool] = lambda: False) -> float:
+        """Poll /health_generate until 200; fail fast if the process exits, or with
+        LaunchCancelled once `cancelled()` (the run was interrupted). Returns seconds.
         The poll interval grows with the wait (health_poll_s): a server that is ready waits for
         the next poll, so a fixed 0.25 s cost the reference server's 1.3 s start 10% on
         average, while polling a GPU server's minute of loading every 20 ms gains nothing."""
@@ -240,6 +257,8 @@ class ServerProcess:
         t0 = time.monotonic()
         while True:
             elapsed = time.monotonic() - t0
+            if cancelled():
+                raise LaunchCancelled("the run was interrupted while this server started", self.log_tail())
             code = self.proc.poll()
             if code is not None:
                 raise LaunchError(f"server {exit_text(code)} before becoming healthy",

@@ -5,6 +5,7 @@ harness/report/format.py."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any, Iterable
 
@@ -97,3 +98,10 @@ def md_table(header: Iterable[str], body: Iterable[Iterable[Any]]) -> list[str]:
 def plural(n: int, noun: str, many: str | None = None) -> str:
     """"1 configuration", "2 configurations" ("1 value", "8 values")."""
     return f"{n:,} {noun if n == 1 else many or noun + 's'}"
+
+
+def did_you_mean(given: str, known: Iterable[str]) -> str:
+    """"; did you mean 'main'?" for the known name closest to a mistyped one, else "": an
+    error about a name the user typed names the one they likely meant."""
+    close = difflib.get_close_matches(given, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

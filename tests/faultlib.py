@@ -20,8 +20,8 @@ from conftest import ROOT, detcheck, detcheck_argv, make_sglang_repo
 MODEL = ROOT / "fixtures" / "refmodels" / "hybrid"
 
 
-def suite_text(configs: dict[str, list[str]], state: Path, *, startup_timeout_s: float = 3,
-               request_timeout_s: float = 1, env: dict[str, str] | None = None) -> str:
+def suite_text(configs: dict[str, list[str]], state: Path, *, startup_timeout_s: float = 60,
+               request_timeout_s: float = 60, env: dict[str, str] | None = None) -> str:
     """A tiny suite: one deterministic kl configuration per entry, its args plus its own --state."""
     lines = ['name = "faults"', "[models]", f'sglang = "{MODEL}"', "[server]",
              f"startup_timeout_s = {startup_timeout_s}", f"request_timeout_s = {request_timeout_s}"]
@@ -63,6 +63,11 @@ class Bench:
     def run(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return detcheck(*self.args(*extra), env=self.env(), timeout=timeout)
 
+    def resume(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """`detcheck run --resume --out <out>`: the run's own options come from its results.json."""
+        return detcheck("run", "--resume", "--out", str(self.out), "--format", "json", "--no-progress", *extra,
+                        env=self.env(), timeout=timeout)
+
     def start(self, *extra: str, command: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
         """`detcheck run` in the background (`command`: a wrapper such as nohup)."""
         return subprocess.Popen([*command, *detcheck_argv(*self.args(*extra))], cwd=ROOT, text=True,
@@ -71,6 +76,16 @@ class Bench:
 
     def result(self) -> dict:
         return json.loads((self.out / "results.json").read_text())
+
+    def why(self, proc: subprocess.CompletedProcess) -> str:
+        """What an assertion on a run's exit shows: each cell that did not end ok, with its
+        reason (a timeout names itself there), then the end of stderr."""
+        try:
+            failed = [f"{c['config']} @ {c['role']}: {c['status']}: {c['reason']}"
+                      for c in self.result()["cells"] if c["status"] != "ok"]
+        except (OSError, ValueError):
+            failed = ["(no results.json)"]
+        return "\n".join([*failed, proc.stderr[-2000:]])
 
     def launches(self, config: str) -> list[dict]:
         """What each launch of `config`'s server recorded (pid, child pid), in order."""

@@ -327,3 +327,15 @@ def test_kary_finds_every_culprit_within_the_bound(commits, slots):
         if 0 < culprit < commits - 1:  # the commit before the culprit cannot be tested: both remain
             span, _ = _simulate(commits, slots, culprit, {culprit - 1})
             assert list(span.candidates()) == [culprit - 1, culprit]
+
+
+def test_a_step_line_gives_the_first_difference_at_the_digits_that_tell_it_apart():
+    """Before: `k3: differs at index 0: 0.0 vs 0.006593097613568202`, the statistic's raw note."""
+    from harness.bisect import judge
+    from harness.result_files import read_run
+
+    result = read_run(Path(__file__).parent / "data" / "demo-cache.json")
+    verdict, _, note = judge(result)
+    assert verdict == "different"
+    assert note == ("deterministic/prefill_cache_hit: k3 differs at value 0: 0 vs 0.00659; "
+                    "deterministic/decode_cache_hit: k3 differs at value 0: 0 vs 0.00285")

@@ -44,6 +44,20 @@ def test_markdown_golden(name):
 
 
 @pytest.mark.parametrize("name", CASES)
+def test_junit_golden(name):
+    from xml.etree import ElementTree
+
+    from harness.report.junit import junit_xml
+
+    text = junit_xml(load(name))
+    check_golden(DATA / f"{name}.junit.xml", text)
+    suite = ElementTree.fromstring(text.encode())  # well-formed, and its counts are its cases'
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) == len(load(name).comparisons)
+    assert int(suite.get("failures")) == sum(case.find("failure") is not None for case in cases)
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_console_golden(name):
     buf = io.StringIO()
     ConsoleReport(load(name)).print(Console(file=buf, width=160, color_system=None))
@@ -97,3 +111,14 @@ def test_a_record_whose_cells_were_removed_says_so_above_its_table():
     text = MarkdownReport(trimmed).render()
     assert "*This record holds no cells: kept for its timing.*" in text
     assert text.index("holds no cells") < text.index("| configuration |")
+
+
+def test_combined_report_golden(tmp_path):
+    """Several runs (a matrix's suites or entries) as one Markdown report, in the order given."""
+    runs = ["demo-cache", "revision-kl"]
+    for name in runs:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text((DATA / f"{name}.json").read_text())
+    proc = detcheck("report", *runs, "--format", "md", "--check", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr  # demo-cache's planted regression differs
+    check_golden(DATA / "combined.md", proc.stdout)

@@ -145,9 +145,9 @@ def test_an_out_holding_a_gzipped_run_is_an_earlier_run(tmp_path):
     out = gzipped_run(tmp_path / "out", DEMO_RUN.read_text())
     (out / "report.md").write_text("the earlier report")
     with pytest.raises(UsageError, match="holds an earlier run; pass --resume"):
-        claim_out_dir(out, resume=False, force=False)
+        claim_out_dir(out, force=False)
     assert (out / "report.md").read_text() == "the earlier report"
-    claim_out_dir(out, resume=False, force=True)
+    claim_out_dir(out, force=True)
     assert not (out / "results.json.gz").exists() and not (out / "report.md").exists()
 
 
@@ -245,29 +245,6 @@ def test_demo_keep_on_a_file_or_a_link_is_bad_input_naming_it(tmp_path, kind):
     assert kind == "file" or not any((tmp_path / "elsewhere").iterdir())
 
 
-def test_resume_with_another_suite_is_refused(tmp_path):
-    from harness.cli import build_parser
-    from harness.commands.common_args import request_from
-    from harness.revisions import Revision
-
-    ran = refserver_suite(tmp_path / "ran.toml", ["kl"])
-    other = refserver_suite(tmp_path / "other.toml", ["kl"])
-    out = tmp_path / "out"
-    out.mkdir()
-    data = json.loads(DEMO_RUN.read_text())
-    data["suite"], data["metadata"]["suite_path"] = "ran", str(ran)
-    (out / "results.json").write_text(json.dumps(data))
-    installed = Revision.installed("installed")
-
-    def resume(suite: Path):
-        args = build_parser().parse_args(["run", "--suite", str(suite), "--resume", "--out", str(out)])
-        return request_from(args, installed, installed, suite)
-
-    with pytest.raises(UsageError, match=r"--resume: .* holds a run of suite 'ran' .*, not of .*other\.toml"):
-        resume(other)
-    assert resume(ran).out_dir == out
-
-
 def test_force_removes_only_what_detcheck_wrote(tmp_path):
     from harness.commands.common_args import claim_out_dir
 
@@ -281,7 +258,7 @@ def test_force_removes_only_what_detcheck_wrote(tmp_path):
     mine = [out / "logs" / "my-notes.txt", out / "plots" / "my-figure.png", out / "notes.md"]
     for path in written + mine:
         path.write_text("x")
-    claim_out_dir(out, resume=False, force=True)
+    claim_out_dir(out, force=True)
     assert [p for p in written if p.exists()] == []
     assert [p for p in mine if not p.exists()] == []
     assert not (out / "results.json").exists() and not (out / "report.md").exists()

@@ -177,6 +177,7 @@ def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
                     env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache"), **fake_gpus(tmp_path / "bin", ["cpu", "cpu"])})
     assert proc.returncode == 1, proc.stderr  # the planted regression differs
     assert "base on GPU 0, candidate on GPU 1, at the same time" in proc.stderr
+    assert f"matrix cpu-pair: results and reports in {tmp_path / 'out'}/ (default/)" in proc.stderr
     result = json.loads(proc.stdout)
     assert {c["probe"]: c["verdict"] for c in result["comparisons"]} == {
         "kl": "same", "prefill_cache_hit": "different", "decode_cache_hit": "different", "revision_kl": "same"}

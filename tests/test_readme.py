@@ -12,8 +12,8 @@ README = (ROOT / "README.md").read_text()
 def test_the_two_commands_come_first_and_the_readme_stays_short():
     first_block = re.search(r"```sh\n(.*?)```", README, re.S).group(1).splitlines()
     assert first_block == [
-        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/detcheck demo",
-        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest -q"]
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -c constraints/cpu.txt && .venv/bin/detcheck demo",
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -c constraints/cpu.txt && .venv/bin/python -m pytest -q"]
     assert README.index("```sh") < README.index("\n## ")  # before any section
     assert len(README.encode()) < 12 * 1024
 
@@ -22,3 +22,23 @@ def test_every_local_link_of_the_readme_resolves():
     links = re.findall(r"\]\(([^)#]+)\)", README)
     assert "results/h200/README.md" in links
     assert [link for link in links if not (ROOT / link).exists()] == []
+
+
+def test_the_sglang_checkout_section_installs_no_torch_and_its_commands_parse():
+    """Its commands as printed: each detcheck line is a valid command line of this detcheck, the
+    suite it names exists here, and the install into SGLang's environment names no constraints
+    file or extra (either would touch SGLang's torch)."""
+    import shlex
+
+    from harness.cli import parse
+
+    section = README[README.index("## On your SGLang checkout"):README.index("## Five-minute tour")]
+    lines = [block.replace("\\\n", " ") for block in re.findall(r"```sh\n(.*?)```", section, re.S)]
+    commands = [shlex.split(line) for block in lines for line in block.splitlines()]
+    runs = [argv for argv in commands if argv[0].endswith("/detcheck")]
+    assert len(runs) == 2
+    for argv in runs:
+        args = parse(argv[1:])
+        assert args.command == "run" and (ROOT / args.suite).is_file()
+    installs = [argv for argv in commands if "install" in argv]
+    assert installs == [["~/sglang/.venv/bin/python", "-m", "pip", "install", "-e", "."]]

@@ -26,7 +26,7 @@ def test_every_configuration_na_is_nothing_measured_not_a_pass(tmp_path, bare_py
     bench = Bench(tmp_path, bare_python)
     bench.write_suite({"one": [], "two": []})
     proc = bench.run("--server-arg=--random-sed=5")  # a typo the revision's --help does not know
-    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.returncode == 3, bench.why(proc)
     result = bench.result()
     assert {c["status"] for c in result["cells"]} == {"n/a"}
     assert not result["launches"]
@@ -45,7 +45,7 @@ def test_an_empty_help_cache_file_is_read_again_not_taken_for_a_revision_without
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text("")  # what a crash on a full disk leaves behind
     proc = bench.run()
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, bench.why(proc)
     assert {c["status"] for c in bench.result()["cells"]} == {"ok"}
     assert len(bench.result()["launches"]) == 2
 
@@ -62,7 +62,7 @@ def test_a_cell_copied_under_another_revision_is_measured_again(tmp_path, bare_p
     for cell in cand_dir.rglob("*.json"):
         shutil.copy(base_dir / cell.relative_to(cand_dir), cell)
     proc = bench.run("--force")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, bench.why(proc)
     assert "recorded under another key" in proc.stderr and "measuring it again" in proc.stderr
     second = bench.result()
     assert [(l["role"], l["sha"]) for l in second["launches"]] == [("candidate", cand_sha)]
@@ -76,7 +76,7 @@ def test_two_configurations_with_identical_settings_each_get_their_cells(tmp_pat
     block = text[text.index("[[config]]"):]
     bench.suite.write_text(text + block.replace('name = "a"', 'name = "b"'))  # same args, env, model
     proc = bench.run()
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, bench.why(proc)
     assert [c["verdict"] for c in bench.result()["comparisons"]] == ["same", "same"]
 
 
@@ -87,7 +87,7 @@ def test_an_out_holding_another_run_is_refused_unless_resume_or_force(tmp_path, 
     again = bench.run()
     assert again.returncode == 2 and "holds an earlier run" in again.stderr
     forced = bench.run("--force", "--fresh")
-    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert forced.returncode == 0, bench.why(forced)
     logs = list((bench.out / "logs").iterdir())
     assert len(logs) == 2
     for log in logs:  # replaced, not appended to: one launch per log
@@ -114,7 +114,7 @@ def test_a_secret_flag_is_absent_from_every_file_written(tmp_path, bare_python, 
     bench = Bench(tmp_path, bare_python, repo=repo)
     bench.write_suite({"one": ["--fault", "http-500"]})  # a failing cell keeps a log tail too
     proc = bench.run("--server-arg=--api-key", f"--server-arg={secret}")
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.returncode == 1, bench.why(proc)
     assert "launch argv:" in "".join(p.read_text() for p in (bench.out / "logs").iterdir())
     for root in (bench.out, isolated_cache):
         for path in root.rglob("*"):
@@ -135,7 +135,7 @@ def test_kill_9_of_detcheck_leaves_no_server_and_resume_finishes(tmp_path, bare_
     proc.communicate(timeout=30)
     assert not leftovers(no_leftovers, wait_s=2.0), "a server outlived `kill -9` of detcheck"
     resumed = bench.run("--resume")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.returncode == 0, bench.why(resumed)
     assert [c["status"] for c in cells(bench.result(), "stuck")] == ["ok", "ok"]
 
 
@@ -192,7 +192,7 @@ def test_dirty_repo_warns_what_is_tested(tmp_path, bare_python):
     bench.write_suite({"one": []})
     (bench.repo / "python" / "sglang" / "__init__.py").write_text("__version__ = 'edited'\n")
     proc = bench.run()
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, bench.why(proc)
     assert "uncommitted changes (1 tracked file changed)" in proc.stderr
     assert "committed revisions are tested" in proc.stderr
 
@@ -245,7 +245,7 @@ def test_a_help_that_hangs_fails_only_its_revision_within_the_startup_timeout(tm
     t0 = time.monotonic()
     proc = bench.run("--base", "main~2", timeout=500)
     assert time.monotonic() - t0 < 400  # the hang waited out would take 600 s; a busy machine is slow, not that slow
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.returncode == 1, bench.why(proc)
     by_role = {c["role"]: c for c in bench.result()["cells"]}
     assert by_role["base"]["status"] == "ok"
     assert by_role["candidate"]["status"] == "error" and "did not finish within 3 s" in by_role["candidate"]["log_tail"]
@@ -257,7 +257,7 @@ def test_each_revision_runs_from_its_own_interpreter_and_results_say_which(tmp_p
     bench = Bench(tmp_path, bare_python)
     bench.write_suite({"one": []})
     proc = bench.run("--candidate-python", sys.executable)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, bench.why(proc)
     by_role = {c["role"]: c for c in bench.result()["cells"]}
     assert by_role["base"]["metadata"]["python"] == bare_python
     assert by_role["candidate"]["metadata"]["python"] == sys.executable

@@ -15,7 +15,7 @@ from harness.commands.common_args import slot_count
 from harness.errors import UsageError
 from harness.matrix import MatrixEntry
 from harness.report.console import ConsoleObserver
-from harness.results import Role
+from harness.results import CellResult, RevisionInfo, Role, Status
 from harness.schedule import Countdown, Slot, SlotPool, Unit, cpu_slots, default_slot_count, entry_slots
 
 BASE, CAND = Role.BASE, Role.CANDIDATE
@@ -117,3 +117,15 @@ def test_progress_keeps_one_line_per_running_job():
     assert [t.description for t in observer.progress.tasks] == ["cells", "  launch b @ candidate (HEAD) 2s"]
     observer.end()
     assert [t.description for t in observer.progress.tasks] == ["cells"]
+
+
+def test_a_reason_every_probe_of_a_job_shares_is_said_once_and_unwrapped():
+    """Before: a failed launch was printed once per probe, wrapped at 80 columns."""
+    out = io.StringIO()
+    observer = ConsoleObserver(Console(file=out, force_terminal=False, width=80))
+    reason = "launch failed: server exited with code 1 before becoming healthy: " + "ModuleNotFoundError " * 4
+    for probe in ("kl", "prefill_cache_hit", "decode_cache_hit"):
+        observer.cell_done(CellResult(config="det", probe=probe, role=Role.BASE, revision=RevisionInfo("main", None),
+                                      status=Status.ERROR, config_fingerprint="c", workload_fingerprint="w",
+                                      reason=reason), reused=False)
+    assert out.getvalue() == f"det/kl @ base: error: {reason[:200]}\n"

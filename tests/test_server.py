@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from harness.server import health_poll_s, wait_exit
+from harness import server as server_module
+from harness.server import LaunchCancelled, health_poll_s, launch, wait_exit
 
 
 def sleeper(seconds: float) -> subprocess.Popen:
@@ -71,3 +72,31 @@ def test_a_health_answer_trickled_a_byte_at_a_time_is_not_healthy_past_the_start
             proc.wait_healthy(timeout_s=2)
     finally:
         proc.stop()
+
+
+# A server that never answers its health checks: only the interrupt can end its wait early.
+NEVER_HEALTHY = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def test_an_interrupt_during_the_health_wait_stops_the_server_it_waits_for(tmp_path):
+    """An interrupt stops the servers registered when it comes; one whose start was in flight
+    then is left to its own thread, which must stop it at its next poll, not at the end of the
+    startup timeout (the SIGHUP hang of test_faults)."""
+    looks = iter([False, False, True])  # before the attempt, the first poll, then interrupted
+    started: list = []
+
+    def argv(port: int) -> list[str]:
+        started.append(port)
+        return NEVER_HEALTHY
+
+    with pytest.raises(LaunchCancelled, match="interrupted while this server started"):
+        launch(argv, {}, tmp_path / "log", None, 600, (), cancelled=lambda: next(looks))
+    assert len(started) == 1 and not server_module._live  # stopped, and its registration gone
+
+
+def test_an_interrupt_before_an_attempt_starts_no_server(tmp_path):
+    started: list = []
+    with pytest.raises(LaunchCancelled, match="interrupted before this server started"):
+        launch(lambda port: started.append(port) or NEVER_HEALTHY, {}, tmp_path / "log", None, 600, (),
+               cancelled=lambda: True)
+    assert started == []

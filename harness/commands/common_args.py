@@ -5,7 +5,6 @@ gate). Commands import this module, never one another."""
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import shutil
 import sys
@@ -23,7 +22,7 @@ from harness.paths import cache_dir
 from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
 from harness.report.emit import FORMATS, PLOT_DIR, emit, report_files
-from harness.result_files import RESULTS_FILE, read_run, run_files
+from harness.result_files import run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
 from harness.run import LOG_DIR, RunRequest, server_logs
@@ -82,7 +81,8 @@ def chosen_target(target: str | None, repo: Path | None, named_by: str = "--targ
 def add_execution_args(p: argparse.ArgumentParser) -> None:
     add_target_arg(p)
     p.add_argument("--out", type=Path, default=None,
-                   help="output directory for results.json, report.md, logs (default results/runs/<suite>-<time>)")
+                   help="output directory for results.json, report.md, logs (default: "
+                        "$DETCHECK_CACHE_DIR/runs/<suite>-<time>, printed)")
     p.add_argument("--store", type=Path, default=None,
                    help="result store reused across runs (default: $DETCHECK_CACHE_DIR/store)")
     p.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
@@ -127,7 +127,7 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
 
 def add_env_args(p: argparse.ArgumentParser) -> None:
     """How a revision gets its own environment: every command that launches servers takes these."""
-    p.add_argument("--env-file", default=DEFAULT_ENV_FILE, metavar="REL",
+    p.add_argument("--env-file", default=None, metavar="REL",
                    help="pip requirements file, relative to each revision's tree, that gives the revision "
                         "its own environment: a venv with --system-site-packages over --python, built once "
                         "per (sha, file content, interpreter) in the cache; a revision without the file "
@@ -165,7 +165,7 @@ def start_order_from(args: argparse.Namespace, order_from: tuple[Path, ...] = ()
 
 
 def env_options_from(args: argparse.Namespace) -> EnvOptions:
-    return EnvOptions(args.env_file, tuple(args.env_pip_arg), args.env_build_timeout)
+    return EnvOptions(args.env_file or DEFAULT_ENV_FILE, tuple(args.env_pip_arg), args.env_build_timeout)
 
 
 def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
@@ -184,20 +184,13 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
     return base, candidate
 
 
-def claim_out_dir(out: Path, resume: bool, force: bool, suite: Path | None = None, resumable: bool = True) -> None:
+def claim_out_dir(out: Path, force: bool, resumable: bool = True) -> None:
     """An --out holding another run (results.json or results.json.gz) is never overwritten by
-    accident: --resume continues it (the same suite only), --force replaces it: the files
-    detcheck wrote there go (results, report, server logs, the plots the report links), so
-    they are not appended across runs; anything else in the directory stays. `resumable`:
-    whether the command has --resume to offer (demo has not)."""
+    accident: `--resume` continues it (`resumed_run`), --force replaces it: the files detcheck
+    wrote there go (results, report, server logs, the plots the report links), so they are not
+    appended across runs; anything else in the directory stays. `resumable`: whether the
+    command has --resume to offer (demo has not)."""
     earlier = run_files(out)
-    if resume:
-        if not earlier:
-            raise UsageError(f"--resume needs --out pointing at an earlier run's directory "
-                             f"(one with {RESULTS_FILE}); {out} has none")
-        if suite is not None:
-            check_same_suite(out, read_run(out), suite)
-        return
     if not earlier:
         return
     if not force:
@@ -208,16 +201,6 @@ def claim_out_dir(out: Path, resume: bool, force: bool, suite: Path | None = Non
     for folder in (out / LOG_DIR, out / PLOT_DIR):
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
-
-
-def check_same_suite(out: Path, earlier: RunResult, suite: Path) -> None:
-    """--resume continues a run of the suite it is given: another suite's results would be
-    replaced by a run that measures other things."""
-    recorded = earlier.metadata.get("suite_path")
-    same = recorded is not None and Path(recorded).is_file() and os.path.samefile(recorded, suite)
-    if not same:
-        raise UsageError(f"--resume: {out} holds a run of suite {earlier.suite!r} ({recorded}), "
-                         f"not of {suite}; pass that suite, or another --out")
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -237,18 +220,17 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path) -> RunRequest:
-    target = chosen_target(args.target, args.repo)
-    if args.resume and (args.fresh or args.force):
-        raise UsageError(f"--resume and --{'fresh' if args.fresh else 'force'} contradict each other")
-    if args.resume and args.out is None:
-        raise UsageError("--resume needs --out pointing at an earlier run's directory")
+def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, suite: Path,
+                 target_named_by: str = "--target", options: dict[str, Any] | None = None) -> RunRequest:
+    """`options`: the command's options as results.json records them (what `--resume` restores)."""
+    target = chosen_target(args.target, args.repo, target_named_by)
     for option, python in (("--python", args.python), ("--base-python", args.base_python),
                            ("--candidate-python", args.candidate_python)):
         if python and shutil.which(python) is None:
             raise UsageError(f"{option} {python}: no such executable")
-    out = args.out or Path("results", "runs", f"{suite.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    claim_out_dir(out, args.resume, args.force, suite)
+    out = args.out or default_out(suite.stem)
+    if not args.resume:  # a resumed --out was checked to hold the run it continues
+        claim_out_dir(out, args.force)
     return RunRequest(
         suite_path=suite, target=target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
@@ -261,7 +243,17 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         start_order=start_order_from(args),
         command_line=command_line(),
         overrides=parse_overrides(args.overrides),
+        options=options or {},
     )
+
+
+def default_out(name: str) -> Path:
+    """Where a run goes without --out: under the cache directory, not the working directory,
+    which is often a checkout (SGLang's, where results/ would be untracked clutter). Said on
+    stderr, since nobody chose it."""
+    out = cache_dir() / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"detcheck: no --out: writing to {out}", file=sys.stderr)
+    return out
 
 
 def slot_count(args: argparse.Namespace, target: str) -> int:

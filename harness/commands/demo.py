@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="detcheck-demo-") as tmp:
         root = args.keep or Path(tmp)
         out = args.out or root / "run"
-        claim_out_dir(out, resume=False, force=args.force, resumable=False)  # as `run` does, before anything is made
+        claim_out_dir(out, force=args.force, resumable=False)  # as `run` does, before anything is made
         repo = build_repo(scenario, root, reverse=args.reverse)
         req = RunRequest(
             suite_path=scenario.suite, target="refserver",

@@ -20,12 +20,11 @@ import dataclasses
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, add_format_arg, add_revision_args,
                                           add_start_order_args, check_baseline_file, chosen_target,
-                                          claim_out_dir, command_line, conclude, env_options_from,
+                                          claim_out_dir, command_line, conclude, default_out, env_options_from,
                                           observer_for, revisions_from, start_order_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
@@ -52,7 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="matrix file (default: matrix.toml)")
     add_revision_args(r)
     r.add_argument("--out", type=Path, default=None,
-                   help="output directory, one subdirectory per suite (default results/runs/<entry>-<time>)")
+                   help="output directory, one subdirectory per suite (default: "
+                        "$DETCHECK_CACHE_DIR/runs/<entry>-<time>, printed)")
     r.add_argument("--store", type=Path, default=None, help="result store (default: $DETCHECK_CACHE_DIR/store)")
     r.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
     r.add_argument("--force", action="store_true", help="replace the runs an existing --out holds")
@@ -103,13 +103,13 @@ def run_entry(args: argparse.Namespace) -> int:
     entry = dataclasses.replace(entry, target=chosen_target(
         entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}"))
     base, candidate = revisions_from(args)
-    root = args.out or Path("results", "runs", f"{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    root = args.out or default_out(entry.name)
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu)
     env_options = env_options_from(args)
     start_order = start_order_from(args, entry.order_from, entry.first_per_model)
     reqs = []
     for suite in entry.suites:
-        claim_out_dir(root / suite.stem, resume=False, force=args.force)
+        claim_out_dir(root / suite.stem, force=args.force)
         reqs.append(RunRequest(
             suite_path=suite, target=entry.target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
@@ -118,4 +118,8 @@ def run_entry(args: argparse.Namespace) -> int:
     print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
           f"in one pool{placement(slots)}", file=sys.stderr)
     results = execute_together(tuple(reqs), observer_for(args))
-    return max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))
+    code = max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))
+    # On stderr: stdout may be the runs' JSON.
+    print(f"matrix {entry.name}: results and reports in {root}/ "
+          f"({', '.join(req.out_dir.name + '/' for req in reqs)})", file=sys.stderr)
+    return code

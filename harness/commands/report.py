@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.commands.common_args import add_format_arg, conclude
-from harness.compare import check_verdicts
+from harness.commands.common_args import add_format_arg, conclude, exit_code
+from harness.compare import check_verdicts, overall
+from harness.errors import UsageError
+from harness.report.combined import combined_markdown
 from harness.result_files import read_run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="re-render a stored run (results.json) without launching",
                        description=__doc__)
-    p.add_argument("path", type=Path, help="a run directory or its results.json")
+    p.add_argument("path", type=Path, nargs="+",
+                   help="a run directory or its results.json; several: one combined Markdown report "
+                        "(a matrix's suites or entries, for a PR comment or job summary)")
     add_format_arg(p)
     p.add_argument("--check", action="store_true",
                    help="exit with the stored run's verdict (0 same, 1 different or error, 3 nothing "
@@ -22,9 +26,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = read_run(args.path)
+    if len(args.path) > 1:
+        return combined(args)
+    path = args.path[0]
+    result = read_run(path)
     # every verdict is judged again from the stored samples: a stored one is never trusted
-    check_verdicts(result, args.path, strict=args.check)
-    out_dir = args.path if args.path.is_dir() else args.path.parent
+    check_verdicts(result, path, strict=args.check)
+    out_dir = path if path.is_dir() else path.parent
     code = conclude(result, args.format, out_dir)
     return code if args.check else 0
+
+
+def combined(args: argparse.Namespace) -> int:
+    """Several runs as one Markdown report on stdout; --check: the worst of their exit codes."""
+    if args.format == "json":
+        raise UsageError("several runs make one Markdown report: --format md (or console), not json")
+    runs = [(path, read_run(path)) for path in args.path]
+    for path, result in runs:
+        check_verdicts(result, path, strict=args.check)
+    print(combined_markdown(runs), end="")
+    return max(exit_code(overall(result.comparisons)) for _, result in runs) if args.check else 0

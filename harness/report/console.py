@@ -6,6 +6,7 @@ import threading
 from typing import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -37,9 +38,14 @@ class ConsoleReport:
     def print(self, console: Console | None = None) -> None:
         console = console or Console()
         console.print(self.table())
+        # One line per reason and job: a launch that failed is every probe's reason, said once.
+        failed: dict[tuple[str, str, str, str], list[str]] = {}
         for c in self.result.cells:
             if c.status in (Status.ERROR, Status.FINDING):
-                console.print(f"[magenta]{c.status.value}[/] {c.config}/{c.probe} ({c.role.value}): {c.reason}")
+                failed.setdefault((c.status.value, c.config, c.role.value, c.reason), []).append(c.probe)
+        for (status, config, role, reason), probes in failed.items():
+            console.print(f"[magenta]{status}[/] {config}/{', '.join(probes)} ({role}): {escape(reason)}",
+                          soft_wrap=True)
 
 
 class ConsoleObserver:
@@ -53,6 +59,8 @@ class ConsoleObserver:
                                  TimeElapsedColumn(), console=self.console, transient=False)
         self._overall: TaskID | None = None
         self._jobs: dict[tuple[str, str], TaskID] = {}
+        # (config, role, status, reason) already said: the next probe failing alike says nothing.
+        self._said: set[tuple[str, str, str, str]] = set()
         self._lock = threading.Lock()
 
     def begin(self, total_cells: int) -> None:
@@ -88,8 +96,13 @@ class ConsoleObserver:
         if reused:
             self.progress.console.print(f"reused {cell.config}/{cell.probe} @ {cell.role.value} from the store")
         elif cell.status != Status.OK:
-            self.progress.console.print(f"{cell.config}/{cell.probe} @ {cell.role.value}: "
-                                        f"{cell.status.value}: {cell.reason[:200]}")
+            said = (cell.config, cell.role.value, cell.status.value, cell.reason)
+            with self._lock:
+                repeated = said in self._said
+                self._said.add(said)
+            if not repeated:  # long lines unwrapped: the terminal wraps them, a log keeps them whole
+                self.progress.console.print(f"{cell.config}/{cell.probe} @ {cell.role.value}: "
+                                            f"{cell.status.value}: {escape(cell.reason[:200])}", soft_wrap=True)
 
     def job_done(self, config: str, role: str) -> None:
         with self._lock:

@@ -24,6 +24,13 @@ def _rev(info) -> str:
     return f"{md_code(info.ref)} ({md_text(info.short)}){subject}"
 
 
+def rows_table(result: RunResult, sides: dict[tuple[str, str], Sides] | None = None) -> list[str]:
+    """The verdict table: a row per (configuration, probe) (a combined report has one per run)."""
+    return md_table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
+                    ((row.config, f"`{row.probe}`", row.base, row.candidate,
+                      VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(result, sides)))
+
+
 class MarkdownReport:
     """Renders a RunResult; `plots` maps (config, probe) to image paths relative to the report;
     `sides`: rows.all_metric_sides of the result where the caller has them (else derived here)."""
@@ -46,9 +53,7 @@ class MarkdownReport:
                ""]
         if "trimmed" in r.metadata:  # a kept record whose cells were removed: say why its sides read –
             out += [f"*This record holds no cells: {md_text(str(r.metadata['trimmed']))}.*", ""]
-        out += md_table(("configuration", "probe", "base", "candidate", "verdict", "comparison"),
-                        ((row.config, f"`{row.probe}`", row.base, row.candidate,
-                          VERDICT_MARK.get(row.verdict, row.verdict), row.note) for row in rows(r, self.sides)))
+        out += rows_table(r, self.sides)
         out += self._text_figures()
         if self.plots:
             out += ["", "Plots (relative links: attach the files to the PR, or they break once pasted):"]

@@ -1,0 +1,28 @@
+"""Several runs in one Markdown report (`detcheck report D1 D2 …`): a matrix's suites, or its
+entries, as one PR comment or job summary. A line per run says its verdict, then each run's
+table as report.md has it; each run's own report.md keeps its details, figures and provenance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.compare import overall
+from harness.report.format import portable
+from harness.report.markdown import rows_table
+from harness.report.rows import headline, revision_label
+from harness.results import RunResult
+from harness.textfmt import md_table, plural
+
+
+def combined_markdown(runs: list[tuple[Path, RunResult]]) -> str:
+    """`runs`: each run directory (as given) with its result, in the order given."""
+    verdict = overall(tuple(c for _, result in runs for c in result.comparisons))
+    out = [f"## detcheck: {plural(len(runs), 'run')}: {verdict}", ""]
+    out += md_table(("run", "suite", "target", "base → candidate", "verdict"),
+                    ((f"`{portable(str(path))}`", f"`{result.suite}`", result.target,
+                      f"{revision_label(result.base)} → {revision_label(result.candidate)}", headline(result))
+                     for path, result in runs))
+    for path, result in runs:
+        out += ["", f"### `{result.suite}` on {result.target} (`{portable(str(path))}`)", "", *rows_table(result)]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,44 @@
+"""A run as JUnit XML (`run --junit-xml F`): what CI systems show as a test report.
+
+One test suite per run, one test case per (configuration, probe) row: the class is the
+configuration, the name the probe. A *different* or *error* row is a failure whose text is the
+row's reason, as report.md words it; *n/a* is skipped with its reason; *same* and *unknown* pass
+(as the exit code has them), an *unknown* row's reason kept in its output.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from harness.report.rows import Row, rows
+from harness.results import RunResult
+from harness.stats import Verdict
+
+FAILING = (Verdict.DIFFERENT.value, Verdict.ERROR.value)
+
+
+def junit_xml(result: RunResult) -> str:
+    table = rows(result)
+    suite = ET.Element("testsuite", {
+        "name": f"detcheck {result.suite} ({result.target}): {result.base.short} → {result.candidate.short}",
+        "tests": str(len(table)),
+        "failures": str(sum(row.verdict in FAILING for row in table)),
+        "errors": "0",
+        "skipped": str(sum(row.verdict == Verdict.NOT_APPLICABLE.value for row in table)),
+    })
+    for row in table:
+        suite.append(case_element(row))
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def case_element(row: Row) -> ET.Element:
+    case = ET.Element("testcase", {"classname": row.config, "name": row.probe})
+    if row.verdict in FAILING:
+        failure = ET.SubElement(case, "failure", {"message": f"{row.verdict}: {row.note}", "type": row.verdict})
+        failure.text = f"base: {row.base}\ncandidate: {row.candidate}\n{row.note}"
+    elif row.verdict == Verdict.NOT_APPLICABLE.value:
+        ET.SubElement(case, "skipped", {"message": row.note or f"{row.base}; {row.candidate}"})
+    elif row.note:
+        ET.SubElement(case, "system-out").text = f"{row.verdict}: {row.note}"
+    return case
