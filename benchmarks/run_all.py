@@ -15,6 +15,7 @@ import bench_bisect  # noqa: E402
 import bench_kl  # noqa: E402
 import bench_pipeline  # noqa: E402
 import bench_schedule  # noqa: E402
+import bench_sequential  # noqa: E402
 from _common import ROOT  # noqa: E402
 
 if __name__ == "__main__":
@@ -28,3 +29,5 @@ if __name__ == "__main__":
     bench_bisect.main(["17:0"] if quick else [])
     print()
     bench_aa.main(["4"] if quick else [])
+    print()
+    bench_sequential.main(["8", "--pool", "12"] if quick else [])

@@ -1,0 +1,76 @@
+"""The sequential design's maths and its use in judging: each look's share of alpha, the shares
+summing to alpha, and a stored cell judged at the look it records."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from conftest import ROOT
+from harness.compare import compare_cells
+from harness.probes import PROBES
+from harness.results import CellResult, Metric, RevisionInfo, Role, Status
+from harness.sequential import LookBudget, LookState, look_alpha
+from harness.stats import Kind, Verdict
+
+
+@pytest.mark.parametrize("looks", range(1, 9))
+def test_the_looks_spend_alpha_and_no_more(looks):
+    shares = [look_alpha(0.05, j, looks) for j in range(1, looks + 1)]
+    assert math.isclose(sum(shares), 0.05)
+    assert shares[0] == (0.05 if looks == 1 else 0.025)
+    with pytest.raises(ValueError):
+        look_alpha(0.05, looks + 1, looks)
+
+
+def test_the_budget_says_why_no_further_look():
+    budget = LookBudget(max_looks=3, seconds=10.0)
+    assert budget.why_not(2) == "" and budget.why_not(4) == "max_looks 3 spent"
+    budget.spent_s = 12.0
+    assert budget.why_not(2).startswith("look_budget_s 10 spent")
+
+
+def cells(base: list[float], cand: list[float], state: LookState | None) -> list[CellResult]:
+    facts = {"sequential": state.to_dict()} if state else {}
+    return [CellResult("c", "throughput", role, RevisionInfo("x", "0" * 40), Status.OK, "f", "w",
+                       metrics=(Metric("tok_s_c1", Kind.NOISY, tuple(v), better="higher", paired=True),),
+                       facts=facts)
+            for role, v in ((Role.BASE, base), (Role.CANDIDATE, cand))]
+
+
+def test_a_stored_cell_is_judged_at_the_share_its_look_spent():
+    """Six rounds all faster on one side: p 0.031, below alpha but not below the first look's
+    half of it; the same samples as a single-look design's read different."""
+    params = PROBES["throughput"].validate({"concurrency": [1]}, "t")
+    base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+    cand = [v * 0.5 for v in base]
+    first = compare_cells("c", "throughput", *cells(base, cand, LookState(1, 3)), params)
+    assert first.verdict == Verdict.UNKNOWN and first.note.startswith("look 1 of at most 3: "), first.note
+    alone = compare_cells("c", "throughput", *cells(base, cand, LookState(1, 1)), params)
+    assert alone.verdict == Verdict.DIFFERENT, alone.note
+    # sides measured at different looks are not one comparison
+    mixed = cells(base, cand, LookState(1, 3))
+    mixed[1] = cells(base, cand, LookState(2, 3))[1]
+    assert compare_cells("c", "throughput", *mixed, params).verdict == Verdict.ERROR
+
+
+def test_an_unknown_after_the_last_look_names_the_effects_it_rules_out():
+    params = PROBES["throughput"].validate({"concurrency": [1], "floor_rel": 0.1}, "t")
+    base = [100.0, 80.0, 120.0, 95.0, 105.0, 90.0, 110.0, 100.0, 85.0]
+    cand = [92.0, 96.0, 104.0, 99.0, 91.0, 97.0, 103.0, 88.0, 112.0]
+    comp = compare_cells("c", "throughput", *cells(base, cand, LookState(3, 3)), params)
+    assert comp.verdict == Verdict.UNKNOWN
+    assert "undecided after the last look: the samples rule out effects tok_s_c1 beyond [" in comp.note, comp.note
+
+
+def test_the_benchmarks_sequential_run_decides_a_clean_slowdown_and_reads_identical_sides_same():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_sequential
+
+    params = PROBES["throughput"].validate({"concurrency": [1], "floor_rel": 0.1}, "t")
+    pool = [100.0 + 0.1 * i for i in range(20)]
+    assert bench_sequential.sequential_run(pool, pool, 1.0, 0, 3, 3, params)[0] == Verdict.SAME
+    verdict, rounds = bench_sequential.sequential_run(pool, pool, 0.6, 0, 3, 3, params)
+    assert verdict == Verdict.DIFFERENT and rounds in (6, 9)
