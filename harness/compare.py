@@ -12,6 +12,7 @@ here too, so stored cells are judged under the suite's current values.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -108,6 +109,7 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         return ProbeComparison(config, probe, Verdict.ERROR, note=(
             f"not comparable: the sides' samples are of different looks ({', '.join(_look_text(l) for l in looks)})"))
     comparisons = compare_metrics(pairs, params, named, looks[0])
+    comparisons = in_prompts(comparisons, base, cand)
     deciding = tuple(n for n in named if n in comparisons)
     # A figure that does not decide and changed: an exact one the suite's verdict_metrics left
     # out, or a noisy one beside the primary (another concurrency level, per-request tok/s). It
@@ -140,6 +142,21 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         return ProbeComparison(config, probe, Verdict.ERROR, note="vacuous: " + "; ".join(vacuous) + changed_note,
                                **recorded)
     return ProbeComparison(config, probe, verdict, note=note, decided_by=decided_by, **recorded)
+
+
+def in_prompts(comparisons: dict[str, stats.Comparison], base: CellResult, cand: CellResult
+               ) -> dict[str, stats.Comparison]:
+    """A cache probe's k3 has a value per hit, not per prompt: an *unknown*'s sample count is
+    said in prompts too, at the lower of the two sides' observed hit fractions, since prompts are
+    what a suite sets."""
+    fractions = [c.facts["hit_fraction"] for c in (base, cand) if c.facts.get("hit_fraction")]
+    fraction = min(fractions) if fractions else None
+    k3 = comparisons.get("k3")
+    if not fraction or k3 is None or k3.needed is None or "hit_lengths" not in base.facts:
+        return comparisons
+    prompts = math.ceil(k3.needed / fraction)
+    note = f"{k3.note} (k3 counts hits: ≈ {prompts} prompts at a hit fraction of {fraction:.0%})"
+    return {**comparisons, "k3": dataclasses.replace(k3, note=note)}
 
 
 def _look_text(look: LookState | None) -> str:

@@ -74,3 +74,19 @@ def test_the_benchmarks_sequential_run_decides_a_clean_slowdown_and_reads_identi
     assert bench_sequential.sequential_run(pool, pool, 1.0, 0, 3, 3, params)[0] == Verdict.SAME
     verdict, rounds = bench_sequential.sequential_run(pool, pool, 0.6, 0, 3, 3, params)
     assert verdict == Verdict.DIFFERENT and rounds in (6, 9)
+
+
+def test_a_cache_hit_unknown_says_how_many_prompts_would_decide_not_hits():
+    """k3 over 3 hits a side (of 6 prompts: half hit): the count a suite sets is prompts."""
+    params = PROBES["decode_cache_hit"].validate({"max_looks": 1}, "t")
+
+    def cell(role: Role, values: list[float]) -> CellResult:
+        return CellResult("c", "decode_cache_hit", role, RevisionInfo("x", "0" * 40), Status.OK, "f", "w",
+                          metrics=(Metric("k3", Kind.NOISY, tuple(values), better="lower", headline="mean"),),
+                          facts={"hit_fraction": 0.5, "hit_lengths": [32, 32, 32]})
+
+    comp = compare_cells("c", "decode_cache_hit", cell(Role.BASE, [1e-12, 2e-12, 1.5e-12]),
+                         cell(Role.CANDIDATE, [0.009, 0.0093, 0.0095]), params)
+    k3 = comp.metrics["k3"]
+    assert comp.verdict == Verdict.UNKNOWN and k3.needed is not None
+    assert f"(k3 counts hits: ≈ {math.ceil(k3.needed / 0.5)} prompts at a hit fraction of 50%)" in k3.note, k3.note
