@@ -113,7 +113,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="?", type=int, default=64, help="sequential comparisons per mode and case")
     parser.add_argument("--pool", type=int, default=48, help="real paired rounds measured per mode")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds per look")
+    parser.add_argument("--repeats", type=int, default=6, help="rounds per look (throughput's default)")
     parser.add_argument("--max-looks", type=int, default=3)
     args = parser.parse_args(argv)
     params = PROBES["throughput"].validate({"floor_rel": FLOOR_REL, "max_looks": args.max_looks,
