@@ -6,11 +6,12 @@ probes never index into a malformed reply; failures raise ServerError with the r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import requests
 
@@ -116,6 +117,28 @@ class Generation:
         return int(self.meta.get("completion_tokens", len(self.output_ids)))
 
 
+def _check_generate_status(resp: requests.Response, what: str) -> None:
+    """A /generate answer that is not 200: n/a where SGLang says it cannot serve it, else broken."""
+    if resp.status_code == 400 and _UNSUPPORTED.search(resp.text):
+        raise ProbeNotApplicable(_error_message(resp))
+    if resp.status_code != 200:
+        raise ServerError(f"{what}: HTTP {resp.status_code}: {_error_message(resp)}")
+
+
+def _stream_event(payload: bytes) -> Generation:
+    """One `data:` event of a streamed /generate, checked for shape."""
+    try:
+        item = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ServerError(f"/generate (stream): malformed event {payload[:120]!r}") from None
+    if isinstance(item, dict) and "error" in item:
+        err = item["error"]
+        raise ServerError(f"/generate (stream): {err.get('message') if isinstance(err, dict) else err}")
+    if not isinstance(item, dict) or "meta_info" not in item or "output_ids" not in item:
+        raise ServerError(f"/generate (stream): event lacks output_ids/meta_info: {str(item)[:120]}")
+    return Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"])
+
+
 def _top_pairs(entries: list) -> list[tuple[float | None, int]]:
     # SGLang's entries are [logprob, token_id, text] triples (text None unless detokenized); a
     # broken server answers null logprobs here too (0.5.17's unified pool): kept as None for the
@@ -153,10 +176,11 @@ class SGLangClient:
     def __post_init__(self) -> None:
         self._http = requests.Session()
 
-    def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> requests.Response:
+    def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None,
+                 stream: bool = False) -> requests.Response:
         try:
             return self._http.request(method, self.base_url + path, json=body,
-                                      timeout=timeout or self.timeout_s)
+                                      timeout=timeout or self.timeout_s, stream=stream)
         except requests.Timeout:
             raise ServerError(f"{method} {path}: no answer within {timeout or self.timeout_s:.0f} s") from None
         except requests.ConnectionError as exc:
@@ -186,10 +210,7 @@ class SGLangClient:
         if rid is not None:
             body["rid"] = rid if isinstance(rid, str) else list(rid)
         resp = self._request("POST", "/generate", body)
-        if resp.status_code == 400 and _UNSUPPORTED.search(resp.text):
-            raise ProbeNotApplicable(_error_message(resp))
-        if resp.status_code != 200:
-            raise ServerError(f"/generate: HTTP {resp.status_code}: {_error_message(resp)}")
+        _check_generate_status(resp, "/generate")
         data = self._json(resp, "/generate")
         items = data if isinstance(data, list) else [data]
         if len(items) != (len(input_ids) if batched else 1):
@@ -202,6 +223,30 @@ class SGLangClient:
             # prompts and where (harness.probes.common.require_output_logprobs).
             out.append(Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"]))
         return out
+
+    def generate_stream(self, input_ids: Sequence[int], *, max_new_tokens: int, rid: str,
+                        temperature: float = 0.0, ignore_eos: bool = True) -> Iterator[Generation]:
+        """One prompt with `"stream": true`: each server-sent event as it arrives, the answer so
+        far (SGLang 0.5.16 without --stream-output: cumulative output ids, `completion_tokens`
+        so far, `finish_reason` null until the last). Leaving the loop early closes the
+        connection, which SGLang takes as an abort. A `{"error": ...}` event (SGLang's way of
+        failing mid-stream) raises ServerError."""
+        body = generate_body(input_ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                             ignore_eos=ignore_eos)
+        body.update(rid=rid, stream=True)
+        resp = self._request("POST", "/generate", body, stream=True)
+        with contextlib.closing(resp):
+            _check_generate_status(resp, "/generate (stream)")
+            try:
+                for line in resp.iter_lines():
+                    if not line.startswith(b"data:"):
+                        continue  # the blank line between events
+                    payload = line[len(b"data:"):].strip()
+                    if payload == b"[DONE]":
+                        return
+                    yield _stream_event(payload)
+            except requests.RequestException as exc:
+                raise ConnectionLost(f"/generate (stream): broken off ({type(exc).__name__})") from None
 
     def abort(self, rid: str) -> None:
         """Abort the request `rid` while it is being served, with every request whose rid
