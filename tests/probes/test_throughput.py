@@ -4,16 +4,19 @@ accept_length, which is n/a there: no speculative decoding)."""
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future, wait
+from typing import Iterator
 
 import pytest
 
-from concurrent.futures import Future
-
 from conftest import ROOT, detcheck, refserver_suite
+from harness.client import Generation
 from harness.demo import SCENARIOS, build_repo
-from harness.errors import VacuousResult
+from harness.errors import ServerFinding, VacuousResult
 from harness.probes import PROBES, throughput
-from harness.probes.throughput import MeasurementWindow, RequestResult, level_rates
+from harness.probes.throughput import (ABORT_GIVE_UP_S, MeasurementWindow, RequestResult, level_rates,
+                                       run_window)
 
 
 def test_describe_and_metric_names():
@@ -49,29 +52,126 @@ def test_a_window_counts_the_tokens_of_cut_requests_over_the_window():
         level_rates(answered[2:], wall=0.6, window_s=0.5)
 
 
-class AbortingClient:
-    """Answers an aborted request's future as SGLang answers its /generate: at once."""
+class FakeClock:
+    """The window's clock, moved only by the test's streams: no test here rests on real time."""
 
-    def __init__(self, pending: dict[str, Future]):
-        self.pending = pending
-        self.aborted: list[str] = []
+    def __init__(self) -> None:
+        self.t = 0.0
+        self._lock = threading.Lock()
 
-    def abort(self, rid: str) -> None:
-        self.aborted.append(rid)
-        self.pending.pop(rid).set_result(None)
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.t += seconds
 
 
-def test_the_window_aborts_what_is_in_flight_and_admits_nothing_after():
-    pending = {"done": Future(), "running": Future()}
-    futures = list(pending.values())
-    pending.pop("done").set_result(None)
-    client = AbortingClient(pending)
-    window = MeasurementWindow(client, 0.05)
-    assert window.admit("done") and window.admit("running")
-    assert window.answered("done") == 0  # answered before the window closed
-    window.close_when_due(futures)
-    assert client.aborted == ["running"] and window.answered("running") == 1
-    assert not window.admit("late")  # the window has closed: never sent
+STEP = 0.125  # a decode step of the streams below: exact in binary, so no end falls between
+
+
+def events(clock: FakeClock, tokens: int) -> Iterator[Generation]:
+    """A request that streams one token per STEP and ends with its last."""
+    for k in range(1, tokens + 1):
+        clock.advance(STEP)
+        yield Generation((), {"completion_tokens": k, "finish_reason": None if k < tokens else {"type": "length"}})
+
+
+class LateClosingWindow(MeasurementWindow):
+    """A window whose closing thread runs as late as it can: once every request has been tried."""
+
+    def close_when_due(self, futures: list[Future]) -> None:
+        wait(futures)
+        self.close()
+
+
+def test_no_request_starts_after_the_window_end_under_a_late_closing_thread():
+    """One client, 10 requests of 3 steps, a 1 s window: requests start at 0, 0.375 and 0.75;
+    the fourth's turn comes at 1.125, after the end, and the closing thread has not run yet. It
+    is never sent (before: it and the six after it were, with their ends clipped below their
+    starts: negative durations), and the third, cut at the end, counts its one token before it."""
+    clock = FakeClock()
+    sent_at: list[float] = []
+
+    def streamer(i: int, rid: str) -> Iterator[Generation]:
+        sent_at.append(clock())
+        return events(clock, 3)
+
+    window = LateClosingWindow(lambda rid: None, 1.0, clock=clock)
+    answered = run_window(window, streamer, n=10, workers=1)
+    assert sent_at == [0.0, 0.375, 0.75]
+    assert [r.seconds for r in answered] == [0.375, 0.375, 0.25]
+    assert [r.completion_tokens for r in answered] == [3, 3, 1]
+    assert [r.cut for r in answered] == [False, False, True] and answered[2].tokens_after_window == 2
+
+
+def test_concurrent_clients_never_start_a_request_at_or_after_the_end():
+    """Four clients on one clock, the closing thread late: whatever the interleaving, every
+    request sent started before the end and measured a positive duration."""
+    clock = FakeClock()
+    sent_at: list[float] = []
+
+    def streamer(i: int, rid: str) -> Iterator[Generation]:
+        sent_at.append(clock())
+        return events(clock, 2)
+
+    window = LateClosingWindow(lambda rid: None, 1.0, clock=clock)
+    answered = run_window(window, streamer, n=40, workers=4)
+    assert len(answered) == len(sent_at) < 40
+    assert all(t < window.ends_at for t in sent_at), sent_at
+    assert all(r.seconds > 0 for r in answered), answered
+
+
+def aborted_late(delay_s: float) -> tuple[RequestResult, MeasurementWindow]:
+    """One request streaming past a 1 s window whose close (at the end, on the stream's own
+    clock) sends the abort; the server ends the request `delay_s` after the abort, one step on."""
+    clock = FakeClock()
+    aborts: list[float] = []
+    window = MeasurementWindow(lambda rid: aborts.append(clock()), 1.0, clock=clock)
+    rid = "r"
+    started = window.admit(rid)
+
+    def late_server() -> Iterator[Generation]:
+        k = 0
+        while True:
+            clock.advance(STEP)
+            k += 1
+            if clock() >= window.ends_at and not aborts:
+                window.close()  # the closing thread, right at the end
+            if aborts and clock() >= aborts[0] + delay_s + STEP:
+                yield Generation((), {"completion_tokens": k, "finish_reason": {"type": "abort"}})
+                return
+            yield Generation((), {"completion_tokens": k, "finish_reason": None})
+
+    return window.stream(rid, late_server(), started), window
+
+
+def test_an_abort_answered_late_is_a_finding_and_never_counts_its_tokens():
+    """Aborts that take effect at once, 1 s late (within the harness's give-up) and 10 s late
+    (beyond it): the tokens counted in the window are the same 7 each time (never a faster side);
+    the late one is a finding saying how late, the ignored one one saying the harness gave up."""
+    prompt, late, ignored = aborted_late(0.0), aborted_late(1.0), aborted_late(10.0)
+    assert {r.completion_tokens for r, _ in (prompt, late, ignored)} == {7}
+    result, window = prompt
+    assert result.cut and result.abort_answer_s == STEP <= window.allowed_s
+    assert level_rates([result], wall=1.2, window_s=1.0, abort_allowed_s=window.allowed_s)["tok_s"] == 7.0
+    result, window = late
+    assert result.abort_answer_s == 1.0 + STEP and result.tokens_after_window == 10
+    with pytest.raises(ServerFinding, match=r"honoured /abort_request late: 1 of 1 requests cut by the 1 s "
+                                            r"window answered 1.12-1.12 s after their abort \(allowed 0.25 s"):
+        level_rates([result], wall=2.2, window_s=1.0, abort_allowed_s=window.allowed_s)
+    result, window = ignored
+    assert result.given_up and window.give_up_at == 1.0 + ABORT_GIVE_UP_S
+    with pytest.raises(ServerFinding, match="did not honour /abort_request: 1 of 1 requests cut by the 1 s window "
+                                            "were still generating when the harness gave up"):
+        level_rates([result], wall=4.1, window_s=1.0, abort_allowed_s=window.allowed_s)
+
+
+def test_a_duration_that_is_not_positive_is_a_finding_never_a_sample():
+    answered = [RequestResult(completion_tokens=10, seconds=0.5, cut=False, retractions=0),
+                RequestResult(completion_tokens=10, seconds=-0.2, cut=True, retractions=0)]
+    with pytest.raises(ServerFinding, match="1 of 2 requests measured a duration that is not positive"):
+        level_rates(answered, wall=1.0, window_s=1.0)
 
 
 @pytest.mark.slow
