@@ -9,11 +9,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from harness.client import Generation, SGLangClient
-from harness.errors import ServerError
+from harness.errors import ProbeNotApplicable, ServerError
 
 
 class Stub:
-    """Answers every POST with `answer` (status, JSON body) and keeps what it was sent."""
+    """Answers every POST with `answer` (status, JSON body, or raw bytes) and keeps what it was sent."""
 
     def __init__(self, answer: tuple[int, object]):
         self.answer = answer
@@ -25,7 +25,7 @@ class Stub:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stub.received.append((self.path, body))
                 code, payload = stub.answer
-                raw = b"" if payload is None else json.dumps(payload).encode()
+                raw = payload if isinstance(payload, bytes) else b"" if payload is None else json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
@@ -69,3 +69,29 @@ def test_generate_carries_the_rids_and_reads_an_abort(stub):
     assert s.received[0][1]["rid"] == ["r0", "r1"]
     assert gen.aborted and gen.completion_tokens == 2
     assert not Generation((5,), {"finish_reason": {"type": "length", "length": 1}}).aborted
+
+
+def sse(*events: object) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+
+def test_generate_stream_yields_each_event_until_done(stub):
+    running = {"output_ids": [5], "meta_info": {"completion_tokens": 1, "finish_reason": None}}
+    last = {"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "abort"}}}
+    s = stub((200, sse(running, last, b"[DONE]", running)))  # nothing after [DONE] is read
+    events = list(s.client.generate_stream([1, 2], max_new_tokens=8, rid="r1"))
+    assert [(e.completion_tokens, e.aborted) for e in events] == [(1, False), (2, True)]
+    (path, body), = s.received
+    assert path == "/generate" and body["stream"] is True and body["rid"] == "r1"
+
+
+def test_generate_stream_raises_on_an_error_event_a_malformed_one_and_a_refusal(stub):
+    failing = stub((200, sse({"error": {"message": "out of memory"}})))
+    with pytest.raises(ServerError, match=r"^/generate \(stream\): out of memory$"):
+        list(failing.client.generate_stream([1], max_new_tokens=2, rid="r"))
+    malformed = stub((200, sse(b"{not json")))
+    with pytest.raises(ServerError, match="malformed event"):
+        list(malformed.client.generate_stream([1], max_new_tokens=2, rid="r"))
+    refused = stub((400, {"error": {"message": "streaming is not supported here"}}))
+    with pytest.raises(ProbeNotApplicable, match="not supported"):
+        list(refused.client.generate_stream([1], max_new_tokens=2, rid="r"))
