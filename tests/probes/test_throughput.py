@@ -85,20 +85,26 @@ class LateClosingWindow(MeasurementWindow):
         self.close()
 
 
-def test_no_request_starts_after_the_window_end_under_a_late_closing_thread():
-    """One client, 10 requests of 3 steps, a 1 s window: requests start at 0, 0.375 and 0.75;
-    the fourth's turn comes at 1.125, after the end, and the closing thread has not run yet. It
-    is never sent (before: it and the six after it were, with their ends clipped below their
-    starts: negative durations), and the third, cut at the end, counts its one token before it."""
+def late_closed_level(steps: int, n: int, workers: int) -> tuple[MeasurementWindow, list[RequestResult], list[float]]:
+    """A level of `n` requests of `steps` steps each over a 1 s LateClosingWindow: the window,
+    the requests answered, and when each request was sent."""
     clock = FakeClock()
     sent_at: list[float] = []
 
     def streamer(i: int, rid: str) -> Iterator[Generation]:
         sent_at.append(clock())
-        return events(clock, 3)
+        return events(clock, steps)
 
     window = LateClosingWindow(lambda rid: None, 1.0, clock=clock)
-    answered = run_window(window, streamer, n=10, workers=1)
+    return window, run_window(window, streamer, n=n, workers=workers), sent_at
+
+
+def test_no_request_starts_after_the_window_end_under_a_late_closing_thread():
+    """One client, 10 requests of 3 steps, a 1 s window: requests start at 0, 0.375 and 0.75;
+    the fourth's turn comes at 1.125, after the end, and the closing thread has not run yet. It
+    is never sent (before: it and the six after it were, with their ends clipped below their
+    starts: negative durations), and the third, cut at the end, counts its one token before it."""
+    window, answered, sent_at = late_closed_level(steps=3, n=10, workers=1)
     assert sent_at == [0.0, 0.375, 0.75]
     assert [r.seconds for r in answered] == [0.375, 0.375, 0.25]
     assert [r.completion_tokens for r in answered] == [3, 3, 1]
@@ -108,15 +114,7 @@ def test_no_request_starts_after_the_window_end_under_a_late_closing_thread():
 def test_concurrent_clients_never_start_a_request_at_or_after_the_end():
     """Four clients on one clock, the closing thread late: whatever the interleaving, every
     request sent started before the end and measured a positive duration."""
-    clock = FakeClock()
-    sent_at: list[float] = []
-
-    def streamer(i: int, rid: str) -> Iterator[Generation]:
-        sent_at.append(clock())
-        return events(clock, 2)
-
-    window = LateClosingWindow(lambda rid: None, 1.0, clock=clock)
-    answered = run_window(window, streamer, n=40, workers=4)
+    window, answered, sent_at = late_closed_level(steps=2, n=40, workers=4)
     assert len(answered) == len(sent_at) < 40
     assert all(t < window.ends_at for t in sent_at), sent_at
     assert all(r.seconds > 0 for r in answered), answered
