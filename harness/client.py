@@ -11,7 +11,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Generator, Sequence
 
 import requests
 
@@ -125,11 +125,27 @@ def _check_generate_status(resp: requests.Response, what: str) -> None:
         raise ServerError(f"{what}: HTTP {resp.status_code}: {_error_message(resp)}")
 
 
+# A streamed event's meta_info key. Inside a JSON string a quote is escaped, so the key cannot
+# appear in a value (the text, say): its first match is the event's own.
+_META_KEY = re.compile(r'"meta_info"\s*:\s*')
+_DECODER = json.JSONDecoder()
+
+
 def _stream_event(payload: bytes) -> Generation:
-    """One `data:` event of a streamed /generate, checked for shape."""
+    """One `data:` event of a streamed /generate, checked for shape. A running event's output ids
+    are not read: they are cumulative, so reading every event's would cost the client O(n²) over
+    an n-token request (32k tokens in the GPU suites' windows), and only its `completion_tokens`
+    counts; the last event (with a finish reason) is read whole, as the answer."""
     try:
-        item = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        text = payload.decode()
+    except UnicodeDecodeError:
+        raise ServerError(f"/generate (stream): malformed event {payload[:120]!r}") from None
+    meta = _running_meta(text)
+    if meta is not None:
+        return Generation((), meta)
+    try:
+        item = json.loads(text)
+    except json.JSONDecodeError:
         raise ServerError(f"/generate (stream): malformed event {payload[:120]!r}") from None
     if isinstance(item, dict) and "error" in item:
         err = item["error"]
@@ -137,6 +153,20 @@ def _stream_event(payload: bytes) -> Generation:
     if not isinstance(item, dict) or "meta_info" not in item or "output_ids" not in item:
         raise ServerError(f"/generate (stream): event lacks output_ids/meta_info: {str(item)[:120]}")
     return Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"])
+
+
+def _running_meta(text: str) -> dict[str, Any] | None:
+    """A running event's meta_info, decoded alone; None for any other event (the last, an error,
+    a shape not known here): those are decoded whole."""
+    key = _META_KEY.search(text)
+    if key is None:
+        return None
+    try:
+        meta, _ = _DECODER.raw_decode(text, key.end())
+    except json.JSONDecodeError:
+        return None
+    running = isinstance(meta, dict) and meta.get("finish_reason") is None and "completion_tokens" in meta
+    return meta if running else None
 
 
 def _top_pairs(entries: list) -> list[tuple[float | None, int]]:
@@ -225,11 +255,12 @@ class SGLangClient:
         return out
 
     def generate_stream(self, input_ids: Sequence[int], *, max_new_tokens: int, rid: str,
-                        temperature: float = 0.0, ignore_eos: bool = True) -> Iterator[Generation]:
+                        temperature: float = 0.0, ignore_eos: bool = True) -> Generator[Generation, None, None]:
         """One prompt with `"stream": true`: each server-sent event as it arrives, the answer so
         far (SGLang 0.5.16 without --stream-output: cumulative output ids, `completion_tokens`
-        so far, `finish_reason` null until the last). Leaving the loop early closes the
-        connection, which SGLang takes as an abort. A `{"error": ...}` event (SGLang's way of
+        so far, `finish_reason` null until the last); the output ids only on the last event
+        (`_stream_event`). Closing the iterator early closes the connection, which SGLang
+        takes as an abort. A `{"error": ...}` event (SGLang's way of
         failing mid-stream) raises ServerError."""
         body = generate_body(input_ids, max_new_tokens=max_new_tokens, temperature=temperature,
                              ignore_eos=ignore_eos)

@@ -81,6 +81,8 @@ def test_generate_stream_yields_each_event_until_done(stub):
     s = stub((200, sse(running, last, b"[DONE]", running)))  # nothing after [DONE] is read
     events = list(s.client.generate_stream([1, 2], max_new_tokens=8, rid="r1"))
     assert [(e.completion_tokens, e.aborted) for e in events] == [(1, False), (2, True)]
+    # A running event's cumulative ids are not read (O(n²) over a long request); the answer's are.
+    assert [e.output_ids for e in events] == [(), (5, 6)]
     (path, body), = s.received
     assert path == "/generate" and body["stream"] is True and body["rid"] == "r1"
 

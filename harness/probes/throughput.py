@@ -43,13 +43,14 @@ the larger of the answers' count and the log's `#retracted_reqs`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterable, Sequence
 
 from harness.client import Generation, SGLangClient
 from harness.errors import ServerFinding, VacuousResult
@@ -88,7 +89,7 @@ ABORT_GIVE_UP_S = 3.0
 
 Clock = Callable[[], float]
 # Request i of a level, sent with its rid: the server's streamed events, as they arrive.
-Streamer = Callable[[int, str], Iterator[Generation]]
+Streamer = Callable[[int, str], Generator[Generation, None, None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,20 +188,21 @@ class MeasurementWindow:
         for rid in rids:
             self._abort(rid)
 
-    def stream(self, rid: str, events: Iterator[Generation], started: float) -> RequestResult:
+    def stream(self, rid: str, events: Generator[Generation, None, None], started: float) -> RequestResult:
         """Read one admitted request's events: the tokens streamed before the window's end count;
         once the harness gives up on its abort, the stream is closed unread."""
         in_window, first_event_at, last, given_up = 0, None, None, False
-        for gen in events:
-            at = self.event(rid)
-            first_event_at = at if first_event_at is None else first_event_at
-            if at < self.ends_at:
-                in_window = gen.completion_tokens
-            last = gen
-            give_up_at = self.give_up_at
-            if give_up_at is not None and at >= give_up_at and gen.meta.get("finish_reason") is None:
-                given_up = True
-                break  # closes the connection
+        with contextlib.closing(events):  # on giving up: closes the connection, an abort to SGLang
+            for gen in events:
+                at = self.event(rid)
+                first_event_at = at if first_event_at is None else first_event_at
+                if at < self.ends_at:
+                    in_window = gen.completion_tokens
+                last = gen
+                give_up_at = self.give_up_at
+                if give_up_at is not None and at >= give_up_at and gen.meta.get("finish_reason") is None:
+                    given_up = True
+                    break
         ended = self._clock()
         abort_times = self.answered(rid)
         # An abort sent before the request's first event may have reached the server before the
@@ -247,7 +249,7 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     window_s = ctx.param("window_s")
     output_len = ctx.workload.output_len
 
-    def streamer(i: int, rid: str) -> Iterator[Generation]:
+    def streamer(i: int, rid: str) -> Generator[Generation, None, None]:
         return clients[i % level].generate_stream(prompts[i % len(prompts)], max_new_tokens=output_len, rid=rid)
 
     def send(i: int) -> Generation:
