@@ -156,7 +156,7 @@ def test_an_abort_answered_late_is_a_finding_and_never_counts_its_tokens():
     result, window = late
     assert result.abort_answer_s == 1.0 + STEP and result.tokens_after_window == 10
     with pytest.raises(ServerFinding, match=r"honoured /abort_request late: 1 of 1 requests cut by the 1 s "
-                                            r"window answered 1.12-1.12 s after their abort \(allowed 0.25 s"):
+                                            r"window answered 1.12-1.12 s after their abort \(allowed 0.50 s"):
         level_rates([result], wall=2.2, window_s=1.0, abort_allowed_s=window.allowed_s)
     result, window = ignored
     assert result.given_up and window.give_up_at == 1.0 + ABORT_GIVE_UP_S
