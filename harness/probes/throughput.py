@@ -184,10 +184,11 @@ class MeasurementWindow:
     def _abort_in_flight(self) -> None:
         with self._lock:
             rids = sorted(self._in_flight)
-            now = self._clock()
-            for rid in rids:  # noted before the abort: its answer may come back at once
-                self._abort_times.setdefault(rid, []).append(now)
         for rid in rids:
+            # Noted before its abort (its answer may come back at once), each when it is sent: the
+            # aborts go one after another, and on a loaded host the last may leave much later.
+            with self._lock:
+                self._abort_times.setdefault(rid, []).append(self._clock())
             self._abort(rid)
 
     def stream(self, rid: str, events: Generator[Generation, None, None], started: float) -> RequestResult:

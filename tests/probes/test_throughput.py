@@ -165,6 +165,17 @@ def test_an_abort_answered_late_is_a_finding_and_never_counts_its_tokens():
         level_rates([result], wall=4.1, window_s=1.0, abort_allowed_s=window.allowed_s)
 
 
+def test_each_abort_is_timed_when_it_is_sent():
+    """Aborts go one after another: on a loaded host each /abort_request may take 0.3 s, and the
+    second request's abort then leaves 0.3 s after the first; its answer is timed from then."""
+    clock = FakeClock()
+    window = MeasurementWindow(lambda rid: clock.advance(0.3), 1.0, clock=clock)
+    assert window.admit("a") == 0.0 and window.admit("b") == 0.0
+    clock.advance(1.0)
+    window.close()
+    assert window.answered("a") == [1.0] and window.answered("b") == [1.3]
+
+
 def test_a_duration_that_is_not_positive_is_a_finding_never_a_sample():
     answered = [RequestResult(completion_tokens=10, seconds=0.5, cut=False, retractions=0),
                 RequestResult(completion_tokens=10, seconds=-0.2, cut=True, retractions=0)]
