@@ -1,26 +1,37 @@
-"""A/A: how often identical sides read *different*, with alternating rounds and with both
-sides at once.
+"""A/A: how often identical sides read *different*, and whether one side reads faster, with
+alternating rounds and with both sides at once, unwindowed and over a window, on a machine
+loaded on purpose.
 
-    python benchmarks/bench_aa.py [CONFIGS] [--alpha A]
+    python benchmarks/bench_aa.py [RUNS] [--alpha A] [--burners N] [--window S]
 
 Base and candidate are two commits of the reference server that differ in a changelog only,
-so every *different* is a false one. One run per mode measures CONFIGS identical throughput
-configurations (each its own pair of servers, one configuration at a time), each with seven
-paired rounds at two concurrency levels and no floor, so every metric is judged by its test
-alone (the two deciding levels share alpha, as compare.py splits it): the false-*different*
-rate per configuration (either level) should stay at or below alpha. The signed median effect over all comparisons shows a side
-bias (the base faster or slower by placement) that a rate alone can hide. Each run's
-results.json (with the recorded placement seed) is kept under DETCHECK_AA_OUT when set.
+so every *different* is a false one. One run is one identical throughput configuration (its own
+pair of servers; one configuration at a time) with seven paired rounds at two concurrency
+levels and no floor, so every metric is judged by its test alone (the two deciding levels share
+alpha, as compare.py splits it). RUNS runs per placement mode and per measurement (to the end of
+every request; over a window of S seconds that closes in the middle of short requests sent back to
+back, where a late closing thread once clipped ends below starts). N CPU burners (busy loops, one
+process each) run beside it throughout: on a shared machine the load is what makes a side bias.
+
+Per placement mode and measurement it prints the false-*different* rate (should stay at or below
+alpha) and the side bias: the share of runs whose deciding level (the highest) read the
+candidate faster (its paired median difference above zero), with a 95% Wilson interval; 50% is
+no bias. Each run's results.json (with the recorded placement seed) is kept under
+DETCHECK_AA_OUT when set.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
-import statistics
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from _common import ROOT, scratch, two_commits
 from harness.revisions import Revision
@@ -29,9 +40,43 @@ from harness.schedule import cpu_slots
 
 MODES = {"alternating": False, "at once": True}
 LEVELS = (1, 2)
+ROUNDS = 7
+BURN = "while True: pass"
+# A windowed level's clients send this many requests back to back: far more than fit in the window.
+WINDOWED_REQUESTS_PER_CLIENT = 1000
 
 
-def suite_text(configs: int, at_once: bool, alpha: float) -> str:
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    window_s: float | None  # None: every request to its end
+
+
+@dataclass(frozen=True)
+class Figures:
+    runs: int
+    different: int
+    errors: int
+    candidate_faster: int  # runs whose deciding level read the candidate faster
+    judged: int  # runs with a deciding effect (not an error)
+    wall_s: float
+
+    @property
+    def different_rate(self) -> float:
+        return self.different / self.runs if self.runs else float("nan")
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a binomial share (sensible at 0 and n successes too)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    share = successes / n
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def suite_text(runs: int, at_once: bool, alpha: float, window_s: float | None = None) -> str:
     head = f"""name = "aa"
 [models]
 refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
@@ -43,63 +88,79 @@ prompt_len = [16, 16]
 output_len = 24
 [probe.throughput]
 concurrency = {list(LEVELS)}
-repeats = 7
+repeats = {ROUNDS}
 warmup = 1
 alpha = {alpha}
 sides_at_once = {str(at_once).lower()}
 verdict_metrics = {[f"tok_s_c{c}" for c in LEVELS]}
 """
-    return head + "".join(f'[[config]]\nname = "aa-{i}"\nprobes = ["throughput"]\n' for i in range(configs))
+    if window_s is not None:
+        head += f"window_s = {window_s}\nrequests_per_client = {WINDOWED_REQUESTS_PER_CLIENT}\n"
+    return head + "".join(f'[[config]]\nname = "aa-{i}"\nprobes = ["throughput"]\n' for i in range(runs))
 
 
-def measure(configs: int, alpha: float) -> dict[str, dict]:
+@contextlib.contextmanager
+def burners(count: int) -> Iterator[None]:
+    """`count` busy-loop processes beside the benchmark while it runs, each ended by its pid."""
+    procs = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+
+
+def measure(runs: int, alpha: float, measurements: list[Measurement]) -> dict[tuple[str, str], Figures]:
     figures = {}
     keep = os.environ.get("DETCHECK_AA_OUT")
+    deciding = f"tok_s_c{max(LEVELS)}"
     with scratch() as tmp:
         repo, base, cand = two_commits(tmp)
-        for mode, at_once in MODES.items():
-            suite = tmp / f"aa-{'once' if at_once else 'alt'}.toml"
-            suite.write_text(suite_text(configs, at_once, alpha))
-            out = Path(keep) / suite.stem if keep else tmp / suite.stem
-            req = RunRequest(suite_path=suite, target="refserver", base=Revision.resolve(repo, base),
-                             candidate=Revision.resolve(repo, cand), out_dir=out, store_root=tmp / "store",
-                             slots=cpu_slots(2))
-            t0 = time.perf_counter()
-            result = execute(req)
-            wall = time.perf_counter() - t0
-            comps = [c for c in result.comparisons if c.probe == "throughput"]
-            metrics = [m for c in comps for name, m in c.metrics.items() if name.startswith("tok_s_")]
-            # relative effect: candidate over base, per metric comparison
-            relative = [m.effect / m.base.median for m in metrics if m.base.median]
-            figures[mode] = {
-                "configs": len(comps),
-                "different": sum(c.verdict == "different" for c in comps),
-                "errors": sum(c.verdict == "error" for c in comps),
-                "metrics": len(metrics),
-                "metrics_different": sum(m.verdict == "different" for m in metrics),
-                "median_relative_effect": statistics.median(relative) if relative else float("nan"),
-                "candidate_faster": sum(r > 0 for r in relative),
-                "wall_s": wall,
-                "placement_seeds": sorted({str(c.facts.get("placement_seed")) for c in result.cells
-                                           if c.facts.get("placement_seed") is not None}),
-            }
+        for measurement in measurements:
+            for mode, at_once in MODES.items():
+                stem = f"aa-{measurement.name}-{'once' if at_once else 'alt'}"
+                suite = tmp / f"{stem}.toml"
+                suite.write_text(suite_text(runs, at_once, alpha, measurement.window_s))
+                out = Path(keep) / stem if keep else tmp / stem
+                req = RunRequest(suite_path=suite, target="refserver", base=Revision.resolve(repo, base),
+                                 candidate=Revision.resolve(repo, cand), out_dir=out, store_root=tmp / "store",
+                                 slots=cpu_slots(2))
+                t0 = time.perf_counter()
+                result = execute(req)
+                wall = time.perf_counter() - t0
+                comps = [c for c in result.comparisons if c.probe == "throughput"]
+                effects = [c.metrics[deciding].effect for c in comps if deciding in c.metrics]
+                figures[measurement.name, mode] = Figures(
+                    runs=len(comps), different=sum(c.verdict == "different" for c in comps),
+                    errors=sum(c.verdict == "error" for c in comps),
+                    candidate_faster=sum(e > 0 for e in effects), judged=len(effects), wall_s=wall)
     return figures
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("configs", nargs="?", type=int, default=20, help="A/A configurations per mode")
+    parser.add_argument("runs", nargs="?", type=int, default=64, help="A/A runs per placement mode and measurement")
     parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--burners", type=int, default=2, help="CPU burner processes beside it")
+    # 0.5 s was too short there: under the burners most cells had no token streamed within it (vacuous)
+    parser.add_argument("--window", type=float, default=1.0, help="the windowed measurement's window_s")
+    parser.add_argument("--measure", choices=("both", "unwindowed", "windowed"), default="both")
     args = parser.parse_args(argv)
-    print(f"A/A on the reference server: {args.configs} identical configurations per mode, "
-          f"7 paired rounds, levels {list(LEVELS)}, no floor, alpha {args.alpha}")
-    for mode, f in measure(args.configs, args.alpha).items():
-        rate = f["different"] / f["configs"] if f["configs"] else float("nan")
-        metric_rate = f["metrics_different"] / f["metrics"] if f["metrics"] else float("nan")
-        print(f"  {mode:12s} false different {f['different']}/{f['configs']} configurations ({rate:.1%}), "
-              f"{f['metrics_different']}/{f['metrics']} metrics ({metric_rate:.1%}); errors {f['errors']}; "
-              f"median effect {f['median_relative_effect']:+.2%}, candidate faster in "
-              f"{f['candidate_faster']}/{f['metrics']}; {f['wall_s']:.0f} s")
+    measurements = [m for m in (Measurement("unwindowed", None), Measurement(f"window {args.window:g} s", args.window))
+                    if args.measure in ("both", "windowed" if m.window_s else "unwindowed")]
+    print(f"A/A on the reference server: {args.runs} runs per placement mode and measurement, "
+          f"{ROUNDS} paired rounds, levels {list(LEVELS)} (c{max(LEVELS)} for the side bias), no floor, "
+          f"alpha {args.alpha}, {args.burners} CPU burners beside it ({os.cpu_count()} cores)")
+    with burners(args.burners):
+        figures = measure(args.runs, args.alpha, measurements)
+    for (measurement, mode), f in figures.items():
+        low, high = wilson_interval(f.candidate_faster, f.judged)
+        share = f.candidate_faster / f.judged if f.judged else float("nan")
+        print(f"  {measurement:12s} {mode:12s} false different {f.different}/{f.runs} ({f.different_rate:.1%}, "
+              f"{'within' if f.different_rate <= args.alpha else 'ABOVE'} alpha); errors {f.errors}; "
+              f"candidate faster in {f.candidate_faster}/{f.judged} ({share:.0%}, 95% CI {low:.0%}-{high:.0%}); "
+              f"{f.wall_s:.0f} s")
 
 
 if __name__ == "__main__":

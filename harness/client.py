@@ -6,15 +6,16 @@ probes never index into a malformed reply; failures raise ServerError with the r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
 from harness.bounded import SERVER_ANSWER, TooLarge
 from harness.errors import ProbeNotApplicable, ServerError
-from harness.httpcall import Answer, AnswerBrokenOff, ConnectionFailed, DeadlinePassed, call
+from harness.httpcall import Answer, AnswerBrokenOff, ConnectionFailed, DeadlinePassed, call, open_stream
 
 # SGLang answers a request it cannot serve with 400 and a sentence; these say "cannot", not "broken".
 _UNSUPPORTED = re.compile(r"does not support|not supported|unsupported|not yet compatible", re.I)
@@ -116,6 +117,74 @@ class Generation:
         return int(self.meta.get("completion_tokens", len(self.output_ids)))
 
 
+@contextlib.contextmanager
+def _failures(method: str, path: str, seconds: float) -> Iterator[None]:
+    """httpcall's failures as the client's: a deadline or a cap is the server's fault (an
+    error), a connection that fails or breaks off is likely a dying server (ConnectionLost)."""
+    try:
+        yield
+    except DeadlinePassed:
+        raise ServerError(f"{method} {path}: no answer within {seconds:.0f} s") from None
+    except ConnectionFailed as exc:
+        raise ConnectionLost(f"{method} {path}: connection failed ({exc})") from None
+    except AnswerBrokenOff as exc:  # e.g. the body ends before its Content-Length
+        raise ConnectionLost(f"{method} {path}: answer broken off ({exc})") from None
+    except TooLarge as exc:
+        raise ServerError(f"{method} {path}: answer {exc}") from None
+
+
+def _check_generate_status(resp: Answer, what: str) -> None:
+    """A /generate answer that is not 200: n/a where SGLang says it cannot serve it, else broken."""
+    if resp.status_code == 400 and _UNSUPPORTED.search(resp.text):
+        raise ProbeNotApplicable(_error_message(resp))
+    if resp.status_code != 200:
+        raise ServerError(f"{what}: HTTP {resp.status_code}: {_error_message(resp)}")
+
+
+# A streamed event's meta_info key. Inside a JSON string a quote is escaped, so the key cannot
+# appear in a value (the text, say): its first match is the event's own.
+_META_KEY = re.compile(r'"meta_info"\s*:\s*')
+_DECODER = json.JSONDecoder()
+
+
+def _stream_event(payload: bytes) -> Generation:
+    """One `data:` event of a streamed /generate, checked for shape. A running event's output ids
+    are not read: they are cumulative, so reading every event's would cost the client O(n²) over
+    an n-token request (32k tokens in the GPU suites' windows), and only its `completion_tokens`
+    counts; the last event (with a finish reason) is read whole, as the answer."""
+    try:
+        text = payload.decode()
+    except UnicodeDecodeError:
+        raise ServerError(f"/generate (stream): malformed event {payload[:120]!r}") from None
+    meta = _running_meta(text)
+    if meta is not None:
+        return Generation((), meta)
+    try:
+        item = json.loads(text)
+    except json.JSONDecodeError:
+        raise ServerError(f"/generate (stream): malformed event {payload[:120]!r}") from None
+    if isinstance(item, dict) and "error" in item:
+        err = item["error"]
+        raise ServerError(f"/generate (stream): {err.get('message') if isinstance(err, dict) else err}")
+    if not isinstance(item, dict) or "meta_info" not in item or "output_ids" not in item:
+        raise ServerError(f"/generate (stream): event lacks output_ids/meta_info: {str(item)[:120]}")
+    return Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"])
+
+
+def _running_meta(text: str) -> dict[str, Any] | None:
+    """A running event's meta_info, decoded alone; None for any other event (the last, an error,
+    a shape not known here): those are decoded whole."""
+    key = _META_KEY.search(text)
+    if key is None:
+        return None
+    try:
+        meta, _ = _DECODER.raw_decode(text, key.end())
+    except json.JSONDecodeError:
+        return None
+    running = isinstance(meta, dict) and meta.get("finish_reason") is None and "completion_tokens" in meta
+    return meta if running else None
+
+
 def _top_pairs(entries: list) -> list[tuple[float | None, int]]:
     # SGLang's entries are [logprob, token_id, text] triples (text None unless detokenized); a
     # broken server answers null logprobs here too (0.5.17's unified pool): kept as None for the
@@ -153,16 +222,8 @@ class SGLangClient:
 
     def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Answer:
         seconds = timeout or self.timeout_s
-        try:
+        with _failures(method, path, seconds):
             return call(method, self.base_url + path, body, seconds, SERVER_ANSWER)
-        except DeadlinePassed:
-            raise ServerError(f"{method} {path}: no answer within {seconds:.0f} s") from None
-        except ConnectionFailed as exc:
-            raise ConnectionLost(f"{method} {path}: connection failed ({exc})") from None
-        except AnswerBrokenOff as exc:  # e.g. the body ends before its Content-Length
-            raise ConnectionLost(f"{method} {path}: answer broken off ({exc})") from None
-        except TooLarge as exc:
-            raise ServerError(f"{method} {path}: answer {exc}") from None
 
     def _json(self, resp: Answer, what: str) -> Any:
         try:
@@ -185,10 +246,7 @@ class SGLangClient:
         if rid is not None:
             body["rid"] = rid if isinstance(rid, str) else list(rid)
         resp = self._request("POST", "/generate", body)
-        if resp.status_code == 400 and _UNSUPPORTED.search(resp.text):
-            raise ProbeNotApplicable(_error_message(resp))
-        if resp.status_code != 200:
-            raise ServerError(f"/generate: HTTP {resp.status_code}: {_error_message(resp)}")
+        _check_generate_status(resp, "/generate")
         data = self._json(resp, "/generate")
         items = data if isinstance(data, list) else [data]
         if len(items) != (len(input_ids) if batched else 1):
@@ -201,6 +259,31 @@ class SGLangClient:
             # prompts and where (harness.probes.common.require_output_logprobs).
             out.append(Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"]))
         return out
+
+    def generate_stream(self, input_ids: Sequence[int], *, max_new_tokens: int, rid: str,
+                        temperature: float = 0.0, ignore_eos: bool = True) -> Generator[Generation, None, None]:
+        """One prompt with `"stream": true`: each server-sent event as it arrives, the answer so
+        far (SGLang 0.5.16 without --stream-output: cumulative output ids, `completion_tokens`
+        so far, `finish_reason` null until the last); the output ids only on the last event
+        (`_stream_event`). Closing the iterator early closes the connection, which SGLang
+        takes as an abort. A `{"error": ...}` event (SGLang's way of
+        failing mid-stream) raises ServerError."""
+        body = generate_body(input_ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                             ignore_eos=ignore_eos)
+        body.update(rid=rid, stream=True)
+        what = "/generate (stream)"
+        with _failures("POST", what, self.timeout_s):
+            stream = open_stream("POST", self.base_url + "/generate", body, self.timeout_s)
+            with contextlib.closing(stream):
+                if stream.status_code != 200:
+                    _check_generate_status(stream.whole(SERVER_ANSWER), what)
+                for line in stream.lines(SERVER_ANSWER):
+                    if not line.startswith(b"data:"):
+                        continue  # the blank line between events
+                    payload = line[len(b"data:"):].strip()
+                    if payload == b"[DONE]":
+                        return
+                    yield _stream_event(payload)
 
     def abort(self, rid: str) -> None:
         """Abort the request `rid` while it is being served, with every request whose rid

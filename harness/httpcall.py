@@ -1,4 +1,5 @@
-"""One HTTP request under a wall-clock deadline, its answer read up to a cap.
+"""One HTTP request under a wall-clock deadline, its answer read up to a cap (whole, or as a
+stream of lines).
 
 A socket timeout bounds each read, not the request: a server that sends one byte a second
 (headers or body) is never cut off by one. Here a timer started with the request shuts the
@@ -15,7 +16,7 @@ import json
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from harness.bounded import SizeCap, TooLarge, read_bounded
@@ -126,3 +127,62 @@ def call(method: str, url: str, body: Any, deadline_s: float, cap: SizeCap) -> A
     if watchdog.finish():  # the shutdown ended the body early: it may look whole
         raise DeadlinePassed()
     return Answer(resp.status, content)
+
+
+class Stream:
+    """An answer read as it comes, line by line (server-sent events), under the request's one
+    deadline: the watchdog keeps watching until `close`."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, watchdog: _Watchdog):
+        self._conn, self._resp, self._watchdog = conn, resp, watchdog
+        self.status_code = resp.status
+
+    def lines(self, cap: SizeCap) -> Iterator[bytes]:
+        """Each line of the body (its line ending cut), none longer than `cap`; DeadlinePassed,
+        AnswerBrokenOff or TooLarge where the answer does not end as a stream should."""
+        try:
+            while True:
+                line = self._resp.readline(cap.bytes + 1)
+                if not line:
+                    if self._watchdog.expired:  # the shutdown ended it: it may look whole
+                        raise DeadlinePassed()
+                    return
+                if len(line) > cap.bytes:
+                    raise TooLarge(cap)
+                yield line.rstrip(b"\r\n")
+        except (OSError, http.client.HTTPException) as exc:
+            if self._watchdog.expired or isinstance(exc, TimeoutError):
+                raise DeadlinePassed() from None
+            raise AnswerBrokenOff(f"{type(exc).__name__}: {str(exc)[:160]}") from None
+
+    def whole(self, cap: SizeCap) -> Answer:
+        """The rest of the body as one answer (an error's text)."""
+        try:
+            return Answer(self.status_code, read_bounded(self._resp.read, cap))
+        except (OSError, http.client.HTTPException) as exc:
+            raise AnswerBrokenOff(f"{type(exc).__name__}: {str(exc)[:160]}") from None
+
+    def close(self) -> None:
+        """Ends the request: closing the connection is what a server reads as the client leaving."""
+        self._watchdog.finish()
+        self._conn.close()
+
+
+def open_stream(method: str, url: str, body: Any, deadline_s: float) -> Stream:
+    """`method url` with its answer's status and headers in, its body still to read (`Stream`),
+    all of it within `deadline_s`. DeadlinePassed or ConnectionFailed where no answer began."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=deadline_s)
+    watchdog = _Watchdog(deadline_s)
+    try:
+        conn.connect()
+        watchdog.watch(conn.sock)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request(method, target, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        return Stream(conn, conn.getresponse(), watchdog)
+    except (OSError, http.client.HTTPException) as exc:
+        expired = watchdog.finish()
+        conn.close()
+        if expired or isinstance(exc, TimeoutError):
+            raise DeadlinePassed() from None
+        raise ConnectionFailed(type(exc).__name__) from None

@@ -49,10 +49,22 @@ def test_bench_aa_writes_a_suite_the_design_check_accepts(tmp_path):
     from harness.probes import known_probes
 
     for at_once in (False, True):
-        path = tmp_path / f"aa-{at_once}.toml"
-        path.write_text(bench_aa.suite_text(3, at_once, 0.05))
-        suite = load_suite(path, known_probes())
-        assert len(suite.configs) == 3 and suite.probe_params["throughput"]["sides_at_once"] is at_once
+        for window_s in (None, 0.5):
+            path = tmp_path / f"aa-{at_once}-{window_s}.toml"
+            path.write_text(bench_aa.suite_text(3, at_once, 0.05, window_s))
+            suite = load_suite(path, known_probes())
+            params = suite.probe_params["throughput"]
+            assert len(suite.configs) == 3 and params["sides_at_once"] is at_once
+            assert params["window_s"] == window_s
+
+
+def test_the_side_bias_interval_holds_its_share_and_stays_within_zero_and_one():
+    import bench_aa
+
+    low, high = bench_aa.wilson_interval(12, 16)  # the 12 of 16: the interval barely clears 50%
+    assert 0.5 < low < 0.75 < high < 0.9
+    assert bench_aa.wilson_interval(0, 64)[0] == 0.0 and bench_aa.wilson_interval(64, 64)[1] == 1.0
+    assert bench_aa.wilson_interval(32, 64) == pytest.approx((0.3810, 0.6190), abs=1e-4)
 
 
 @pytest.mark.slow  # reads the committed GPU runs

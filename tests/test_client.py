@@ -10,11 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from harness.client import Generation, SGLangClient
-from harness.errors import ServerError
+from harness.errors import ProbeNotApplicable, ServerError
 
 
 class Stub:
-    """Answers every POST with `answer` (status, JSON body) and keeps what it was sent."""
+    """Answers every POST with `answer` (status, JSON body, or raw bytes) and keeps what it was sent."""
 
     def __init__(self, answer: tuple[int, object]):
         self.answer = answer
@@ -26,7 +26,7 @@ class Stub:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stub.received.append((self.path, body))
                 code, payload = stub.answer
-                raw = b"" if payload is None else json.dumps(payload).encode()
+                raw = payload if isinstance(payload, bytes) else b"" if payload is None else json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
@@ -156,3 +156,31 @@ def test_an_answer_past_the_cap_is_refused_having_read_no_more_than_the_cap(monk
         assert hostile.written < 64 * 2**20  # the cap and the sockets' buffers, not the answer
     finally:
         hostile.server.shutdown()
+
+
+def sse(*events: object) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+
+def test_generate_stream_yields_each_event_until_done(stub):
+    running = {"output_ids": [5], "meta_info": {"completion_tokens": 1, "finish_reason": None}}
+    last = {"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "abort"}}}
+    s = stub((200, sse(running, last, b"[DONE]", running)))  # nothing after [DONE] is read
+    events = list(s.client.generate_stream([1, 2], max_new_tokens=8, rid="r1"))
+    assert [(e.completion_tokens, e.aborted) for e in events] == [(1, False), (2, True)]
+    # A running event's cumulative ids are not read (O(n²) over a long request); the answer's are.
+    assert [e.output_ids for e in events] == [(), (5, 6)]
+    (path, body), = s.received
+    assert path == "/generate" and body["stream"] is True and body["rid"] == "r1"
+
+
+def test_generate_stream_raises_on_an_error_event_a_malformed_one_and_a_refusal(stub):
+    failing = stub((200, sse({"error": {"message": "out of memory"}})))
+    with pytest.raises(ServerError, match=r"^/generate \(stream\): out of memory$"):
+        list(failing.client.generate_stream([1], max_new_tokens=2, rid="r"))
+    malformed = stub((200, sse(b"{not json")))
+    with pytest.raises(ServerError, match="malformed event"):
+        list(malformed.client.generate_stream([1], max_new_tokens=2, rid="r"))
+    refused = stub((400, {"error": {"message": "streaming is not supported here"}}))
+    with pytest.raises(ProbeNotApplicable, match="not supported"):
+        list(refused.client.generate_stream([1], max_new_tokens=2, rid="r"))

@@ -133,8 +133,8 @@ def test_sides_at_once_runs_each_round_on_both_servers_at_the_same_time(tmp_path
     repo = FixtureRepo.create(tmp_path / "repo")
     base = repo.head()
     suite = refserver_suite(tmp_path / "together.toml", ["throughput"],
-                            "[probe.throughput]\nconcurrency = [2]\nrepeats = 2\nwarmup = 0\n"
-                            "alpha = 0.9\n"  # two rounds placed, not judged: the design check allows it
+                            "[probe.throughput]\nconcurrency = [2]\nrepeats = 3\nwarmup = 0\n"
+                            "max_looks = 1\nalpha = 0.5\n"  # three rounds placed, not judged: the design check allows it
                             "sides_at_once = true\n", deterministic=False, output_len=32)
     result = run(repo, base, repo.note("changelog only"), suite, tmp_path / "out")
     cells = {c["role"]: c for c in result["cells"]}

@@ -33,6 +33,7 @@ requests_per_client = 2
 warmup = 1
 floor_rel = 0.5
 alpha = 0.2  # four rounds (min p 0.125): a schedule test, not a judgement
+max_looks = 1
 """)
 
 

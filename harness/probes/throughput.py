@@ -19,34 +19,40 @@ step costs throughput on a GPU): the peak is sampled at whatever
 
 With `window_s` a level is measured over a fixed window instead of until every request ends: a
 server that thrashes (retracting, its SWA pool full) may not finish a 32k-token round within a
-run's limit, and then there is no cell at all. Each request carries its own rid; when the window
-closes, no further request is sent and every request still running is aborted (SGLang's
-/abort_request), whose answer carries the tokens it had so far. tok/s = tokens generated within
-the window / the window (or / the level's wall time, when every request ended sooner); a
-request's `req_tok_s_c<c>` = its tokens / its own time in the window. A request cut by the window
-is neither an error nor a finding; one the server aborted itself counts as it always did. A
-request that runs on through ABORTS_IGNORED aborts and then answers in full is a finding for the
-cell: the server does not honour aborts, and its tokens, produced after the window, would
-otherwise make that side read faster.
+run's limit, and then there is no cell at all. Each request carries its own rid and is streamed
+(`"stream": true`), so its tokens are counted by when they arrived, not by when its answer did:
+only those streamed before the window's end count. A request is admitted on the window's clock
+under the lock that closes it, so none starts at or after the end however late the closing
+thread runs, and every duration is positive by construction (one that is not is a finding, never
+a sample). When the window closes, no further request is sent and every request still running is
+aborted (SGLang's /abort_request). tok/s = tokens streamed within the window / the window (or /
+the level's wall time, when every request ended sooner); a request's `req_tok_s_c<c>` = its
+tokens in the window / its own time in it. A request cut by the window is neither an error nor a
+finding; one the server aborted itself counts as it always did. A cut request whose stream ends
+later than about one decode step after its abort reached it (ABORT_GRACE_STEPS × the level's
+longest gap between events, at least ABORT_GRACE_MIN_S), or still streams ABORT_GIVE_UP_S after
+the close (then the harness closes it), is a finding for the cell, saying how late: the server
+does not honour aborts in time. Its tokens after the window would not have counted anyway, so a
+late abort never makes a side read faster.
 SGLang 0.5.16 answers a cut request in one of two ways: a running one finishes after one more
 step (its tokens so far, as usual); one cut in the waiting queue (a retracted request waiting to
 run again) is answered by the tokenizer manager with the tokens the scheduler had passed on (a
-non-streaming request's whenever its length is a multiple of 50 after a batch, which speculative
-rounds may step over), and without `num_retractions`: with a window, a level's retractions are
+streamed request's: all of them, every batch is passed on), and without `num_retractions`: with a window, a level's retractions are
 the larger of the answers' count and the log's `#retracted_reqs`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Generator, Iterable, Sequence
 
-from harness.client import SGLangClient
+from harness.client import Generation, SGLangClient
 from harness.errors import ServerFinding, VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
@@ -68,26 +74,40 @@ def request_metric_name(level: int) -> str:
     return f"req_tok_s_c{level}"
 
 
-# After the window's aborts, how often the requests still unanswered are aborted again: one sent
+# After the window's aborts, how often the requests still streaming are aborted again: one sent
 # just before the window closed may reach the server after its abort, which SGLang ignores (an
 # unknown rid), so it would otherwise run to its end.
 ABORT_RETRY_S = 1.0
-# A request answered without an abort after this many aborts (two full retry intervals past the
-# window's close) ran on: the server does not honour /abort_request, and its tokens, produced
-# after the window, must not be counted in it. One or two aborts leave room for a request that
-# was finishing anyway when the window closed.
-ABORTS_IGNORED = 3
+# An abort may take effect this many decode steps after it reached its request (the step running
+# when it arrives, then the one after which SGLang ends the request), a step being the longest
+# gap between two events of any stream of the level before the window's end, and never less than
+# ABORT_GRACE_MIN_S: the abort's own round trip and handling on a loaded host (a healthy reference
+# server answered in up to 0.34 s on the CI machine with two CPU burners beside it; 0.25 s made
+# one false finding in 26 A/A cells there).
+ABORT_GRACE_STEPS = 2
+ABORT_GRACE_MIN_S = 0.5
+# After the close, how long a cut request's stream is read for its abort's answer (at least twice
+# the grace); then the harness gives up and closes the connection, which SGLang takes as an abort.
+ABORT_GIVE_UP_S = 3.0
+
+Clock = Callable[[], float]
+# Request i of a level, sent with its rid: the server's streamed events, as they arrive.
+Streamer = Callable[[int, str], Generator[Generation, None, None]]
 
 
 @dataclasses.dataclass(frozen=True)
 class RequestResult:
     """One request of a level, as measured."""
 
-    completion_tokens: int
-    seconds: float  # from its send to its answer, or to the window's end when the window cut it
-    cut: bool  # aborted because the measurement window closed
+    completion_tokens: int  # with a window: those streamed before the window's end
+    seconds: float  # from its admission to its answer, or to the window's end when it ran past it
+    cut: bool  # still running at the window's end
     retractions: int
-    ran_on: bool = False  # answered without an abort after ABORTS_IGNORED aborts: not honoured
+    # Cut, after an abort reached it (its first event came before the abort): how long after that
+    # abort its stream ended; None when no abort is known to have reached it.
+    abort_answer_s: float | None = None
+    tokens_after_window: int = 0  # streamed after the window's end: never counted in it
+    given_up: bool = False  # still streaming when the harness gave up on its abort
 
     @property
     def tok_s(self) -> float:
@@ -95,84 +115,157 @@ class RequestResult:
 
 
 class MeasurementWindow:
-    """The requests of one level that are in flight, and the window's end: once it has
-    closed, no request is sent, and every one in flight is aborted by its rid."""
+    """The requests of one level that are in flight, and the window's end. Admission and the
+    window's end are read on one clock under one lock: no request is admitted at or after the
+    end, however late the closing thread runs, so every admitted request starts inside the window.
+    Once closed, every request in flight is aborted by its rid, again every ABORT_RETRY_S."""
 
-    def __init__(self, client: SGLangClient, window_s: float):
-        self.client = client
-        self.ends_at = time.perf_counter() + window_s
+    def __init__(self, abort: Callable[[str], None], window_s: float, clock: Clock = time.perf_counter):
+        self._abort = abort
+        self._clock = clock
+        self.window_s = window_s
+        self.ends_at = clock() + window_s
         self._lock = threading.Lock()
         self._closed = False
         self._in_flight: set[str] = set()
-        self._aborts: dict[str, int] = {}  # rid -> aborts sent for it
+        self._abort_times: dict[str, list[float]] = {}  # rid -> when each abort was sent it
+        self._last_event: dict[str, float] = {}
+        self._longest_step_s = 0.0
+        self.allowed_s: float | None = None  # how late an abort may be answered: set at the close
+        self.give_up_at: float | None = None
 
-    def admit(self, rid: str) -> bool:
-        """Register a request about to be sent; False once the window has closed."""
+    def admit(self, rid: str) -> float | None:
+        """Register a request about to be sent: its start, before the window's end by
+        construction; None once the end has come (closed or not: the clock decides)."""
         with self._lock:
-            if self._closed:
-                return False
+            now = self._clock()
+            if self._closed or now >= self.ends_at:
+                return None
             self._in_flight.add(rid)
-            return True
+            return now
 
-    def answered(self, rid: str) -> int:
-        """Unregister an answered request; how many aborts the window sent it (0: none)."""
+    def event(self, rid: str) -> float:
+        """An event of `rid`'s stream arrived: when, on the window's clock. Gaps between a
+        stream's events before the end are the level's decode steps (the grace of an abort)."""
+        with self._lock:
+            now = self._clock()
+            last = self._last_event.get(rid)
+            if last is not None and now < self.ends_at:
+                self._longest_step_s = max(self._longest_step_s, now - last)
+            self._last_event[rid] = now
+            return now
+
+    def now(self) -> float:
+        return self._clock()
+
+    def answered(self, rid: str) -> list[float]:
+        """Unregister an answered request: when each abort was sent it (none: it ended first)."""
         with self._lock:
             self._in_flight.discard(rid)
-            return self._aborts.get(rid, 0)
+            self._last_event.pop(rid, None)
+            return self._abort_times.pop(rid, [])
 
     def close_when_due(self, futures: list[Future]) -> None:
-        """Wait for the requests or the window's end, whichever comes first; then abort every
-        request still in flight, again every ABORT_RETRY_S until all have answered."""
-        left = self.ends_at - time.perf_counter()
-        if not wait(futures, timeout=max(left, 0.0)).not_done:
+        """Wait for the requests or the window's end, whichever comes first; then close and
+        abort every request still in flight, again every ABORT_RETRY_S until all have ended."""
+        if not wait(futures, timeout=max(self.ends_at - self._clock(), 0.0)).not_done:
             return
+        self.close()
+        while wait(futures, timeout=ABORT_RETRY_S).not_done:
+            self._abort_in_flight()
+
+    def close(self) -> None:
         with self._lock:
             self._closed = True
-        while True:
+            self.allowed_s = max(ABORT_GRACE_MIN_S, ABORT_GRACE_STEPS * self._longest_step_s)
+            # From the close, not the end: a late closing thread must not shorten the wait.
+            self.give_up_at = self._clock() + max(ABORT_GIVE_UP_S, 2 * self.allowed_s)
+        self._abort_in_flight()
+
+    def _abort_in_flight(self) -> None:
+        with self._lock:
+            rids = sorted(self._in_flight)
+        for rid in rids:
+            # Noted before its abort (its answer may come back at once), each when it is sent: the
+            # aborts go one after another, and on a loaded host the last may leave much later.
             with self._lock:
-                rids = sorted(self._in_flight)
-                for rid in rids:  # counted before the abort: its answer may come back at once
-                    self._aborts[rid] = self._aborts.get(rid, 0) + 1
-            for rid in rids:
-                self.client.abort(rid)
-            if not wait(futures, timeout=ABORT_RETRY_S).not_done:
-                return
+                self._abort_times.setdefault(rid, []).append(self._clock())
+            self._abort(rid)
+
+    def stream(self, rid: str, events: Generator[Generation, None, None], started: float) -> RequestResult:
+        """Read one admitted request's events: the tokens streamed before the window's end count;
+        once the harness gives up on its abort, the stream is closed unread."""
+        in_window, first_event_at, last, given_up = 0, None, None, False
+        with contextlib.closing(events):  # on giving up: closes the connection, an abort to SGLang
+            for gen in events:
+                at = self.event(rid)
+                first_event_at = at if first_event_at is None else first_event_at
+                if at < self.ends_at:
+                    in_window = gen.completion_tokens
+                last = gen
+                give_up_at = self.give_up_at
+                if give_up_at is not None and at >= give_up_at and gen.meta.get("finish_reason") is None:
+                    given_up = True
+                    break
+        ended = self._clock()
+        abort_times = self.answered(rid)
+        # An abort sent before the request's first event may have reached the server before the
+        # request did (SGLang then ignores it): the first one after that event surely reached it.
+        reached = [t for t in abort_times if first_event_at is not None and t >= first_event_at]
+        total = last.completion_tokens if last is not None else 0
+        return RequestResult(in_window, min(ended, self.ends_at) - started, cut=ended >= self.ends_at,
+                             retractions=int((last.meta.get("num_retractions", 0) if last else 0) or 0),
+                             abort_answer_s=ended - reached[0] if reached else None,
+                             tokens_after_window=total - in_window, given_up=given_up)
+
+
+def run_window(window: MeasurementWindow, streamer: Streamer, n: int, workers: int) -> list[RequestResult]:
+    """`n` requests from `workers` clients back to back within `window`: each one admitted
+    before it is sent, none once the window has ended."""
+    def one(i: int) -> RequestResult | None:
+        # uuid hex: fixed length, so no rid is a prefix of another (SGLang aborts by prefix)
+        rid = uuid.uuid4().hex
+        started = window.admit(rid)
+        if started is None:
+            return None  # the window ended before this request's turn: never sent
+        return window.stream(rid, streamer(i, rid), started)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, i) for i in range(n)]
+        window.close_when_due(futures)
+        return [r for r in (f.result() for f in futures) if r is not None]
+
+
+def run_to_the_end(send: Callable[[int], Generation], n: int, workers: int) -> list[RequestResult]:
+    """`n` requests from `workers` clients back to back, each to its end (no window)."""
+    def one(i: int) -> RequestResult:
+        t0 = time.perf_counter()
+        gen = send(i)
+        return RequestResult(gen.completion_tokens, time.perf_counter() - t0, cut=False,
+                             retractions=int(gen.meta.get("num_retractions", 0) or 0))
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, range(n)))
 
 
 def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> dict[str, Any]:
     clients = [SGLangClient(ctx.client.base_url, timeout_s=ctx.client.timeout_s) for _ in range(level)]
     window_s = ctx.param("window_s")
+    output_len = ctx.workload.output_len
 
-    def one(i: int) -> RequestResult | None:
-        # uuid hex: fixed length, so no rid is a prefix of another (SGLang aborts by prefix)
-        rid = uuid.uuid4().hex
-        if window is not None and not window.admit(rid):
-            return None  # the window closed before this request's turn: never sent
-        t0 = time.perf_counter()
-        gen = clients[i % level].generate(prompts[i % len(prompts)],
-                                          max_new_tokens=ctx.workload.output_len, rid=rid)[0]
-        ended = time.perf_counter()
-        aborts = window.answered(rid) if window is not None else 0
-        # Only an abort the window asked for: an abort the server made on its own (out of
-        # memory) counts as it always did.
-        cut = aborts > 0 and gen.aborted
-        if cut:
-            ended = min(ended, window.ends_at)
-        return RequestResult(gen.completion_tokens, ended - t0, cut,
-                             int(gen.meta.get("num_retractions", 0) or 0),
-                             ran_on=aborts >= ABORTS_IGNORED and not gen.aborted)
+    def streamer(i: int, rid: str) -> Generator[Generation, None, None]:
+        return clients[i % level].generate_stream(prompts[i % len(prompts)], max_new_tokens=output_len, rid=rid)
+
+    def send(i: int) -> Generation:
+        return clients[i % level].generate(prompts[i % len(prompts)], max_new_tokens=output_len)[0]
 
     n = level * ctx.param("requests_per_client")
     ctx.client.flush_cache()
     mark = ctx.server.log_size()
     started = time.time()  # when, so a report can show how the two sides' rounds interleaved
     t0 = time.perf_counter()
-    window = MeasurementWindow(ctx.client, window_s) if window_s is not None else None
-    with ThreadPoolExecutor(max_workers=level) as pool:
-        futures = [pool.submit(one, i) for i in range(n)]
-        if window is not None:
-            window.close_when_due(futures)
-        answered = [r for r in (f.result() for f in futures) if r is not None]
+    window = MeasurementWindow(ctx.client.abort, window_s) if window_s is not None else None
+    answered = run_window(window, streamer, n, level) if window else run_to_the_end(send, n, level)
     wall = time.perf_counter() - t0
     log = ctx.server.log_since(mark)
     curve = swa_curve(log)
@@ -187,7 +280,7 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
         "concurrency": level,
         "started_at": round(started, 3),
         "requests": n,
-        **level_rates(answered, wall, window_s),
+        **level_rates(answered, wall, window_s, window.allowed_s if window else None),
         "retractions": answered_retractions,
         "retraction_events": [dataclasses.asdict(r) for r in events],
         "swa_peak_usage": max(curve.usage) if curve else None,
@@ -195,9 +288,18 @@ def _level(ctx: ProbeContext, level: int, prompts: Sequence[Sequence[int]]) -> d
     }
 
 
-def level_rates(answered: list[RequestResult], wall: float, window_s: float | None) -> dict[str, Any]:
-    """A level's tokens and rates. With a window: over the window (or the level's wall time,
-    if every request ended sooner), and vacuous when no request produced a token in it."""
+def level_rates(answered: list[RequestResult], wall: float, window_s: float | None,
+                abort_allowed_s: float | None = None) -> dict[str, Any]:
+    """A level's tokens and rates. With a window: the tokens streamed before its end over the
+    window (or the level's wall time, if every request ended sooner), vacuous when there are none;
+    an abort answered later than `abort_allowed_s` after it reached its request is a finding."""
+    not_positive = [r for r in answered if r.seconds <= 0]
+    if not_positive:
+        # A request starts inside the window by construction: a duration that is not positive
+        # is a broken measurement, never a sample (its tok/s would be negative or infinite).
+        raise ServerFinding(f"{len(not_positive)} of {len(answered)} requests measured a duration that is not "
+                            f"positive (shortest {min(r.seconds for r in not_positive):.3g} s): not a sample",
+                            tuple(dataclasses.asdict(r) for r in not_positive))
     tokens = sum(r.completion_tokens for r in answered)
     rates: dict[str, Any] = {
         "completion_tokens": tokens,
@@ -207,22 +309,39 @@ def level_rates(answered: list[RequestResult], wall: float, window_s: float | No
     }
     if window_s is None:
         return rates
-    ran_on = [r for r in answered if r.ran_on]
-    if ran_on:
-        # Its tokens came after the window: counted in it they would make this side faster.
-        raise ServerFinding(
-            f"the server did not honour /abort_request: {len(ran_on)} of {len(answered)} requests ran on "
-            f"after the {window_s:g} s window closed and {ABORTS_IGNORED} aborts, answering "
-            f"{sum(r.completion_tokens for r in ran_on)} tokens {max(r.seconds for r in ran_on) - window_s:.1f} s "
-            f"late (not counted: a window holds only tokens produced in it)",
-            tuple({"completion_tokens": r.completion_tokens, "seconds": r.seconds} for r in ran_on))
+    _check_aborts(answered, window_s, abort_allowed_s)
     if tokens == 0:
         raise VacuousResult(f"no request produced a token within the {window_s:g} s window "
                             f"({len(answered)} sent)")
     measured_s = min(wall, window_s)
+    answers = [r.abort_answer_s for r in answered if r.abort_answer_s is not None]
     return {**rates, "tok_s": tokens / measured_s, "window_s": window_s, "measured_s": measured_s,
             "requests_sent": len(answered), "request_cut": [r.cut for r in answered],
-            "requests_cut": sum(r.cut for r in answered)}
+            "requests_cut": sum(r.cut for r in answered),
+            "abort_answer_s": max(answers) if answers else None}
+
+
+def _check_aborts(answered: list[RequestResult], window_s: float, allowed_s: float | None) -> None:
+    """A cut request still streaming when the harness gave up, or answered later than allowed
+    after its abort, is a finding for the cell, whatever it carried: the server does not honour
+    /abort_request (in time). Its tokens after the window were not counted either way."""
+    cut = [r for r in answered if r.cut]
+    given_up = [r for r in cut if r.given_up]
+    if given_up:
+        raise ServerFinding(
+            f"the server did not honour /abort_request: {len(given_up)} of {len(cut)} requests cut by the "
+            f"{window_s:g} s window were still generating when the harness gave up on their aborts "
+            f"({sum(r.tokens_after_window for r in given_up)} tokens after the window, not counted)",
+            tuple(dataclasses.asdict(r) for r in given_up))
+    late = [r for r in cut if allowed_s is not None and r.abort_answer_s is not None and r.abort_answer_s > allowed_s]
+    if late:
+        answer = [r.abort_answer_s for r in late]
+        raise ServerFinding(
+            f"the server honoured /abort_request late: {len(late)} of {len(cut)} requests cut by the "
+            f"{window_s:g} s window answered {min(answer):.2f}-{max(answer):.2f} s after their abort "
+            f"(allowed {allowed_s:.2f} s, about one decode step), carrying "
+            f"{sum(r.tokens_after_window for r in late)} tokens made after the window (not counted)",
+            tuple(dataclasses.asdict(r) for r in late))
 
 
 def run(ctx: ProbeContext) -> ProbeOutput:

@@ -4,16 +4,19 @@ accept_length, which is n/a there: no speculative decoding)."""
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future, wait
+from typing import Iterator
 
 import pytest
 
-from concurrent.futures import Future
-
 from conftest import ROOT, detcheck, refserver_suite
+from harness.client import Generation
 from harness.demo import SCENARIOS, build_repo
-from harness.errors import VacuousResult
+from harness.errors import ServerFinding, VacuousResult
 from harness.probes import PROBES, throughput
-from harness.probes.throughput import MeasurementWindow, RequestResult, level_rates
+from harness.probes.throughput import (ABORT_GIVE_UP_S, MeasurementWindow, RequestResult, level_rates,
+                                       run_window)
 
 
 def test_describe_and_metric_names():
@@ -49,35 +52,141 @@ def test_a_window_counts_the_tokens_of_cut_requests_over_the_window():
         level_rates(answered[2:], wall=0.6, window_s=0.5)
 
 
-class AbortingClient:
-    """Answers an aborted request's future as SGLang answers its /generate: at once."""
+class FakeClock:
+    """The window's clock, moved only by the test's streams: no test here rests on real time."""
 
-    def __init__(self, pending: dict[str, Future]):
-        self.pending = pending
-        self.aborted: list[str] = []
+    def __init__(self) -> None:
+        self.t = 0.0
+        self._lock = threading.Lock()
 
-    def abort(self, rid: str) -> None:
-        self.aborted.append(rid)
-        self.pending.pop(rid).set_result(None)
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.t += seconds
 
 
-def test_the_window_aborts_what_is_in_flight_and_admits_nothing_after():
-    pending = {"done": Future(), "running": Future()}
-    futures = list(pending.values())
-    pending.pop("done").set_result(None)
-    client = AbortingClient(pending)
-    window = MeasurementWindow(client, 0.05)
-    assert window.admit("done") and window.admit("running")
-    assert window.answered("done") == 0  # answered before the window closed
-    window.close_when_due(futures)
-    assert client.aborted == ["running"] and window.answered("running") == 1
-    assert not window.admit("late")  # the window has closed: never sent
+STEP = 0.125  # a decode step of the streams below: exact in binary, so no end falls between
+
+
+def events(clock: FakeClock, tokens: int) -> Iterator[Generation]:
+    """A request that streams one token per STEP and ends with its last."""
+    for k in range(1, tokens + 1):
+        clock.advance(STEP)
+        yield Generation((), {"completion_tokens": k, "finish_reason": None if k < tokens else {"type": "length"}})
+
+
+class LateClosingWindow(MeasurementWindow):
+    """A window whose closing thread runs as late as it can: once every request has been tried."""
+
+    def close_when_due(self, futures: list[Future]) -> None:
+        wait(futures)
+        self.close()
+
+
+def late_closed_level(steps: int, n: int, workers: int) -> tuple[MeasurementWindow, list[RequestResult], list[float]]:
+    """A level of `n` requests of `steps` steps each over a 1 s LateClosingWindow: the window,
+    the requests answered, and when each request was sent."""
+    clock = FakeClock()
+    sent_at: list[float] = []
+
+    def streamer(i: int, rid: str) -> Iterator[Generation]:
+        sent_at.append(clock())
+        return events(clock, steps)
+
+    window = LateClosingWindow(lambda rid: None, 1.0, clock=clock)
+    return window, run_window(window, streamer, n=n, workers=workers), sent_at
+
+
+def test_no_request_starts_after_the_window_end_under_a_late_closing_thread():
+    """One client, 10 requests of 3 steps, a 1 s window: requests start at 0, 0.375 and 0.75;
+    the fourth's turn comes at 1.125, after the end, and the closing thread has not run yet. It
+    is never sent (before: it and the six after it were, with their ends clipped below their
+    starts: negative durations), and the third, cut at the end, counts its one token before it."""
+    window, answered, sent_at = late_closed_level(steps=3, n=10, workers=1)
+    assert sent_at == [0.0, 0.375, 0.75]
+    assert [r.seconds for r in answered] == [0.375, 0.375, 0.25]
+    assert [r.completion_tokens for r in answered] == [3, 3, 1]
+    assert [r.cut for r in answered] == [False, False, True] and answered[2].tokens_after_window == 2
+
+
+def test_concurrent_clients_never_start_a_request_at_or_after_the_end():
+    """Four clients on one clock, the closing thread late: whatever the interleaving, every
+    request sent started before the end and measured a positive duration."""
+    window, answered, sent_at = late_closed_level(steps=2, n=40, workers=4)
+    assert len(answered) == len(sent_at) < 40
+    assert all(t < window.ends_at for t in sent_at), sent_at
+    assert all(r.seconds > 0 for r in answered), answered
+
+
+def aborted_late(delay_s: float) -> tuple[RequestResult, MeasurementWindow]:
+    """One request streaming past a 1 s window whose close (at the end, on the stream's own
+    clock) sends the abort; the server ends the request `delay_s` after the abort, one step on."""
+    clock = FakeClock()
+    aborts: list[float] = []
+    window = MeasurementWindow(lambda rid: aborts.append(clock()), 1.0, clock=clock)
+    rid = "r"
+    started = window.admit(rid)
+
+    def late_server() -> Iterator[Generation]:
+        k = 0
+        while True:
+            clock.advance(STEP)
+            k += 1
+            if clock() >= window.ends_at and not aborts:
+                window.close()  # the closing thread, right at the end
+            if aborts and clock() >= aborts[0] + delay_s + STEP:
+                yield Generation((), {"completion_tokens": k, "finish_reason": {"type": "abort"}})
+                return
+            yield Generation((), {"completion_tokens": k, "finish_reason": None})
+
+    return window.stream(rid, late_server(), started), window
+
+
+def test_an_abort_answered_late_is_a_finding_and_never_counts_its_tokens():
+    """Aborts that take effect at once, 1 s late (within the harness's give-up) and 10 s late
+    (beyond it): the tokens counted in the window are the same 7 each time (never a faster side);
+    the late one is a finding saying how late, the ignored one one saying the harness gave up."""
+    prompt, late, ignored = aborted_late(0.0), aborted_late(1.0), aborted_late(10.0)
+    assert {r.completion_tokens for r, _ in (prompt, late, ignored)} == {7}
+    result, window = prompt
+    assert result.cut and result.abort_answer_s == STEP <= window.allowed_s
+    assert level_rates([result], wall=1.2, window_s=1.0, abort_allowed_s=window.allowed_s)["tok_s"] == 7.0
+    result, window = late
+    assert result.abort_answer_s == 1.0 + STEP and result.tokens_after_window == 10
+    with pytest.raises(ServerFinding, match=r"honoured /abort_request late: 1 of 1 requests cut by the 1 s "
+                                            r"window answered 1.12-1.12 s after their abort \(allowed 0.50 s"):
+        level_rates([result], wall=2.2, window_s=1.0, abort_allowed_s=window.allowed_s)
+    result, window = ignored
+    assert result.given_up and window.give_up_at == 1.0 + ABORT_GIVE_UP_S
+    with pytest.raises(ServerFinding, match="did not honour /abort_request: 1 of 1 requests cut by the 1 s window "
+                                            "were still generating when the harness gave up"):
+        level_rates([result], wall=4.1, window_s=1.0, abort_allowed_s=window.allowed_s)
+
+
+def test_each_abort_is_timed_when_it_is_sent():
+    """Aborts go one after another: on a loaded host each /abort_request may take 0.3 s, and the
+    second request's abort then leaves 0.3 s after the first; its answer is timed from then."""
+    clock = FakeClock()
+    window = MeasurementWindow(lambda rid: clock.advance(0.3), 1.0, clock=clock)
+    assert window.admit("a") == 0.0 and window.admit("b") == 0.0
+    clock.advance(1.0)
+    window.close()
+    assert window.answered("a") == [1.0] and window.answered("b") == [1.3]
+
+
+def test_a_duration_that_is_not_positive_is_a_finding_never_a_sample():
+    answered = [RequestResult(completion_tokens=10, seconds=0.5, cut=False, retractions=0),
+                RequestResult(completion_tokens=10, seconds=-0.2, cut=True, retractions=0)]
+    with pytest.raises(ServerFinding, match="1 of 2 requests measured a duration that is not positive"):
+        level_rates(answered, wall=1.0, window_s=1.0)
 
 
 @pytest.mark.slow
 def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_path):
     suite = refserver_suite(tmp_path / "live.toml", ["throughput", "accept_length"],
-                            "[probe.throughput]\nconcurrency = [2, 1]\nrepeats = 2\nalpha = 0.9\n", config="plain",
+                            "[probe.throughput]\nconcurrency = [2, 1]\nrepeats = 3\nmax_looks = 1\nalpha = 0.5\n", config="plain",
                             deterministic=False, prompts=4, prompt_len=(16, 16), output_len=16,
                             args=("--random-seed", "1"))
     out = tmp_path / "run"
@@ -91,10 +200,10 @@ def test_throughput_levels_and_accept_length_not_applicable_without_spec(tmp_pat
     # the round is the unit of replication), paired by round like the level's tok/s.
     assert [m["name"] for m in tput["metrics"]] == ["tok_s_c2", "tok_s_c1", "req_tok_s_c2", "req_tok_s_c1"]
     per_request = {m["name"]: m for m in tput["metrics"]}
-    assert len(per_request["req_tok_s_c2"]["values"]) == 2 and per_request["req_tok_s_c2"]["paired"]
+    assert len(per_request["req_tok_s_c2"]["values"]) == 3 and per_request["req_tok_s_c2"]["paired"]
     by_round = [s["request_tok_s"] for s in tput["samples"] if s["concurrency"] == 2]
     assert per_request["req_tok_s_c2"]["values"] == pytest.approx([sum(r) / 2 for r in by_round])
-    assert [(s["repeat"], s["concurrency"]) for s in tput["samples"]] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert [(s["repeat"], s["concurrency"]) for s in tput["samples"]] == [(r, c) for r in range(3) for c in (1, 2)]
     assert all(s["completion_tokens"] == 16 * s["requests"] and s["tok_s"] > 0 for s in tput["samples"])
     assert "tok/s" in proc.stdout
     acc = cells["accept_length", "candidate"]
@@ -107,7 +216,7 @@ def test_a_window_bounds_a_level_and_counts_the_cut_requests(tmp_path):
     the level with every request cut (aborted) and the tokens it had, and no second request."""
     suite = refserver_suite(tmp_path / "window.toml", ["throughput"],
                             "[probe.throughput]\nconcurrency = [2]\nrequests_per_client = 2\n"
-                            "repeats = 2\nalpha = 0.9\nwarmup = 0\nwindow_s = 2.0\n", config="plain",
+                            "repeats = 3\nmax_looks = 1\nalpha = 0.5\nwarmup = 0\nwindow_s = 2.0\n", config="plain",
                             deterministic=False, prompts=2, prompt_len=(16, 16), output_len=20_000)
     out = tmp_path / "run"
     proc = detcheck("run", "--suite", str(suite), "--out", str(out), "--no-progress")
@@ -115,15 +224,15 @@ def test_a_window_bounds_a_level_and_counts_the_cut_requests(tmp_path):
     result = json.loads((out / "results.json").read_text())
     for cell in result["cells"]:
         assert cell["status"] == "ok", cell["reason"]
-        assert len(cell["samples"]) == 2  # two rounds
+        assert len(cell["samples"]) == 3  # three rounds
         for sample in cell["samples"]:
             assert sample["wall_s"] < 2.0 + 3.0  # the window, then the aborts' answers
             assert sample["requests"] == 4 and sample["requests_sent"] == 2  # the window closed first
             assert sample["request_cut"] == [True, True] and sample["measured_s"] == 2.0
             assert 0 < sample["completion_tokens"] < 2 * 20_000 and sample["tok_s"] > 0
             assert all(v > 0 for v in sample["request_tok_s"])
-        assert cell["facts"]["window_s"] == 2.0 and cell["facts"]["requests_cut"] == 4
-    assert "2 s window (4 of 4 requests cut)" in (out / "report.md").read_text()
+        assert cell["facts"]["window_s"] == 2.0 and cell["facts"]["requests_cut"] == 6
+    assert "2 s window (6 of 6 requests cut)" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow
@@ -164,8 +273,9 @@ probes = ["throughput"]
 refserver = "{ROOT / 'fixtures/refmodels/hybrid-draft'}"
 [probe.throughput]
 concurrency = [4]
-repeats = 2
-alpha = 0.9  # two rounds: what was recorded is the test, not the verdict
+repeats = 3
+max_looks = 1
+alpha = 0.5  # three rounds (min p 0.25): what was recorded is the test, not the verdict
 warmup = 0
 verdict_metrics = ["req_tok_s_c4"]
 {f"window_s = {window}" if window else ""}
