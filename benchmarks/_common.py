@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import tempfile
@@ -36,6 +37,36 @@ def two_commits(root: Path) -> tuple[Path, str, str]:
     repo = FixtureRepo.create(root / "repo")
     base = repo.head()
     return repo.path, base, repo.note("changelog only")
+
+
+def throughput_suite(name: str, levels: tuple[int, ...], repeats: int, at_once: bool) -> str:
+    """The head of the A/A benchmarks' suites: the reference server's hybrid model, two short
+    prompts, a throughput table at `levels` (more of its keys may follow; then the configurations)."""
+    return f"""name = "{name}"
+[models]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
+[server]
+args = ["--random-seed", "1"]
+[workload]
+prompts = 2
+prompt_len = [16, 16]
+output_len = 24
+[probe.throughput]
+concurrency = {list(levels)}
+repeats = {repeats}
+warmup = 1
+sides_at_once = {str(at_once).lower()}
+"""
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a binomial share (sensible at 0 and n successes too)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    share = successes / n
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def covered(spans: list[tuple[float, float]]) -> float:

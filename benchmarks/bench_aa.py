@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from _common import ROOT, scratch, two_commits
+from _common import scratch, throughput_suite, two_commits, wilson_interval
 from harness.revisions import Revision
 from harness.run import RunRequest, execute
 from harness.schedule import cpu_slots
@@ -66,34 +65,9 @@ class Figures:
         return self.different / self.runs if self.runs else float("nan")
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% Wilson score interval of a binomial share (sensible at 0 and n successes too)."""
-    if n == 0:
-        return float("nan"), float("nan")
-    share = successes / n
-    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def suite_text(runs: int, at_once: bool, alpha: float, window_s: float | None = None) -> str:
-    head = f"""name = "aa"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1"]
-[workload]
-prompts = 2
-prompt_len = [16, 16]
-output_len = 24
-[probe.throughput]
-concurrency = {list(LEVELS)}
-repeats = {ROUNDS}
-warmup = 1
-alpha = {alpha}
-sides_at_once = {str(at_once).lower()}
-verdict_metrics = {[f"tok_s_c{c}" for c in LEVELS]}
-"""
+    head = throughput_suite("aa", LEVELS, ROUNDS, at_once) + (
+        f"alpha = {alpha}\nverdict_metrics = {[f'tok_s_c{c}' for c in LEVELS]}\n")
     if window_s is not None:
         head += f"window_s = {window_s}\nrequests_per_client = {WINDOWED_REQUESTS_PER_CLIENT}\n"
     return head + "".join(f'[[config]]\nname = "aa-{i}"\nprobes = ["throughput"]\n' for i in range(runs))

@@ -12,7 +12,7 @@ look at its share of alpha, a 10% floor) until a look decides or K looks are spe
 *different* is false, and its rate should stay at or below alpha. The slowdown: the same rounds
 with the candidate's tok/s times 0.6, so its effect is exactly 40% on real noise; every verdict
 but *different* is a miss. Printed: verdict counts, the false-*different* rate with its 95%
-Clopper-Pearson interval, and the mean rounds per side at the verdict.
+Wilson interval, and the mean rounds per side at the verdict.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, scratch, two_commits
+from _common import scratch, throughput_suite, two_commits, wilson_interval
 from harness.compare import compare_cells
 from harness.probes import PROBES
 from harness.results import CellResult, Metric, RevisionInfo, Role, Status
@@ -41,25 +41,8 @@ SLOWDOWN = 0.6
 
 
 def pool_suite(rounds: int, at_once: bool) -> str:
-    return f"""name = "sequential-pool"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1"]
-[workload]
-prompts = 2
-prompt_len = [16, 16]
-output_len = 24
-[probe.throughput]
-concurrency = [1]
-repeats = {rounds}
-warmup = 1
-max_looks = 1
-sides_at_once = {str(at_once).lower()}
-[[config]]
-name = "pool"
-probes = ["throughput"]
-"""
+    return throughput_suite("sequential-pool", (1,), rounds, at_once) + \
+        'max_looks = 1\n[[config]]\nname = "pool"\nprobes = ["throughput"]\n'
 
 
 def measure_pool(tmp: Path, rounds: int, at_once: bool) -> tuple[list[float], list[float], float]:
@@ -101,14 +84,6 @@ def sequential_run(base: list[float], cand: list[float], scale: float, seed: int
     return Verdict.UNKNOWN, len(b)
 
 
-def clopper_pearson(k: int, n: int) -> tuple[float, float]:
-    from scipy.stats import beta
-
-    low = beta.ppf(0.025, k, n - k + 1) if k else 0.0
-    high = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
-    return float(low), float(high)
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="?", type=int, default=64, help="sequential comparisons per mode and case")
@@ -136,7 +111,7 @@ def main(argv: list[str]) -> None:
                         f"unknown {counts[Verdict.UNKNOWN]} of {args.runs}; mean rounds per side at the verdict "
                         f"{rounds:.1f}")
                 if scale == 1.0:
-                    low, high = clopper_pearson(counts[Verdict.DIFFERENT], args.runs)
+                    low, high = wilson_interval(counts[Verdict.DIFFERENT], args.runs)
                     line += (f"; false different {counts[Verdict.DIFFERENT] / args.runs:.1%} "
                              f"(95% CI [{low:.1%}, {high:.1%}], alpha {params['alpha']})")
                 print(line)
