@@ -18,7 +18,7 @@ from harness.compare import compare_pair
 from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
-from harness.redaction import scrub
+from harness.redaction import scrub, scrub_all
 from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
 from harness.start_order import StartOrder
 
@@ -128,7 +128,8 @@ class RunRecorder:
                       # every probe's parameters as judged: what `report` judges the cells again with
                       "probe_params": {probe: self.suite.probe_spec(probe).params
                                        for probe in dict.fromkeys(p for _, p in self.order)},
-                      **({"options": self.req.options} if self.req.options else {}),
+                      # masked as the command is: a flag secret only by its --help is known now
+                      **({"options": scrub_all(self.req.options, secrets)} if self.req.options else {}),
                       "started_at": self.started, "harness_version": __version__,
                       "finished_at": utc_now(), "slots": len(self.req.slots),
                       **({"start_order": self.req.start_order.to_dict()}

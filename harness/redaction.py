@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.I)  # PASS: PASSWORD, PASSWD, DB_PASS
 # Words of a name (split at `_`) that make it secret where they are a whole word: as a part of a
@@ -123,6 +124,17 @@ def scrub(text: str, secrets: Sequence[str]) -> str:
     for value in secrets:
         text = text.replace(value, REDACTED)
     return text
+
+
+def scrub_all(value: Any, secrets: Sequence[str]) -> Any:
+    """`value` (strings, lists and dicts of them, as a recorded option is) with every secret masked."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, (list, tuple)):
+        return [scrub_all(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: scrub_all(v, secrets) for k, v in value.items()}
+    return value
 
 
 _SCRUB_BLOCK = 1 << 20  # characters of a log scrubbed at a time
