@@ -70,7 +70,8 @@ FAULTS = {
     "child-ignores-sigterm": (["--spawn-child"], "ok", r"^$", ""),
     # A crash whose log mentions a port taken, not as its cause: one start, its own error.
     "mentions-port-in-use": (["--fault", "mentions-port-in-use"], "error",
-                             r"^launch failed: server exited with code 1 before becoming healthy$",
+                             r"^launch failed: server exited with code 1 before becoming healthy "
+                             r"\(RuntimeError: CUDA error: no kernel image is available for execution on the device\)$",
                              r"RuntimeError: CUDA error: no kernel image is available"),
     # Answers that come a byte at a time, each byte well within any read timeout: cut off at the
     # suite's whole-request deadlines (20 s to be healthy, 1 s a request), not minutes later.
