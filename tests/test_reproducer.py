@@ -103,5 +103,6 @@ def test_a_self_check_reproducer_says_what_each_side_returned_never_that_a_side_
     assert (f"observed at prompt 0, output position 3: the base's {answered} returned -1.24, its replay -1.239; "
             f"the candidate's {answered} returned -0.5, its replay -0.25") in rep.expect
     assert "equal" not in rep.expect.split("input_token_logprobs")[-1]
-    same_base = moved(base, -1.239936, -1.239936)
-    assert f"the base's {answered} returned -1.24, its replay -1.24 (equal)" in reproducer(comp, same_base, cand, []).expect
+    bit_exact_base = moved(base, -1.239936, -1.239936)
+    assert f"the base's {answered} returned -1.24, its replay -1.24 (equal)" in reproducer(
+        comp, bit_exact_base, cand, []).expect

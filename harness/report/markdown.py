@@ -12,7 +12,8 @@ from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_
                                  revision_label, rows)
 from harness.results import (PORT_VARIABLE, REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
                              RunResult, Status)
-from harness.textfmt import ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural, shell_join
+from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
+                             shell_join)
 
 # Every string of a results file (names, refs, commit subjects, a server's words) lands here
 # escaped for where it lands: md_text in prose, md_code in a code span, md_fence around log
