@@ -632,8 +632,9 @@ def run_with_stubs(block: list[str], tmp_path: Path, **env: str) -> tuple[subpro
     for stub in ("curl", "python3"):  # the requests go nowhere, the server starts nowhere
         (bin_dir / stub).write_text(f"#!/bin/sh\n{{ printf '%s\\0' {stub} \"$@\"; printf '\\n'; }} >> '{calls}'\n")
         (bin_dir / stub).chmod(0o755)
+    inherited = {k: v for k, v in os.environ.items() if k != "PORT"}  # the block's own default, unless `env` sets it
     proc = subprocess.run(["sh", "-e", "-c", "\n".join(block)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env})
+                          env={**inherited, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env})
     return proc, [record.split("\0") for record in calls.read_text().split("\0\n")[:-1]]
 
 
