@@ -11,7 +11,8 @@ re-measurements, and this module makes none):
 * a noisy verdict gets the prompt with the largest paired effect, whole (noise does not shrink);
 * each side's first divergent (prompt, position), the requests (`/generate` JSON bodies, and
   `/flush_cache` where a cold start matters) with a `curl` line each (127.0.0.1), and what to
-  compare in the answers;
+  compare in the answers, with what each side's samples returned there (observed, never a side
+  assumed bit-exact);
 * a decode-cache hit names the span of cached positions whose state first diverges: the
   decode-written part of the hit, from the Mamba checkpoint before it (track interval).
 
@@ -90,6 +91,49 @@ def _divergent_side(base: CellResult, cand: CellResult) -> tuple[str, int, dict[
     return None
 
 
+def _value(cell: CellResult, sample: int, key: str, position: int) -> Any:
+    """A stored sample's value at `position` of its list `key` (None where it holds none)."""
+    values = cell.samples[sample].get(key) if sample < len(cell.samples) else None
+    return values[position] if isinstance(values, list) and 0 <= position < len(values) else None
+
+
+def _returned(a: Any, b: Any) -> tuple[str, str]:
+    """Two observed values as text: logprobs at the digits that tell them apart, token ids as
+    they are."""
+    return fmt_pair(a, b) if isinstance(a, float) and isinstance(b, float) else (str(a), str(b))
+
+
+def _across_sides(what: str, base: CellResult, cand: CellResult, sample: int, key: str, position: int,
+                  where: str) -> str:
+    """What each side returned at one place (`where`: "at prompt 0, input position 1"), as
+    observed: "base returned logprob -13.7, candidate -14.3 at …" (one value: "both returned")."""
+    b, c = _value(base, sample, key, position), _value(cand, sample, key, position)
+    if b is None or c is None:
+        return f"the {'base' if b is None else 'candidate'}'s samples hold no {what} {where}"
+    shown = _returned(b, c)
+    return (f"both returned {what} {shown[0]} {where}" if b == c
+            else f"base returned {what} {shown[0]}, candidate {shown[1]} {where}")
+
+
+def _each_side(answer: tuple[str, str], base: CellResult, cand: CellResult, sample: int, position: int,
+               where: str) -> str:
+    """A self-check's answer (`answer`: its name, its sample key) and its cold replay at one
+    output position (`where` in words), on each side as observed: "observed at prompt 0, output
+    position 3: the base's decode returned -1.24, its replay -1.24 (equal); the candidate's decode returned
+    -1.2399, its replay -1.2389": never a side assumed equal."""
+    name, key = answer
+    parts = []
+    for side, cell in (("base", base), ("candidate", cand)):
+        mine, replay = _value(cell, sample, key, position), _value(cell, sample, "replay_logprobs", position)
+        if mine is None or replay is None:
+            parts.append(f"the {side}'s samples hold no output position {position}")
+            continue
+        shown = _returned(mine, replay)
+        parts.append(f"the {side}'s {name} returned {shown[0]}, its replay {shown[1]}"
+                     + (" (equal)" if mine == replay else ""))
+    return f"observed {where}: " + "; ".join(parts)
+
+
 def _located(comp: ProbeComparison, decided, base: CellResult, pairs: Pairs) -> Reproducer:
     """No request form for this probe (or its samples): where the deciding metric differs, and
     each differing exact metric's first differing value in words."""
@@ -155,7 +199,9 @@ def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> R
             prompts=(i,), first_divergent={**scored, "what": "teacher-forced logprob"},
             requests=(_score("teacher-forced score, cut after the first divergent position", seq[:j + 1], top_k),),
             expect=(f"the last input position ({j}): input_token_logprobs[{j}] or input_top_logprobs[{j}] "
-                    f"differ between base and candidate; every earlier position is equal"),
+                    f"differ between base and candidate; every earlier position is equal; "
+                    + _across_sides("logprob", base, cand, i, "scored_logprobs", j - 1,
+                                    f"at prompt {i}, input position {j}")),
             shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}, the first that differs); its "
                     f"scored sequence {len(seq)} → {j + 1} tokens (a position's logprob depends only on the "
                     f"tokens before it)"))
@@ -165,7 +211,9 @@ def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> R
         return Reproducer(
             prompts=(i,), first_divergent={**greedy, "what": "greedy output"},
             requests=(FLUSH, _decode("greedy decode, up to the first divergent token", prompt, j + 1, top_k)),
-            expect=f"output token {j}: its id, logprob or top-{top_k} differ between base and candidate",
+            expect=(f"output token {j}: its id, logprob or top-{top_k} differ between base and candidate; "
+                    + _across_sides("token", base, cand, i, "output_ids", j, f"at prompt {i}, output position {j}")
+                    + "; " + _across_sides("logprob", base, cand, i, "output_logprobs", j, "there")),
             shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}); max_new_tokens "
                     f"{len(cand.samples[i]['output_ids'])} → {j + 1}; the prompt kept whole (the "
                     f"teacher-forced score agrees, and shortening the prompt would need the servers)"))
@@ -177,14 +225,14 @@ def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer
     if found is None or prompts is None:
         return None
     side, i, s = found
-    j, other = s["first_divergent"], "base" if side == "candidate" else "candidate"
-    top_k = _top_k(cand)
+    j, top_k = s["first_divergent"], _top_k(cand)
     return Reproducer(
         prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode vs cold replay", "side": side},
         requests=(FLUSH, _decode("greedy decode", prompts[i], j + 1, top_k), FLUSH,
                   _score("cold replay of prompt + output", prompts[i] + s["output_ids"][:j + 1], top_k)),
         expect=(f"on the {side}, the decode's output_token_logprobs[{j}] differs from the replay's last "
-                f"input_token_logprobs; on the {other} they are equal"),
+                f"input_token_logprobs; " + _each_side(("decode", "decode_logprobs"), base, cand, i, j,
+                                                       f"at prompt {i}, output position {j}")),
         shrink=(f"From the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
                 f"max_new_tokens {len(s['output_ids'])} → {j + 1} (a greedy token depends only on those before)"))
 
@@ -198,7 +246,7 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
     found, prompts = _divergent_side(base, cand), _prompts(cand)
     if found is None or prompts is None or "input_ids" not in found[2]:
         return None  # a cell stored before hit samples named their prompt
-    side, _, s = found
+    side, hit, s = found
     i, j, turn2, cached = s["prompt"], s["first_divergent"], s["input_ids"], s["cached_tokens"]
     decode = comp.probe == "decode_cache_hit"
     seed = (_decode("turn 1: its decode writes the state turn 2 hits", prompts[i], len(turn2) - len(prompts[i]) - 1)
@@ -220,7 +268,9 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
         requests=(FLUSH, seed, _decode("the turn that hits the cache", turn2, j + 1), FLUSH,
                   _score("cold replay of the hit's input + output", turn2 + s["output_ids"][:j + 1])),
         expect=(f"on the {side}, the hit's output_token_logprobs[{j}] differs from the replay's last "
-                f"input_token_logprobs (check cached_tokens > 0 on the hit){where}"),
+                f"input_token_logprobs (check cached_tokens > 0 on the hit); "
+                + _each_side(("hit", "hit_logprobs"), base, cand, hit, j, f"at prompt {i}, output position {j}")
+                + where),
         shrink=(f"From the stored samples: {len(prompts)} prompts → 1 (prompt {i}); max_new_tokens "
                 f"{len(s['output_ids'])} → {j + 1}; the prompt kept whole (shortening it moves the cache's "
                 f"aligned hit: it would need the servers)"),

@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from harness.stats import Comparison, Kind, Verdict
+from harness.textfmt import ShellText, shell_join
 
 SCHEMA_VERSION = 3  # history and upgraders: harness/result_files.py
 
@@ -265,6 +266,9 @@ class Launch:
 
 # SGLang's default port: a reproducer's curl lines assume a server there (the cells' argv).
 REPRODUCER_PORT = 30000
+# The shell variable a reproducer's lines in report.md read the port from (REPRODUCER_PORT
+# unless the reader sets it): one setting moves both the servers and the requests.
+PORT_VARIABLE = "$PORT"
 
 
 @dataclass(frozen=True)
@@ -276,10 +280,19 @@ class Request:
     body: dict[str, Any] | None = None
 
     def curl(self, port: int = REPRODUCER_PORT) -> str:
-        argv = ["curl", "-s", "-X", "POST", f"http://127.0.0.1:{port}{self.path}"]
+        """The curl line to a server on `port` (what results.json stores: an argv to split)."""
+        return shlex.join(self._curl_argv(f"http://127.0.0.1:{port}{self.path}"))
+
+    def curl_to_port_variable(self) -> str:
+        """The curl line to the server on the shell's `$PORT` (report.md's, after its
+        `PORT=${PORT:-30000}`): the port the only expansion, the path from the file quoted."""
+        return shell_join(self._curl_argv(ShellText(f'"http://127.0.0.1:{PORT_VARIABLE}"' + shlex.quote(self.path))))
+
+    def _curl_argv(self, url: str) -> list[str]:
+        argv = ["curl", "-s", "-X", "POST", url]
         if self.body is not None:
             argv += ["-H", "Content-Type: application/json", "-d", json.dumps(self.body, separators=(",", ":"))]
-        return shlex.join(argv)
+        return argv
 
     def to_dict(self) -> dict[str, Any]:
         return {"what": self.what, "path": self.path, "body": self.body, "curl": self.curl()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from typing import Any, Iterable
 
 
@@ -93,6 +94,18 @@ def md_table(header: Iterable[str], body: Iterable[Iterable[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(md_escape(str(c)) for c in row) + " |" for row in body]
     return lines
+
+
+class ShellText(str):
+    """Shell text put into a line as written, never quoted: an expansion the reader's shell is
+    meant to make (`"$PORT"`). Only this program's own constants are ShellText; a string read
+    from a results file is a plain `str`, quoted."""
+
+
+def shell_join(words: Iterable[str]) -> str:
+    """`words` as one shell line: each shlex-quoted but a ShellText, so pasting the line runs
+    only what it says (shlex.join, with the one expansion the line means to make)."""
+    return " ".join(w if isinstance(w, ShellText) else shlex.quote(w) for w in words)
 
 
 def plural(n: int, noun: str, many: str | None = None) -> str:

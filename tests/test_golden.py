@@ -4,7 +4,9 @@ The JSON files are real runs: demo-cache.json from `detcheck demo --json`, h200-
 h200-swa-dflash.json (an SWA curve: its sparkline) from the H200 runs in results/h200/pools and
 results/h200/swa-dflash, revision-kl.json from `detcheck run` of the kl and revision_kl probes
 (3 prompts, output_len 6) on a reference-server repository whose candidate carries the planted
-`logit-scale` (its report shows a reproducer). Regenerate the golden files after an intended change with
+`logit-scale` (its report shows a reproducer; per-row-argv.md renders it with a second
+configuration whose sides start other servers). Their stored reproducers were re-derived when
+the expectation learned to quote each side's samples. Regenerate the golden files after an intended change with
 `UPDATE_GOLDEN=1 pytest tests/test_golden.py` and review the diff.
 """
 
@@ -15,6 +17,7 @@ import io
 import json
 import os
 import re
+import shlex
 
 import pytest
 from rich.console import Console
@@ -62,6 +65,35 @@ def test_console_golden(name):
     buf = io.StringIO()
     ConsoleReport(load(name)).print(Console(file=buf, width=160, color_system=None))
     check_golden(DATA / f"{name}.console.txt", buf.getvalue())
+
+
+def per_row_argv_run() -> RunResult:
+    """revision-kl.json with a second configuration, `graphs`, whose servers take more flags
+    (its candidate one more than its base) from a model directory whose name needs quoting."""
+    data = json.loads((DATA / "revision-kl.json").read_text())
+    flags = {"base": ["--cuda-graph-max-bs", "8"], "candidate": ["--cuda-graph-max-bs", "8", "--enable-torch-compile"]}
+    for cell in [json.loads(json.dumps(c)) for c in data["cells"]]:
+        argv = cell["metadata"]["server_argv"]
+        argv[argv.index("--model-path") + 1] = "models/tiny llama's"
+        data["cells"].append({**cell, "config": "graphs",
+                              "metadata": {**cell["metadata"], "server_argv": argv + flags[cell["role"]]}})
+    data["launches"] += [{**launch, "config": "graphs"} for launch in data["launches"]]
+    data["comparisons"] += [{**comp, "config": "graphs"} for comp in data["comparisons"]]
+    return RunResult.from_dict(data)
+
+
+def test_each_rows_reproducer_starts_that_rows_servers_shell_quoted():
+    """A reviewer reproducing the `graphs` row starts `graphs` servers, each side its own."""
+    text = MarkdownReport(per_row_argv_run()).render()
+    check_golden(DATA / "per-row-argv.md", text)
+    det, graphs = text.split("#### graphs / `revision_kl`")
+    det = det.split("#### det / `revision_kl`")[1]
+    assert "--cuda-graph-max-bs" not in det and det.count("python3 -m refserver") == 1  # one line: both sides agree
+    base, cand = (line for line in graphs.splitlines() if line.startswith("python3 "))
+    model = shlex.quote("models/tiny llama's")
+    assert base == (f'python3 -m refserver --model-path {model} --host 127.0.0.1 --port "$PORT" '
+                    "--enable-deterministic-inference --cuda-graph-max-bs 8")
+    assert cand == base + " --enable-torch-compile"
 
 
 def test_round_trip_is_lossless():

@@ -8,6 +8,8 @@ import errno
 import gzip
 import json
 import os
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -567,10 +569,15 @@ def test_a_build_that_hangs_is_killed_at_its_time_limit(tmp_path, no_leftovers):
 # -- what a report holds to paste: shell lines, Markdown, HTML ---------------------------
 
 
-def hostile_report(tmp_path: Path) -> str:
+# Model directory names that run `touch PWNED` wherever a shell line leaves them unquoted (a
+# command substitution) or quoted by hand with single quotes (a quote that ends the word).
+HOSTILE_MODELS = ["m $(touch PWNED)", "m'; touch PWNED; '"]
+
+
+def hostile_report(tmp_path: Path, model: str = HOSTILE_MODELS[0]) -> str:
     """report.md of a results.json whose strings are commands, Markdown and HTML: a model
-    directory named `m $(touch PWNED)`, a reproducer step whose title breaks its line, a commit
-    subject of HTML, a log tail that closes its code fence."""
+    directory named `model`, a reproducer step whose title breaks its line, a commit subject of
+    HTML, a log tail that closes its code fence."""
     from harness.report.markdown import MarkdownReport
     from harness.result_files import read_run
 
@@ -578,7 +585,7 @@ def hostile_report(tmp_path: Path) -> str:
     data["base"]["subject"] = '<img src=x onerror="alert(1)"> **fix** [here](https://evil.invalid)'
     for cell in data["cells"]:
         argv = cell["metadata"]["server_argv"]
-        argv[argv.index("--model-path") + 1] = str(tmp_path / "models" / "m $(touch PWNED)")
+        argv[argv.index("--model-path") + 1] = str(tmp_path / "models" / model)
     comp = next(c for c in data["comparisons"] if c.get("reproducer"))
     comp["reproducer"]["requests"][0]["what"] = "start cold\ntouch PWNED\n```\n<script>alert(1)</script>"
     cell = data["cells"][0]
@@ -607,24 +614,66 @@ def test_the_server_args_line_pasted_into_a_shell_runs_nothing_and_gives_the_arg
     assert echoed.stdout.splitlines()[2:4] == ["--model-path", "…/models/m $(touch PWNED)"], echoed.stdout
 
 
-def test_a_step_title_cannot_put_a_command_into_the_reproducers_sh_block(tmp_path):
-    import os
-    import subprocess
+def sh_blocks(report: str) -> list[list[str]]:
+    """The lines of each ```sh block of `report` (each closed by its own fence)."""
+    lines, blocks = report.splitlines(), []
+    for start, line in enumerate(lines):
+        if line.startswith("```") and line.endswith("sh"):
+            blocks.append(lines[start + 1:lines.index(line[:-2], start + 1)])
+    return blocks
 
-    lines = hostile_report(tmp_path).splitlines()
-    start = next(i for i, l in enumerate(lines) if l.endswith("sh") and l.startswith("```"))
-    fence = lines[start][:-2]
-    block = lines[start + 1:lines.index(fence, start + 1)]
-    assert "# start cold touch PWNED ``` &lt;script>" not in block  # a shell comment is shell, not Markdown
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "curl").write_text("#!/bin/sh\nexit 0\n")  # the requests go nowhere
-    (bin_dir / "curl").chmod(0o755)
+
+def run_with_stubs(block: list[str], tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """`block` run whole by `sh -e` with `curl` and `python3` stubs on PATH that only record
+    their argv: what ran, and each command's words as the shell passed them, in order."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir(exist_ok=True)
+    calls.write_text("")
+    for stub in ("curl", "python3"):  # the requests go nowhere, the server starts nowhere
+        (bin_dir / stub).write_text(f"#!/bin/sh\n{{ printf '%s\\0' {stub} \"$@\"; printf '\\n'; }} >> '{calls}'\n")
+        (bin_dir / stub).chmod(0o755)
+    inherited = {k: v for k, v in os.environ.items() if k != "PORT"}  # the block's own default, unless `env` sets it
     proc = subprocess.run(["sh", "-e", "-c", "\n".join(block)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+                          env={**inherited, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env})
+    return proc, [record.split("\0") for record in calls.read_text().split("\0\n")[:-1]]
+
+
+def test_a_step_title_cannot_put_a_command_into_the_reproducers_sh_block(tmp_path):
+    requests = next(b for b in sh_blocks(hostile_report(tmp_path)) if any(line.startswith("curl ") for line in b))
+    assert "# start cold touch PWNED ``` &lt;script>" not in requests  # a shell comment is shell, not Markdown
+    proc, argvs = run_with_stubs(requests, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert not (tmp_path / "PWNED").exists(), block
-    assert all(l.startswith(("# ", "curl ")) for l in block), block
+    assert not (tmp_path / "PWNED").exists(), requests
+    assert all(line.startswith(("# ", "curl ", "PORT=")) for line in requests), requests
+    assert [argv[0] for argv in argvs] == ["curl"] * sum(line.startswith("curl ") for line in requests)
+
+
+@pytest.mark.parametrize("model", HOSTILE_MODELS)
+def test_a_reproducers_sh_blocks_pasted_whole_run_nothing_but_the_server_and_curl(tmp_path, model):
+    """Both ```sh blocks of a *different* row's reproducer (its servers, its requests), each run
+    whole by `sh` with stubs for the server's python3 and for curl: nothing of the model
+    directory's name runs, the server gets its recorded argv word for word, and every port is
+    the shell's $PORT."""
+    blocks = sh_blocks(hostile_report(tmp_path, model))
+    servers, requests = blocks[:2]
+    for block in blocks:
+        assert subprocess.run(["sh", "-n", "-c", "\n".join(block)], capture_output=True).returncode == 0, block
+    recorded = next(c for c in json.loads(DEMO_RUN.read_text())["cells"]
+                    if c["probe"] == "prefill_cache_hit")["metadata"]["server_argv"]
+    port = recorded.index("--port") + 1
+    shown = [*recorded]
+    shown[shown.index("--model-path") + 1] = f"…/models/{model}"  # as report.md shows any machine's path
+    (server,) = [line for line in servers if line.startswith("python3 ")]  # both sides: the same command
+    assert shlex.split(server) == ["python3", *shown[:port], "$PORT", *shown[port + 1:]]
+
+    proc, argvs = run_with_stubs(servers, tmp_path, PORT="4321")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "PWNED").exists(), servers
+    assert argvs == [["python3", *shown[:port], "4321", *shown[port + 1:]]]
+    proc, argvs = run_with_stubs(requests, tmp_path)  # PORT unset: SGLang's default
+    assert proc.returncode == 0 and not (tmp_path / "PWNED").exists(), (proc.stderr, requests)
+    assert [argv[4] for argv in argvs] == [f"http://127.0.0.1:30000{path}" for path in
+                                           ("/flush_cache", "/generate", "/generate", "/flush_cache", "/generate")]
 
 
 def outside_code_blocks(report: str) -> tuple[list[str], list[list[str]]]:

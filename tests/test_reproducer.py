@@ -3,14 +3,20 @@ difference where a probe has none, nothing for a verdict other than *different*.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 
+import pytest
+
+from conftest import DATA
 from harness.compare import compare_pair
 from harness.plan import WorkloadSpec
 from harness.probes.determinism import batch
+from harness.reproducer import reproducer
+from harness.result_files import read_run
 from harness.results import CellResult, Metric, Reproducer, Request, RevisionInfo, Role, Status
-from harness.stats import Kind
+from harness.stats import Kind, Verdict
 from harness.workloads import build
 
 SPEC = WorkloadSpec(prompts=3, prompt_len=(5, 8), output_len=4)
@@ -70,3 +76,33 @@ def test_a_reproducer_round_trips():
                      requests=(Request("cold", "/flush_cache"), Request("x", "/generate", {"input_ids": [1]})),
                      expect="e", shrink="s", re_measurements=0)
     assert Reproducer.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
+
+
+def with_sample(cell: CellResult, i: int, **values) -> CellResult:
+    samples = list(cell.samples)
+    samples[i] = {**samples[i], **values}
+    return dataclasses.replace(cell, samples=tuple(samples))
+
+
+@pytest.mark.parametrize("probe, answered", [("kl", "decode"), ("prefill_cache_hit", "hit")])
+def test_a_self_check_reproducer_says_what_each_side_returned_never_that_a_side_agrees(probe, answered):
+    """demo-cache's cells, the candidate diverging at prompt 0, output position 3, and the base
+    not bit-exact there either (an H200 base: -1.239936 answered, -1.238908 replayed): the
+    expectation quotes both sides' samples; "equal" only where they are."""
+    run = read_run(DATA / "demo-cache.json")
+    comp = dataclasses.replace(next(c for c in run.comparisons if c.probe == probe), verdict=Verdict.DIFFERENT)
+    base, cand = (run.cell(comp.config, probe, role) for role in (Role.BASE, Role.CANDIDATE))
+    key = f"{answered}_logprobs"
+    moved = lambda cell, answer, replay: with_sample(  # noqa: E731
+        cell, 0, first_divergent=3, **{key: [*cell.samples[0][key][:3], answer, *cell.samples[0][key][4:]],
+                                       "replay_logprobs": [*cell.samples[0]["replay_logprobs"][:3], replay,
+                                                           *cell.samples[0]["replay_logprobs"][4:]]})
+    cand = moved(cand, -0.5, -0.25)
+    rep = reproducer(comp, moved(base, -1.239936, -1.238908), cand, [])
+    assert rep.first_divergent["position"] == 3 and rep.first_divergent["side"] == "candidate"
+    assert (f"observed at prompt 0, output position 3: the base's {answered} returned -1.24, its replay -1.239; "
+            f"the candidate's {answered} returned -0.5, its replay -0.25") in rep.expect
+    assert "equal" not in rep.expect.split("input_token_logprobs")[-1]
+    bit_exact_base = moved(base, -1.239936, -1.239936)
+    assert f"the base's {answered} returned -1.24, its replay -1.24 (equal)" in reproducer(
+        comp, bit_exact_base, cand, []).expect

@@ -22,6 +22,7 @@ import requests
 
 from conftest import ROOT, detcheck, refserver_suite
 from harness.fixture_repo import FixtureRepo
+from harness.results import Request
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +77,7 @@ def test_a_self_consistent_logit_change_is_different_only_on_revision_kl(pair):
     rep = comp["reproducer"]
     assert rep["prompts"] == [0] and rep["first_divergent"]["position"] == first["position"]
     assert rep["re_measurements"] == 0
-    assert "**Reproducer**" in report and rep["requests"][0]["curl"] in report
+    assert "**Reproducer**" in report and Request.from_dict(rep["requests"][0]).curl_to_port_variable() in report
     assert "different" not in " ".join(c["verdict"] for c in result["comparisons"] if c["probe"] != "revision_kl")
 
 

@@ -10,8 +10,10 @@ from harness.report.format import portable
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
                                  revision_label, rows)
-from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Role, RunResult, Status
-from harness.textfmt import fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural
+from harness.results import (PORT_VARIABLE, REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
+                             RunResult, Status)
+from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
+                             shell_join)
 
 # Every string of a results file (names, refs, commit subjects, a server's words) lands here
 # escaped for where it lands: md_text in prose, md_code in a code span, md_fence around log
@@ -104,8 +106,23 @@ class MarkdownReport:
                     out += [*md_fence(portable(line) for line in cell.log_tail.splitlines()[-15:]), ""]
         out += self._facts(comp, base, cand)
         if comp.reproducer is not None:
-            out += _reproducer(comp.reproducer)
+            out += _reproducer(comp.reproducer, self._server_lines(base, cand))
         return out
+
+    def _server_lines(self, base: CellResult | None, cand: CellResult | None) -> list[str]:
+        """The shell lines that start each side's server for one row: that row's cells' own
+        argv (a configuration's flags differ row by row), one line where both sides' agree."""
+        r = self.result
+        started = [(role, info, server_line(cell.metadata["server_argv"]))
+                   for role, info, cell in ((Role.BASE, r.base, base), (Role.CANDIDATE, r.candidate, cand))
+                   if cell is not None and cell.metadata.get("server_argv")]
+        # A revision's name is a comment on one line: a line break in it would be a command.
+        revision = {role: one_line(info.sha or info.ref) for role, info, _ in started}
+        if len(started) == 2 and started[0][2] == started[1][2]:
+            return [f"# each side, in a checkout of its revision (base {revision[Role.BASE]}, "
+                    f"candidate {revision[Role.CANDIDATE]})", started[0][2]]
+        return [line for role, _, command in started
+                for line in (f"# the {role.value}, in a checkout of {revision[role]}", command)]
 
     def _facts(self, comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> list[str]:
         facts = [comp.facts(cell) if cell else {} for cell in (base, cand)]
@@ -145,9 +162,26 @@ class MarkdownReport:
         return out
 
 
-def _reproducer(rep: Reproducer) -> list[str]:
-    """A *different* row's smallest request: each step's curl line, what to compare, how it
-    was shrunk."""
+# Every shell block of a reproducer sets the port first: the reader's own, else SGLang's default.
+PORT_LINE = f"PORT=${{PORT:-{REPRODUCER_PORT}}}"
+# The recorded argv leaves out the interpreter (a path of the machine that ran it).
+SERVER_PYTHON = "python3"
+
+
+def server_line(argv: list) -> str:
+    """A server's recorded argv as a line that starts it on the shell's `$PORT`: every word
+    shell-quoted but the port (a model directory named `m $(touch x)` stays one word)."""
+    words = [SERVER_PYTHON, *(str(a) for a in argv)]
+    for i, word in enumerate(words[:-1]):
+        if word == "--port":
+            words[i + 1] = ShellText(f'"{PORT_VARIABLE}"')
+    # portable() after the quoting: it rewrites paths within a word, never across quotes
+    return portable(shell_join(words))
+
+
+def _reproducer(rep: Reproducer, server_lines: list[str]) -> list[str]:
+    """A *different* row's smallest request: the commands that start each side's server with
+    the row's own argv, each step's curl line, what to compare, how it was shrunk."""
     first = rep.first_divergent
     facts = [*([f"prompts {list(rep.prompts)}"] if rep.prompts else []),
              *([f"first divergent: {divergence_text(first)}"] if first else []),
@@ -155,10 +189,14 @@ def _reproducer(rep: Reproducer) -> list[str]:
     out = [f"**Reproducer** ({md_text('; '.join(facts))}). {md_escape(rep.shrink)}.", ""]
     if rep.position_range is not None:
         out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
+    if server_lines:
+        out += [f"Start each side's server with this row's configuration (its environment's `{SERVER_PYTHON}`; "
+                f"`PORT` is {REPRODUCER_PORT} unless set):", "", *md_fence([PORT_LINE, *server_lines], "sh"), ""]
     if rep.requests:
         # A request's `what` is a comment on one line: a line break in it would be a command.
-        out += ["Post to each side's server (its argv above, `--port 30000`), in order:", "",
-                *md_fence([line for r in rep.requests for line in (f"# {one_line(r.what)}", r.curl())], "sh"), ""]
+        out += ["Post to each side's server, in order:", "",
+                *md_fence([PORT_LINE, *(line for r in rep.requests
+                                        for line in (f"# {one_line(r.what)}", r.curl_to_port_variable()))], "sh"), ""]
     return out + [f"Expect: {md_escape(rep.expect)}", ""]
 
 

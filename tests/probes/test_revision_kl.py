@@ -105,6 +105,8 @@ def test_one_shifted_logprob_is_different_at_its_prompt_and_position():
     argv = shlex.split(request.curl())
     assert argv[:5] == ["curl", "-s", "-X", "POST", "http://127.0.0.1:30000/generate"]
     assert json.loads(argv[-1]) == request.body
+    # what each side's samples hold there (log 0.5, shifted by 0.05 on the candidate)
+    assert rep.expect.endswith("; base returned logprob -0.693, candidate -0.643 at prompt 1, input position 3")
 
 
 def test_a_greedy_only_difference_gets_a_decode_reproducer_cut_at_that_token():
@@ -118,6 +120,8 @@ def test_a_greedy_only_difference_gets_a_decode_reproducer_cut_at_that_token():
     flush, decode = rep.requests
     assert flush.path == "/flush_cache" and decode.body["input_ids"] == PROMPTS[2]
     assert decode.body["sampling_params"]["max_new_tokens"] == 2
+    assert rep.expect.endswith("; base returned token 8, candidate 42 at prompt 2, output position 1; "
+                               "both returned logprob -0.2 there")
 
 
 def test_first_divergence_sees_a_top_k_change_with_equal_scored_logprobs():
