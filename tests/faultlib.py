@@ -103,8 +103,10 @@ def cells(result: dict, config: str) -> list[dict]:
     return [c for c in result["cells"] if c["config"] == config]
 
 
-def interrupt(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> str:
-    """Signal a running detcheck and return its stderr once it has exited."""
+def interrupt(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 150) -> str:
+    """Signal a running detcheck and return its stderr once it has exited (`timeout`: generous,
+    as a loaded two-core machine needs; a run that waits out a server's startup or a suite's
+    request timeout after the signal still exceeds it where those are long)."""
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=timeout)
     return err
