@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import shlex
 import subprocess
 import sys
 import tempfile
