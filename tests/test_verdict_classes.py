@@ -171,7 +171,8 @@ def test_class6_and_7_rounds_are_the_unit_and_at_once_placement_is_balanced_and_
     suite = refserver_suite(tmp_path / "aa.toml", ["throughput"],
                             "[probe.throughput]\nconcurrency = [4]\nrequests_per_client = 2\nrepeats = 6\n"
                             "warmup = 0\nsides_at_once = true\nplacement_seed = 7\nfloor_rel = 0.25\n"
-                            'verdict_metrics = ["req_tok_s_c4"]\n', deterministic=False, output_len=8)
+                            # one look: a second look of the sequential design would add six more rounds
+                            'max_looks = 1\nverdict_metrics = ["req_tok_s_c4"]\n', deterministic=False, output_len=8)
     code, result, _ = run(repo, base, cand, suite, tmp_path / "out")
     comp = comparison(result, "throughput")
     m = comp["metrics"]["req_tok_s_c4"]
