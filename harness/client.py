@@ -324,8 +324,13 @@ class SGLangClient:
 
     def metrics(self) -> dict[str, float]:
         """Prometheus gauges/counters named sglang:*, summed over label sets; {} when disabled."""
+        text = self.metrics_text()
+        return parse_prometheus(text) if text is not None else {}
+
+    def metrics_text(self) -> str | None:
+        """The `/metrics` exposition as served; None when disabled (not 200)."""
         resp = self._request("GET", "/metrics", timeout=30)
-        return parse_prometheus(resp.text) if resp.status_code == 200 else {}
+        return resp.text if resp.status_code == 200 else None
 
 
 # A label block may hold `}` (or `,`, escaped quotes) inside quoted values, and SGLang 0.5.16

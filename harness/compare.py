@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness import __version__, stats
+from harness import __version__, path_proof, stats
 from harness.errors import CorruptResult
 from harness.probes import PROBES
 from harness.probes.base import deciding_metrics
@@ -136,7 +136,10 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         # A deciding metric one side reports and the other does not: not a match, whatever the rest say.
         return ProbeComparison(config, probe, Verdict.ERROR, note="; ".join(lopsided) + "; " + note,
                                decided_by=decided_by, **recorded)
-    vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
+    # A probe's own vacuity (too few cache hits) and the pipeline's (a demanded path not shown
+    # to have run, harness/path_proof.py): never a *same*.
+    vacuous = [f"{n}: {why}" for n in sides
+               for why in (sides[n].facts.get("vacuous"), path_proof.unproven(sides[n].facts)) if why]
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.
         return ProbeComparison(config, probe, Verdict.ERROR, note="vacuous: " + "; ".join(vacuous) + changed_note,

@@ -1,0 +1,101 @@
+"""Proof the path ran, end to end: real reference servers, real HTTP, a real git repository.
+A candidate whose CUDA graphs are configured but never replayed (`graphs-never-replay`) serves
+the same tokens; its graphs-on row reads *vacuous* (an error, exit 1), never *same*, while the
+graphs-off row beside it reads *same*. An A/A run shows the counters that prove both paths ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, detcheck
+from harness.fixture_repo import FixtureRepo
+
+pytestmark = pytest.mark.slow
+
+MODELS = ROOT / "fixtures/refmodels"
+
+
+def suite(path: Path) -> Path:
+    path.write_text(f"""name = "path-proof"
+[models]
+refserver = "{MODELS / 'hybrid'}"
+[server]
+args = ["--random-seed", "1234"]
+[workload]
+prompts = 2
+prompt_len = [12, 16]
+output_len = 6
+[[config]]
+name = "graphs"
+deterministic = true
+cuda_graph = true
+probes = ["kl"]
+[[config]]
+name = "eager"
+deterministic = true
+cuda_graph = false
+probes = ["kl"]
+[[config]]
+name = "eagle"
+deterministic = true
+mamba_track_interval = 16
+speculative = {{ algorithm = "EAGLE", num_steps = 3, eagle_topk = 1, num_draft_tokens = 4 }}
+probes = ["kl"]
+[config.draft]
+refserver = "{MODELS / 'hybrid-draft'}"
+""")
+    return path
+
+
+def run(repo: FixtureRepo, base: str, candidate: str, suite_path: Path, out: Path, *extra: str):
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                    "--suite", str(suite_path), "--out", str(out), "--no-progress", "--format", "md", *extra,
+                    timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return proc.returncode, json.loads((out / "results.json").read_text()), proc
+
+
+def rows(result: dict) -> dict[str, dict]:
+    return {c["config"]: c for c in result["comparisons"]}
+
+
+def path_of(result: dict, config: str, role: str) -> dict:
+    return next(c for c in result["cells"] if c["config"] == config and c["role"] == role)["facts"]["path"]
+
+
+def test_graphs_configured_but_never_replayed_read_vacuous_and_exit_non_zero(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("graphs-never-replay")
+    cand = repo.commit("plant graphs-never-replay")
+    s = suite(tmp_path / "s.toml")
+    code, result, proc = run(repo, base, cand, s, tmp_path / "out", "--config", "graphs", "--config", "eager")
+    by = rows(result)
+    graphs = by["graphs"]
+    assert graphs["verdict"] == "error" and graphs["note"].startswith("vacuous: candidate: CUDA graphs on, but none of"), graphs
+    assert graphs["metrics"]["k3"]["verdict"] == "same", graphs  # the outputs agree: only the path differs
+    replayed, eager = path_of(result, "graphs", "base"), path_of(result, "graphs", "candidate")
+    assert replayed["passes"]["decode_cuda_graph"] > 0 and "vacuous" not in replayed, replayed
+    assert eager["passes"].get("decode_cuda_graph", 0) == 0 and eager["passes"]["decode_none"] > 0, eager
+    assert by["eager"]["verdict"] == "same", by["eager"]  # graphs off: nothing demanded
+    assert path_of(result, "eager", "candidate")["demands"] == []
+    argv = next(c for c in result["cells"] if c["config"] == "graphs")["metadata"]["server_argv"]
+    assert "--enable-metrics" in argv
+    assert code == 1 and "vacuous" in proc.stdout
+
+
+def test_an_a_a_run_shows_the_graphs_replayed_and_the_drafts_verified(tmp_path):
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    cand = repo.note("a changelog line only")
+    code, result, _ = run(repo, base, cand, suite(tmp_path / "s.toml"), tmp_path / "out",
+                          "--config", "graphs", "--config", "eagle")
+    assert {c: r["verdict"] for c, r in rows(result).items()} == {"graphs": "same", "eagle": "same"}, rows(result)
+    for role in ("base", "candidate"):
+        graphs, eagle = path_of(result, "graphs", role), path_of(result, "eagle", role)
+        assert graphs["demands"] == ["cuda_graph"] and graphs["passes"]["decode_cuda_graph"] > 0, graphs
+        assert eagle["demands"] == ["speculative"] and eagle["verify_calls"] > 0, eagle
+    assert code == 0
