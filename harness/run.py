@@ -98,8 +98,9 @@ class Run:
             return None  # an installed package has no identity to cache by
         return CellKey(self.req.target, sha, cp.spec.name, cp.server.fingerprint, cp.workloads[probe].fingerprint,
                        probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)),
-                       server_args_fingerprint=params_fingerprint([*cp.probe_args,
-                                                                   *path_proof.key_part(cp.server.features)]),
+                       server_args_fingerprint=params_fingerprint([
+                           *cp.probe_args, *path_proof.key_part(cp.server.features),
+                           *(f"{k}={v}" for k, v in sorted(self.req.role_env.get(role, {}).items()))]),
                        interpreter=interpreter_id(self.targets[role].python))
 
 
@@ -593,7 +594,7 @@ def merged(probe: str, outcomes: list[Outcome], placement: dict) -> Outcome:
 
 
 def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
-    env = {**cp.server.env, **slot.env}
+    env = {**cp.server.env, **slot.env, **run.req.role_env.get(role, {})}
     target = run.targets[role]
     return Job(cp, role, run.req.revision(role), target, run.worktrees[role],
                {p: run.key(cp, p, role) for p in cp.probes}, env=env,
