@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from harness.client import parse_prometheus_samples
 from harness.configs import Features
+from harness.logparse import retractions
 
 METRICS_FLAG = "--enable-metrics"
 GRAPH_PASSES = "sglang:cuda_graph_passes_total"
@@ -39,19 +40,33 @@ VERIFY_CALLS = "sglang:spec_verify_calls_total"
 GENERATED = "sglang:generation_tokens_total"
 REQUESTS = "sglang:num_requests_total"
 CACHED = "sglang:cached_tokens_total"
-COUNTED = (VERIFY_CALLS, GENERATED, REQUESTS, CACHED)
+# Retracted requests: 0.5.16's name, then the one later releases' collector registers.
+RETRACTED = ("sglang:num_retracted_requests_total", "sglang:num_retracted_reqs_total")
+COUNTED = (VERIFY_CALLS, GENERATED, REQUESTS, CACHED, *RETRACTED)
 FACT = "path"
 # In the store key of a configuration with demands: its cells carry the proof.
 KEY_PART = ("path-proof", "1")
-GRAPHS, SPECULATIVE = "cuda_graph", "speculative"
+GRAPHS, SPECULATIVE, RETRACTION = "cuda_graph", "speculative", "retraction"
+# Upstream's bar (python/sglang/test/cache_consistency_jitter.py): at least 10 retractions, so
+# that a pass under forced retraction is not vacuous.
+MIN_RETRACTIONS = 10
 
 
 def demands(features: Features) -> tuple[str, ...]:
     """What a configuration's cells must show ran: CUDA graphs where it turns them on
     explicitly (the server's default is left to the server), verify rounds where it decodes
-    speculatively."""
+    speculatively, retractions where it puts the server under pressure (or names a minimum)."""
     return (*((GRAPHS,) if features.cuda_graph is True else ()),
-            *((SPECULATIVE,) if features.speculative is not None else ()))
+            *((SPECULATIVE,) if features.speculative is not None else ()),
+            *((RETRACTION,) if min_retractions(features) else ()))
+
+
+def min_retractions(features: Features) -> int:
+    """The retractions each cell must see: the configuration's `min_retractions`, else
+    MIN_RETRACTIONS under pressure, else none."""
+    if features.min_retractions is not None:
+        return features.min_retractions
+    return MIN_RETRACTIONS if features.pressure else 0
 
 
 def key_part(features: Features) -> tuple[str, ...]:
@@ -83,15 +98,22 @@ class Scrape:
     """The counters around one probe: `before()` then `after()` on the job's server."""
 
     read: Callable[[], str | None]  # the /metrics text, None where it cannot be had
-    demanded: tuple[str, ...]
+    features: Features
     metrics_on: bool
+    # The server's log since a mark (its retraction lines count where no counter does).
+    log_size: Callable[[], int] = lambda: 0
+    log_since: Callable[[int], str] = lambda mark: ""
     start: dict[str, float] | None = None
+    mark: int = 0
 
     def before(self) -> None:
+        self.mark = self.log_size()
         self.start = self._read()
 
     def after(self) -> dict[str, Any]:
-        return proof(self.demanded, self.metrics_on, self.start, self._read())
+        logged = sum(r.requests for r in retractions(self.log_since(self.mark)))
+        return proof(demands(self.features), self.metrics_on, self.start, self._read(),
+                     min_retractions(self.features), logged)
 
     def _read(self) -> dict[str, float] | None:
         if not self.metrics_on:
@@ -104,22 +126,35 @@ class Scrape:
 
 
 def proof(demanded: tuple[str, ...], metrics_on: bool, before: dict[str, float] | None,
-          after: dict[str, float] | None) -> dict[str, Any]:
-    """The `path` fact of one probe: the counters' growth and, where a demand is unmet, why."""
+          after: dict[str, float] | None, least_retractions: int = 0, logged_retractions: int = 0
+          ) -> dict[str, Any]:
+    """The `path` fact of one probe: the counters' growth and, where a demand is unmet, why.
+    Retractions are the larger of the counter's growth and the log's retraction lines."""
     fact: dict[str, Any] = {"demands": list(demanded), "metrics": metrics_on}
+    if RETRACTION in demanded:
+        fact["min_retractions"] = least_retractions
+    unmet_retractions = _retraction_unmet(demanded, least_retractions, logged_retractions)
     if before is None or after is None:
+        fact["retractions"] = logged_retractions
+        others = tuple(d for d in demanded if d != RETRACTION)
         why = (f"no {METRICS_FLAG} at this revision" if not metrics_on
                else "no sglang: counters could be scraped from /metrics")
-        if demanded:
-            fact["vacuous"] = f"{' and '.join(map(_words, demanded))} not shown to have run: {why}"
+        unmet = [*([f"{' and '.join(map(_words, others))} not shown to have run: {why}"] if others else []),
+                 *([unmet_retractions] if unmet_retractions else [])]
+        if unmet:
+            fact["vacuous"] = "; ".join(unmet)
         return fact
     grew = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in sorted({*before, *after})}
     prefix = f"{GRAPH_PASSES}:"
     passes = {k[len(prefix):]: int(v) for k, v in grew.items() if k.startswith(prefix)}
     decoded = int(grew.get(GENERATED, 0.0) - grew.get(REQUESTS, 0.0))
+    retracted = max([logged_retractions, *(int(grew.get(name, 0.0)) for name in RETRACTED)])
     fact.update(passes=passes, verify_calls=int(grew.get(VERIFY_CALLS, 0.0)),
-                cached_tokens=int(grew.get(CACHED, 0.0)), decoded_tokens=decoded)
-    unmet = [why for demand in demanded if (why := _unmet(demand, after, passes, decoded, fact["verify_calls"]))]
+                cached_tokens=int(grew.get(CACHED, 0.0)), decoded_tokens=decoded, retractions=retracted)
+    unmet_retractions = _retraction_unmet(demanded, least_retractions, retracted)
+    unmet = [why for demand in demanded if demand != RETRACTION
+             and (why := _unmet(demand, after, passes, decoded, fact["verify_calls"]))]
+    unmet += [unmet_retractions] if unmet_retractions else []
     if unmet:
         fact["vacuous"] = "; ".join(unmet)
     return fact
@@ -145,6 +180,12 @@ def _unmet(demand: str, after: dict[str, float], passes: dict[str, int], decoded
     return None
 
 
+def _retraction_unmet(demanded: tuple[str, ...], least: int, seen: int) -> str | None:
+    if RETRACTION not in demanded or seen >= least:
+        return None
+    return f"under pressure, but {seen} retractions where at least {least} are required"
+
+
 def unproven(facts: dict[str, Any]) -> str | None:
     """Why a cell's path is not shown to have run (None: shown, or nothing demanded)."""
     path = facts.get(FACT)
@@ -165,6 +206,10 @@ def merged(facts: list[dict[str, Any]]) -> dict[str, Any] | None:
         out["passes"] = dict(sorted(passes.items()))
         for key in ("verify_calls", "cached_tokens", "decoded_tokens"):
             out[key] = sum(p[key] for p in paths)
+    if all("retractions" in p for p in paths):
+        out["retractions"] = sum(p["retractions"] for p in paths)
+    if "min_retractions" in paths[0]:
+        out["min_retractions"] = paths[0]["min_retractions"]
     reasons = list(dict.fromkeys(p["vacuous"] for p in paths if p.get("vacuous")))
     if reasons:
         out["vacuous"] = "; ".join(reasons)
@@ -172,7 +217,7 @@ def merged(facts: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _words(demand: str) -> str:
-    return {GRAPHS: "CUDA graphs", SPECULATIVE: "speculative verify"}.get(demand, demand)
+    return {GRAPHS: "CUDA graphs", SPECULATIVE: "speculative verify", RETRACTION: "retraction"}.get(demand, demand)
 
 
 def _modes(passes: dict[str, int]) -> str:

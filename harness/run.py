@@ -730,8 +730,9 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     ctx = ProbeContext(client=client, server=server, config=job.cp.server, workload=job.cp.workloads[probe],
                        params=run.suite.probe_spec(probe).params, server_info=job.server_info,
                        advance=run.observer.probing(job.cp.spec.name, job.role.value, probe), rounds=rounds)
-    scrape = path_proof.Scrape(client.metrics_text, path_proof.demands(job.cp.server.features),
-                               path_proof.METRICS_FLAG in (*job.args, *job.cp.server.args))
+    scrape = path_proof.Scrape(client.metrics_text, job.cp.server.features,
+                               path_proof.METRICS_FLAG in (*job.args, *job.cp.server.args),
+                               server.log_size, server.log_since)
     t0 = time.time()
     try:
         scrape.before()

@@ -114,3 +114,32 @@ def test_a_cell_whose_path_did_not_run_never_reads_same_and_a_difference_still_s
     assert both.verdict == "same"
     moved = compare_cells("graphs", "kl", kl_cell(Role.BASE, 0.0, ran), kl_cell(Role.CANDIDATE, 1e-3, eager), params)
     assert moved.verdict == "different"
+
+
+RETRACT = (path_proof.RETRACTION,)
+
+
+def retracted(n: int) -> str:
+    return f'sglang:num_retracted_requests_total{{{LABELS}}} {n}\n'
+
+
+def test_pressure_demands_its_minimum_of_retractions_from_the_counter_or_the_log():
+    ok = path_proof.proof(RETRACT, True, path_proof.counters(retracted(5)), path_proof.counters(retracted(17)), 10, 0)
+    assert ok["retractions"] == 12 and ok["min_retractions"] == 10 and "vacuous" not in ok
+    few = path_proof.proof(RETRACT, True, path_proof.counters(retracted(5)), path_proof.counters(retracted(8)), 10, 2)
+    assert few["vacuous"] == "under pressure, but 3 retractions where at least 10 are required"
+    logged = path_proof.proof(RETRACT, False, None, None, 10, 11)
+    assert logged["retractions"] == 11 and "vacuous" not in logged
+    assert "2 retractions where at least 10" in path_proof.proof(RETRACT, False, None, None, 10, 2)["vacuous"]
+    unpressured = path_proof.proof((), True, path_proof.counters(retracted(0)), path_proof.counters(retracted(4)))
+    assert unpressured["retractions"] == 4 and "vacuous" not in unpressured  # recorded, demanded of no one
+
+
+def test_pressure_features_name_their_switches_and_minimum():
+    forced = Features(retract_interval=5)
+    assert forced.env() == {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "5"}
+    assert path_proof.min_retractions(forced) == path_proof.MIN_RETRACTIONS == 10
+    assert path_proof.min_retractions(Features(max_total_tokens=2048, min_retractions=3)) == 3
+    assert path_proof.min_retractions(Features()) == 0 and Features().env() == {}
+    assert path_proof.demands(Features(min_retractions=2)) == RETRACT
+    assert path_proof.demands(Features(retract_interval=5, min_retractions=0)) == ()

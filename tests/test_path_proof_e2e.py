@@ -99,3 +99,46 @@ def test_an_a_a_run_shows_the_graphs_replayed_and_the_drafts_verified(tmp_path):
         assert graphs["demands"] == ["cuda_graph"] and graphs["passes"]["decode_cuda_graph"] > 0, graphs
         assert eagle["demands"] == ["speculative"] and eagle["verify_calls"] > 0, eagle
     assert code == 0
+
+
+def pressure_suite(path: Path) -> Path:
+    config = """deterministic = true
+retract_interval = 2
+probes = ["kl"]
+"""
+    path.write_text(f"""name = "pressure"
+[models]
+refserver = "{MODELS / 'hybrid'}"
+[server]
+args = ["--random-seed", "1234"]
+[workload]
+prompts = 4
+prompt_len = [12, 16]
+output_len = 24
+[[config]]
+name = "forced"
+{config}[[config]]
+name = "short"
+min_retractions = 100000
+{config}""")
+    return path
+
+
+def test_forced_retraction_is_counted_and_too_few_retractions_read_vacuous(tmp_path):
+    """Decode under forced retraction against a cold replay: the same tokens, whatever the
+    batch and retraction history (deterministic mode); the row records its retractions, and
+    one that saw fewer than its declared minimum is vacuous, exit 1."""
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    code, result, proc = run(repo, base, repo.note("a changelog line only"), pressure_suite(tmp_path / "p.toml"),
+                             tmp_path / "out")
+    by = rows(result)
+    assert by["forced"]["verdict"] == "same", by["forced"]
+    for role in ("base", "candidate"):
+        forced = path_of(result, "forced", role)
+        assert forced["demands"] == ["retraction"] and forced["retractions"] >= forced["min_retractions"] == 10, forced
+    cell = next(c for c in result["cells"] if c["config"] == "forced")
+    assert cell["metadata"]["server_env"]["SGLANG_TEST_RETRACT_INTERVAL"] == "2"
+    short = by["short"]
+    assert short["verdict"] == "error" and "retractions where at least 100000 are required" in short["note"], short
+    assert code == 1
