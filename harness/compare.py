@@ -144,6 +144,9 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         # Too few samples to vouch for a match; a difference among those there are still counts.
         return ProbeComparison(config, probe, Verdict.ERROR, note="vacuous: " + "; ".join(vacuous) + changed_note,
                                **recorded)
+    proofs = [f"{n} {why}" for n in sides if (why := path_proof.shown(sides[n].facts))]
+    if proofs:  # what showed the path the configuration names ran, beside the verdict
+        note += "; path shown: " + "; ".join(proofs)
     return ProbeComparison(config, probe, verdict, note=note, decided_by=decided_by, **recorded)
 
 

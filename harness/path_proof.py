@@ -192,6 +192,24 @@ def unproven(facts: dict[str, Any]) -> str | None:
     return path.get("vacuous") if isinstance(path, dict) else None
 
 
+def shown(facts: dict[str, Any]) -> str | None:
+    """What proved a cell's demanded paths ran, in words (None: nothing demanded, or unmet).
+    A met graph or verify demand implies the counters were read."""
+    path = facts.get(FACT)
+    if not isinstance(path, dict) or not path.get("demands") or path.get("vacuous"):
+        return None
+    words = []
+    for demand in path["demands"]:
+        if demand == GRAPHS:
+            decode = sum(n for mode, n in path["passes"].items() if mode.startswith("decode"))
+            words.append(f"{path['passes'].get('decode_cuda_graph', 0)} of {decode} decode passes replayed a CUDA graph")
+        elif demand == SPECULATIVE:
+            words.append(f"{path['verify_calls']} verify calls")
+        elif demand == RETRACTION:
+            words.append(f"{path['retractions']} retractions (at least {path['min_retractions']})")
+    return ", ".join(words)
+
+
 def merged(facts: list[dict[str, Any]]) -> dict[str, Any] | None:
     """One `path` fact of an interleaved probe's rounds: counts summed, every reason kept."""
     paths = [f[FACT] for f in facts if isinstance(f.get(FACT), dict)]

@@ -143,3 +143,15 @@ def test_pressure_features_name_their_switches_and_minimum():
     assert path_proof.min_retractions(Features()) == 0 and Features().env() == {}
     assert path_proof.demands(Features(min_retractions=2)) == RETRACT
     assert path_proof.demands(Features(retract_interval=5, min_retractions=0)) == ()
+
+
+def test_a_row_whose_path_ran_says_what_showed_it():
+    ran = grown(GRAPHS + SPEC, exposition(0, 0, 0, 0, verify=0), exposition(7, 1, 9, 1, verify=6))
+    comp = compare_cells("graphs", "kl", kl_cell(Role.BASE, 0.0, ran), kl_cell(Role.CANDIDATE, 0.0, ran),
+                         PROBES["kl"].defaults())
+    assert comp.verdict == "same"
+    assert comp.note.endswith("path shown: base 7 of 8 decode passes replayed a CUDA graph, 6 verify calls; "
+                              "candidate 7 of 8 decode passes replayed a CUDA graph, 6 verify calls")
+    logged = path_proof.proof(RETRACT, False, None, None, 10, 11)
+    assert path_proof.shown({"path": logged}) == "11 retractions (at least 10)"
+    assert path_proof.shown({"path": path_proof.proof((), True, {}, {})}) is None
