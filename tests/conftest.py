@@ -60,6 +60,26 @@ probes = {json.dumps(probes)}
     return path
 
 
+def planted(tmp_path: Path, regression: str):
+    """A reference-server repository whose head plants `regression` on the base: (repo, base sha,
+    candidate sha)."""
+    from harness.fixture_repo import FixtureRepo
+
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit(regression)
+    return repo, base, repo.commit(f"plant {regression}")
+
+
+def run_pair(repo, base: str, candidate: str, suite: Path, out: Path, *extra: str):
+    """`detcheck run` of base vs candidate as a process: (exit code, results.json, the process)."""
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                    "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md", *extra,
+                    timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return proc.returncode, json.loads((out / "results.json").read_text()), proc
+
+
 SHIM = '''import runpy, sys
 sys.argv[0] = "sglang.launch_server"
 runpy.run_module("{module}", run_name="__main__")

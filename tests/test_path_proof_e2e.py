@@ -5,34 +5,18 @@ graphs-off row beside it reads *same*. An A/A run shows the counters that prove 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import ROOT, planted, refserver_suite, run_pair
 from harness.fixture_repo import FixtureRepo
 
 pytestmark = pytest.mark.slow
 
 MODELS = ROOT / "fixtures/refmodels"
-
-
-def suite(path: Path) -> Path:
-    path.write_text(f"""name = "path-proof"
-[models]
-refserver = "{MODELS / 'hybrid'}"
-[server]
-args = ["--random-seed", "1234"]
-[workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 6
-[[config]]
-name = "graphs"
-deterministic = true
-cuda_graph = true
-probes = ["kl"]
+# The first configuration's table goes on with these: graphs on (its own name), graphs off, EAGLE.
+MORE_CONFIGS = f"""cuda_graph = true
 [[config]]
 name = "eager"
 deterministic = true
@@ -46,16 +30,11 @@ speculative = {{ algorithm = "EAGLE", num_steps = 3, eagle_topk = 1, num_draft_t
 probes = ["kl"]
 [config.draft]
 refserver = "{MODELS / 'hybrid-draft'}"
-""")
-    return path
+"""
 
 
-def run(repo: FixtureRepo, base: str, candidate: str, suite_path: Path, out: Path, *extra: str):
-    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
-                    "--suite", str(suite_path), "--out", str(out), "--no-progress", "--format", "md", *extra,
-                    timeout=900)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]
-    return proc.returncode, json.loads((out / "results.json").read_text()), proc
+def suite(path: Path) -> Path:
+    return refserver_suite(path, ["kl"], MORE_CONFIGS, config="graphs", output_len=6, args=("--random-seed", "1234"))
 
 
 def rows(result: dict) -> dict[str, dict]:
@@ -67,12 +46,9 @@ def path_of(result: dict, config: str, role: str) -> dict:
 
 
 def test_graphs_configured_but_never_replayed_read_vacuous_and_exit_non_zero(tmp_path):
-    repo = FixtureRepo.create(tmp_path / "repo")
-    base = repo.head()
-    repo.edit("graphs-never-replay")
-    cand = repo.commit("plant graphs-never-replay")
-    s = suite(tmp_path / "s.toml")
-    code, result, proc = run(repo, base, cand, s, tmp_path / "out", "--config", "graphs", "--config", "eager")
+    repo, base, cand = planted(tmp_path, "graphs-never-replay")
+    code, result, proc = run_pair(repo, base, cand, suite(tmp_path / "s.toml"), tmp_path / "out",
+                                  "--config", "graphs", "--config", "eager")
     by = rows(result)
     graphs = by["graphs"]
     assert graphs["verdict"] == "error" and graphs["note"].startswith("vacuous: candidate: CUDA graphs on, but none of"), graphs
@@ -91,8 +67,8 @@ def test_an_a_a_run_shows_the_graphs_replayed_and_the_drafts_verified(tmp_path):
     repo = FixtureRepo.create(tmp_path / "repo")
     base = repo.head()
     cand = repo.note("a changelog line only")
-    code, result, _ = run(repo, base, cand, suite(tmp_path / "s.toml"), tmp_path / "out",
-                          "--config", "graphs", "--config", "eagle")
+    code, result, _ = run_pair(repo, base, cand, suite(tmp_path / "s.toml"), tmp_path / "out",
+                               "--config", "graphs", "--config", "eagle")
     assert {c: r["verdict"] for c, r in rows(result).items()} == {"graphs": "same", "eagle": "same"}, rows(result)
     for role in ("base", "candidate"):
         graphs, eagle = path_of(result, "graphs", role), path_of(result, "eagle", role)
@@ -102,26 +78,12 @@ def test_an_a_a_run_shows_the_graphs_replayed_and_the_drafts_verified(tmp_path):
 
 
 def pressure_suite(path: Path) -> Path:
-    config = """deterministic = true
-retract_interval = 2
-probes = ["kl"]
-"""
-    path.write_text(f"""name = "pressure"
-[models]
-refserver = "{MODELS / 'hybrid'}"
-[server]
-args = ["--random-seed", "1234"]
-[workload]
-prompts = 4
-prompt_len = [12, 16]
-output_len = 24
-[[config]]
-name = "forced"
-{config}[[config]]
-name = "short"
-min_retractions = 100000
-{config}""")
-    return path
+    """Forced retraction every second batch, kl over four prompts in one batch; a second
+    configuration alike asks for more retractions than any probe here makes."""
+    pressure = "retract_interval = 2\n"
+    short = f'[[config]]\nname = "short"\ndeterministic = true\nprobes = ["kl"]\n{pressure}min_retractions = 100000\n'
+    return refserver_suite(path, ["kl"], pressure + short, config="forced", prompts=4, output_len=24,
+                           args=("--random-seed", "1234"))
 
 
 def test_forced_retraction_is_counted_and_too_few_retractions_read_vacuous(tmp_path):
@@ -130,8 +92,8 @@ def test_forced_retraction_is_counted_and_too_few_retractions_read_vacuous(tmp_p
     one that saw fewer than its declared minimum is vacuous, exit 1."""
     repo = FixtureRepo.create(tmp_path / "repo")
     base = repo.head()
-    code, result, proc = run(repo, base, repo.note("a changelog line only"), pressure_suite(tmp_path / "p.toml"),
-                             tmp_path / "out")
+    code, result, proc = run_pair(repo, base, repo.note("a changelog line only"),
+                                  pressure_suite(tmp_path / "p.toml"), tmp_path / "out")
     by = rows(result)
     assert by["forced"]["verdict"] == "same", by["forced"]
     for role in ("base", "candidate"):
