@@ -52,6 +52,7 @@ from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
 from harness.plan import ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
+from harness.runner import runner_fingerprint
 from harness.redaction import environment_secrets, redact_argv, redact_env, scrub_file
 from harness.result_files import write_run
 from harness.compare import compare_pair
@@ -668,6 +669,7 @@ def server_logs(out_dir: Path) -> list[Path]:
 
 def launch_server(run: Run, job: Job) -> bool:
     log_path = server_log(run.req.out_dir, job.cp.spec.name, job.role, job.revision.short())
+    job.meta["runner"] = runner_fingerprint()  # the GPUs as this server finds them
     started_at = time.time()
     # The interpreter's metadata (a subprocess, once per interpreter and sha) is read while the
     # server starts, not after it.

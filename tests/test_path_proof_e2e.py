@@ -5,6 +5,7 @@ graphs-off row beside it reads *same*. An A/A run shows the counters that prove 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,10 @@ def test_graphs_configured_but_never_replayed_read_vacuous_and_exit_non_zero(tmp
     assert eager["passes"].get("decode_cuda_graph", 0) == 0 and eager["passes"]["decode_none"] > 0, eager
     assert by["eager"]["verdict"] == "same", by["eager"]  # graphs off: nothing demanded
     assert path_of(result, "eager", "candidate")["demands"] == []
-    argv = next(c for c in result["cells"] if c["config"] == "graphs")["metadata"]["server_argv"]
-    assert "--enable-metrics" in argv
+    meta = next(c for c in result["cells"] if c["config"] == "graphs")["metadata"]
+    assert "--enable-metrics" in meta["server_argv"]
+    # the runner as the launch found it: on a machine without nvidia-smi, that it is absent
+    assert meta["runner"] == {"nvidia_smi": "absent"} if shutil.which("nvidia-smi") is None else "gpus" in meta["runner"]
     assert code == 1 and "vacuous" in proc.stdout
 
 
