@@ -40,8 +40,10 @@ VERIFY_CALLS = "sglang:spec_verify_calls_total"
 GENERATED = "sglang:generation_tokens_total"
 REQUESTS = "sglang:num_requests_total"
 CACHED = "sglang:cached_tokens_total"
-# Retracted requests: 0.5.16's name, then the one later releases' collector registers.
-RETRACTED = ("sglang:num_retracted_requests_total", "sglang:num_retracted_reqs_total")
+# Retracted requests (metrics_collector.py: the counter `num_retracted_reqs_total` is registered
+# under the name `sglang:num_retracted_requests_total`); where a revision exports none, the log's
+# retraction lines count.
+RETRACTED = ("sglang:num_retracted_requests_total",)
 COUNTED = (VERIFY_CALLS, GENERATED, REQUESTS, CACHED, *RETRACTED)
 FACT = "path"
 # In the store key of a configuration with demands: its cells carry the proof.
