@@ -24,3 +24,15 @@ def test_min_hit_fraction_has_one_default_shared_with_the_cache_probes():
     assert defaults["min_hit_fraction"] == cache_hit.PREFILL_PROBE.defaults()["min_hit_fraction"] == 0.5
     assert (defaults["suffix_len"], defaults["repeats"], defaults["temperature"]) == (8, 1, 0.0)
     assert defaults["batch_size"] is None  # all prompts in one request
+
+
+def test_acceptance_per_draft_position_is_read_from_the_histograms_of_correct_drafts():
+    from harness.probes.accept_length import draft_position_accept
+
+    # rounds by correct drafts: 0: 2 + 1, 1: 1 + 1, 2: 1, 3: 0 + 2 (eight rounds in all)
+    samples = [{"spec_verify_ct": 4, "correct_drafts_histogram": [2, 1, 1]},
+               {"spec_verify_ct": 4, "correct_drafts_histogram": [1, 1, 0, 2]},
+               {"spec_verify_ct": 0, "correct_drafts_histogram": None}]
+    # draft 1 reached in 8 rounds, right in 5; draft 2 reached 5, right 3; draft 3 reached 3, right 2
+    assert draft_position_accept(samples) == [round(5 / 8, 6), round(3 / 5, 6), round(2 / 3, 6)]
+    assert draft_position_accept([{"spec_verify_ct": 3, "correct_drafts_histogram": None}]) is None
