@@ -105,7 +105,12 @@ def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | Non
     # Value i is the same (repeat, turn, prompt) on both sides: a paired design.
     metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in samples),
                     better="higher", headline="median", paired=True)
-    return ProbeOutput(samples=tuple(samples), metrics=(metric,),
+    # Accept lengths compare only over equal token ranges (an early stop changes the ratio): both
+    # sides generate output_len tokens per request (ignore_eos), and this exact metric says so; a
+    # request that stopped elsewhere on one side reads *different*, never an accept length judged
+    # over another span.
+    tokens = Metric("request_tokens", Kind.EXACT, tuple(float(s["completion_tokens"]) for s in samples))
+    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens),
                        facts={**_facts(samples, hit_fraction), "min_hit_fraction": floor,
                               # cumulative since the last flush, folded in at decode-log boundaries
                               "server_avg_accept_length": server_avg})
@@ -143,7 +148,8 @@ def draft_position_accept(samples: Sequence[dict[str, Any]]) -> list[float] | No
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
     """Two turns per prompt per round, paired: 2 × prompts values per round."""
     prompts = params["prompts"] or workload.prompts
-    return (PlannedMetric("accept_length", Kind.NOISY, paired=True, key="repeats", per_unit=2 * prompts),)
+    return (PlannedMetric("accept_length", Kind.NOISY, paired=True, key="repeats", per_unit=2 * prompts),
+            PlannedMetric("request_tokens", Kind.EXACT))
 
 
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
@@ -164,6 +170,7 @@ PARAMS = (
 )
 FIGURES = (
     metric("accept_length"),
+    metric("request_tokens"),
     *summary("accept_length", "aggregate_accept_length", "verify_calls", "requests_without_verify",
              "turn1_median", "turn2_median", "server_avg_accept_length", "draft_position_accept"),
     *parameter("min_hit_fraction"),

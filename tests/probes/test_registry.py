@@ -110,7 +110,7 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
 # recorded that no verdict reads without saying why.
 DECLARED = {
     'accept_length': {
-        'metric': ['accept_length'],
+        'metric': ['accept_length', 'request_tokens'],
         'summary': ['aggregate_accept_length', 'draft_position_accept', 'requests_without_verify', 'server_avg_accept_length', 'turn1_median', 'turn2_median', 'verify_calls'],
         'parameter': ['min_hit_fraction'],
         'descriptive': ['completion_tokens', 'requests', 'turn2_hit_fraction'],
