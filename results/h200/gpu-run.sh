@@ -290,10 +290,10 @@ PY
 seed2() {
   local run=("$PY" -m harness.cli run --target sglang --repo "$REPO2" --no-progress --format md)
   record seed-unified "${LIMIT_SEED:-540}" "${run[@]}" --base 0.5.20 --candidate 0.5.21 \
-    --suite suites/h200/seed-unified.toml --slots "${SLOTS2:-16}" --out "$DEST/seed-unified/run" &
+    --suite "${SUITE2:-suites/h200/seed-unified.toml}" --slots "${SLOTS2:-16}" --out "$DEST/seed-unified/run" &
   local seed=$!
   [ -z "${MTP_CONFIGS:-}" ] || record seed-mtp "${LIMIT_SEED:-540}" "${run[@]}" --base 0.5.20+score-mod \
-    --candidate 0.5.21+score-mod --suite suites/h200/seed-unified.toml --slots 4 \
+    --candidate 0.5.21+score-mod --suite "${SUITE2:-suites/h200/seed-unified.toml}" --slots 4 \
     $(printf -- '--config %s ' $MTP_CONFIGS) --out "$DEST/seed-mtp/run" &
   wait
   echo "session done" >> "$DEST/summary.txt"
