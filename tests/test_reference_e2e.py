@@ -57,20 +57,24 @@ def pair(tmp_path_factory):
     revs["0.5.20 again"] = repo.commit("back to 0.5.20")
     revs["0.5.20+note"] = repo.note("another changelog line")
     suite = cpu_suite(tmp / "seed-unified-cpu.toml")
-    runs = {}
+    runs, outs = {}, {}
 
     def run(base: str, cand: str, *only: str) -> tuple[dict, str]:
+        """The run of the pair: the whole suite, or with configurations named the reference probe alone."""
         key = (base, cand, only)
         if key not in runs:
             out = tmp / re.sub(r"[^\w.+-]", "_", "-".join((base, cand, *only)))
-            selection = [a for config in only for a in ("--config", config)]
+            selection = [a for config in only for a in ("--config", config)] + (["--probe", "reference"] if only else [])
             proc = detcheck("run", "--target", "refserver", "--repo", str(repo.path), "--base", revs[base],
-                            "--candidate", revs[cand], "--suite", str(suite), "--out", str(out), "--probe", "reference",
-                            *selection, "--no-progress", "--format", "md",
+                            "--candidate", revs[cand], "--suite", str(suite), "--out", str(out),
+                            *selection, "--no-progress", "--format", "md", "--slots", "2",
                             env={"DETCHECK_CACHE_DIR": str(tmp / "cache")})
             assert proc.returncode in (0, 1), proc.stderr[-3000:]
             runs[key] = (json.loads((out / "results.json").read_text()), proc.stdout)
+            outs[key] = out
         return runs[key]
+
+    run.out = outs
 
     return run
 
@@ -88,6 +92,12 @@ def test_the_fix_reads_different_on_unified_and_same_elsewhere(pair):
     verdicts = {config: row["verdict"] for config, row in rows(result).items()}
     assert verdicts == {"static-graphs-off": "same", "static-graphs-on": "same", "lazy-graphs-off": "same",
                         "lazy-graphs-on": "same", "unified-graphs-off": "different", "unified-graphs-on": "different"}
+    # the suite's other probes: nothing changed on the static and lazy pools; cold answers (kl's
+    # decodes, revision_kl's cold scores) are the same on the unified pool too
+    others = {(c["config"], c["probe"]): c["verdict"] for c in result["comparisons"] if c["probe"] != "reference"}
+    assert {k: v for k, v in others.items() if not k[0].startswith("unified")} == {
+        k: "same" for k in others if not k[0].startswith("unified")}
+    assert {others[(f"unified-graphs-{m}", p)] for m in ("off", "on") for p in ("kl", "revision_kl")} == {"same"}
     for mode in ("off", "on"):
         row = table_row(report, f"unified-graphs-{mode}")
         # each side's observation in its column: the base's hits depart from static's, the candidate's do not
@@ -98,6 +108,9 @@ def test_the_fix_reads_different_on_unified_and_same_elsewhere(pair):
         # cold requests are identical on 0.5.20: only hits depart
         assert set(judged["base"]["diverging_phases"]) <= {"hit", "multiturn"}
         assert judged["candidate"]["diverging_requests"] == 0
+    # the stored verdicts are what the stored cells give, the references' read from results.json
+    check = detcheck("report", str(pair.out[("0.5.20", "0.5.21", ())]), "--check")
+    assert check.returncode == 1 and "altered" not in check.stderr, check.stderr
 
 
 def test_a_different_row_has_a_reproducer_of_the_divergent_phase(pair):
