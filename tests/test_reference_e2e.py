@@ -13,33 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import detcheck, seed_unified_cpu_suite
 from harness.fixture_repo import FixtureRepo
 
 pytestmark = pytest.mark.slow
-
-SUITE = ROOT / "suites/h200/seed-unified.toml"
-# The H200 workload (8 prompts of 150-700 tokens from a 32,000-token vocabulary, 48 new tokens) made
-# CPU-sized: the reference models have 512 tokens; prompts stay longer than the track interval (64)
-# so that every hit restores a checkpoint.
-CPU_WORKLOAD = {"prompts = 8": "prompts = 3", "prompt_len = [150, 700]": "prompt_len = [70, 200]",
-                "output_len = 48": "output_len = 8", "vocab = 32000": "vocab = 500"}
-
-
-def cpu_suite(path: Path) -> Path:
-    # The suite names the H200's seeded Inkling (.models/, written by `detcheck make-model`); loading
-    # checks its config.json, which the fixture's stands in for here.
-    text = SUITE.read_text().replace('"../../.models/', '"../../fixtures/models/').replace('"../../', f'"{ROOT}/')
-    for h200, cpu in CPU_WORKLOAD.items():
-        assert h200 in text, h200  # the H200 suite still has the workload this rehearsal shrinks
-        text = text.replace(h200, cpu, 1)
-    path.write_text(text)
-    return path
-
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
@@ -56,7 +36,7 @@ def pair(tmp_path_factory):
     repo.set_release("0.5.20")
     revs["0.5.20 again"] = repo.commit("back to 0.5.20")
     revs["0.5.20+note"] = repo.note("another changelog line")
-    suite = cpu_suite(tmp / "seed-unified-cpu.toml")
+    suite = seed_unified_cpu_suite(tmp / "seed-unified-cpu.toml")
     runs, outs = {}, {}
 
     def run(base: str, cand: str, *only: str) -> tuple[dict, str]:

@@ -158,15 +158,14 @@ def _summary(cell: CellResult, values: Sequence[float], reference: str, ref: Cel
             "first_divergence": first, "diverging_phases": {p: n for p, n in phases.items() if n}}
 
 
-def divergence_text(facts: dict[str, Any], subject: str = "") -> str:
+def divergence_text(facts: dict[str, Any]) -> str:
     """"diverges from static at hit request 2, position 5 (3 of 40 requests: hit 3)", or
-    "bit-identical to static in every phase"; `subject`: the configuration, where the words name it."""
-    who = f"{subject} " if subject else ""
+    "bit-identical to static in every phase (40 requests)"."""
     first = facts.get("first_divergence")
     if not first:
-        return f"{who}bit-identical to {facts['reference']} in every phase ({facts['requests']} requests)"
+        return f"bit-identical to {facts['reference']} in every phase ({facts['requests']} requests)"
     phases = ", ".join(f"{p} {n}" for p, n in facts["diverging_phases"].items())
-    return (f"{who}diverges from {facts['reference']} at {first['phase']} request {first['request']}, "
+    return (f"diverges from {facts['reference']} at {first['phase']} request {first['request']}, "
             f"position {first['position']} ({facts['diverging_requests']} of {facts['requests']} requests: {phases})")
 
 

@@ -176,9 +176,9 @@ def test_the_planner_runs_the_references_a_config_choice_leaves_out(tmp_path):
     from harness.probes import known_probes
     from harness.run import with_references
 
-    from conftest import ROOT
+    from conftest import seed_unified_cpu_suite
 
-    suite = load_suite(ROOT / "suites/h200/seed-unified.toml", known_probes())
+    suite = load_suite(seed_unified_cpu_suite(tmp_path / "seed-unified.toml"), known_probes())
     chosen = {"unified-graphs-on": ("kl", "reference")}
     assert with_references(suite, chosen) == {"static-graphs-on": ("reference",)}
     chosen["static-graphs-on"] = ("reference",)
