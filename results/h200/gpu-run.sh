@@ -237,9 +237,12 @@ prepare2() {  # here: the bundles build-kit2.sh wrote (cut for this tree: MAX_MI
   done
 }
 
-ship2() {  # device: one bundle into /tmp/kit2parts (the kit's recv.sh checks its sha256s)
+ship2() {  # device: one bundle's parts, checked against its MANIFEST, into /tmp/kit2parts (the
+  # kit itself travels with the last bundle only, so its recv.sh is not there yet)
   [ "$1" != 1 ] || { nvidia-smi -L; nproc; free -g | head -2; }
-  bash "$(ls -d .gpu2/kit)/recv.sh" ".gpu2/bundle-$(printf %02d "$1")"
+  local b; b=.gpu2/bundle-$(printf %02d "$1")
+  mkdir -p /tmp/kit2parts && head -n1 "$b/MANIFEST" && (cd "$b" && tail -n +2 MANIFEST | sha256sum -c --quiet -) \
+    && cp "$b"/kit2-index.txt $(tail -n +2 "$b/MANIFEST" | awk -v d="$b/" '{print d $2}') /tmp/kit2parts/ && rm -f /tmp/kit2parts/MANIFEST && ls /tmp/kit2parts | wc -l
 }
 
 kit2_env() {  # the kit's environment, with the revision's checkout (not the kit's copy) providing sglang
