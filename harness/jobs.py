@@ -56,6 +56,9 @@ class RunRequest:
     # The `run` command's options, recorded in results.json (metadata.options): what
     # `detcheck run --resume --out D` continues D with. Empty for runs no command line can resume.
     options: dict[str, Any] = field(default_factory=dict)
+    # Requests a *different* row's reproducer may post to verify and shrink it (harness/verify.py,
+    # both sides together); 0: published from the samples alone, unverified (bisect's steps).
+    reproducer_budget: int = 96
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate

@@ -19,7 +19,7 @@ from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub, scrub_all
-from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
+from harness.results import CellResult, Launch, ProbeComparison, Reproducer, Role, RunResult
 from harness.start_order import StartOrder
 
 if TYPE_CHECKING:
@@ -137,6 +137,23 @@ class RunRecorder:
                       **({"environments": self.environments} if self.environments else {}),
                       "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
         )
+
+    def comparison(self, config: str, probe: str) -> ProbeComparison | None:
+        """The (configuration, probe) pair's comparison, once both its cells are recorded."""
+        with self._lock:
+            known = self._comparisons.get((config, probe))
+            sides = {c.role: c for c in self.cells if c.config == config and c.probe == probe}
+        if known is not None or len(sides) < 2:
+            return known
+        comparison = compare_pair(config, probe, sides[Role.BASE], sides[Role.CANDIDATE], self.suite.probe_params)
+        with self._lock:
+            return self._comparisons.setdefault((config, probe), comparison)
+
+    def verified(self, config: str, probe: str, reproducer: Reproducer) -> None:
+        """The pair's reproducer as its verification on the servers left it (harness/verify.py)."""
+        with self._lock:
+            comp = self._comparisons[(config, probe)]
+            self._comparisons[(config, probe)] = dataclasses.replace(comp, reproducer=reproducer)
 
     def _compare(self, cells: tuple[CellResult, ...], partial: bool) -> tuple[ProbeComparison, ...]:
         """In plan order; a pair with a side still missing is compared only at the end (where
