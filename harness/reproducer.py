@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 from harness.client import Logprobs, generate_body
 from harness.plan import WorkloadSpec
 from harness.probes import PROBES
+from harness.probes.common import value_label
 from harness.probes.determinism import batch as determinism_batch
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request, Status
 from harness.stats import Kind, Verdict
@@ -161,7 +162,8 @@ def _across_form(requests, answer: int, key: str, place: str, shortest: int, ful
     return Form(requests, read, words, shortest, full, dimension)
 
 
-def _self_form(requests, answer: int, replay: int, shortest: int, full: int, direction: float = 0.0) -> Form:
+def _self_form(requests, answer: int, replay: int, shortest: int, full: int, direction: float = 0.0,
+               name: str = "decode") -> Form:
     """Each side's answer (a decode or a cache hit: request `answer`) against its own cold
     replay (request `replay`, prompt + output scored) at each output position: the per-position
     gaps are compared across the sides (exact), or their summed size in the effect's direction
@@ -189,7 +191,7 @@ def _self_form(requests, answer: int, replay: int, shortest: int, full: int, dir
                 parts.append(f"the {side} answered no output position {at}")
                 continue
             shown = _returned(*seen.points[at])
-            parts.append(f"the {side}'s answer returned {shown[0]}, its replay {shown[1]}"
+            parts.append(f"the {side}'s {name} returned {shown[0]}, its replay {shown[1]}"
                          + (" (equal)" if seen.points[at][0] == seen.points[at][1] else ""))
         return f"at output position {at}: " + "; ".join(parts)
 
@@ -208,10 +210,15 @@ def _finite_form(requests, shortest: int, full: int) -> Form:
         at = next((x.value for x in (c, b) if x.value is not None), None)
         if at is None:
             return f"both returned finite logprobs at all {len(b.points)} output positions"
-        shown = [("no" if at >= len(x.points) else _returned(x.points[at], x.points[at])[0]) for x in (b, c)]
+        shown = ["none" if at >= len(x.points) else _finite_text(x.points[at]) for x in (b, c)]
         return f"base returned logprob {shown[0]}, candidate {shown[1]} at output position {at}"
 
     return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "")
+
+
+def _finite_text(value: float | None) -> str:
+    """A logprob as observed: a finite one at 6 significant digits, else what it is (null, NaN, inf)."""
+    return f"{value:.6g}" if value is not None and math.isfinite(value) else value_label(value)
 
 
 def _batch_form(requests) -> Form:
@@ -255,8 +262,12 @@ def _decode(what: str, ids: Sequence[int], new: int, top_k: int = 0) -> Request:
     return Request(what, "/generate", generate_body(ids, max_new_tokens=new, logprobs=Logprobs(top_k=top_k)))
 
 
-def _score(what: str, ids: Sequence[int], top_k: int = 0) -> Request:
-    return Request(what, "/generate", generate_body(ids, max_new_tokens=0, logprobs=Logprobs(0, top_k)))
+def _score(what: str, ids: Sequence[int], top_k: int = 0, follows: tuple[int, int] | None = None) -> Request:
+    return Request(what, "/generate", generate_body(ids, max_new_tokens=0, logprobs=Logprobs(0, top_k)), follows)
+
+
+# A replay's note: its body holds one side's stored output; each side replays its own answer's.
+OWN_OUTPUT = " (the body holds the {}'s stored output: on each side, put the output_ids its own answer returned)"
 
 
 FLUSH = Request("start cold", "/flush_cache")
@@ -362,7 +373,8 @@ def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, p
     if comp.probe in ("kl", "revision_kl") and prompts is not None and i < len(prompts):
         output = cand.samples[i]["output_ids"]
         requests = (FLUSH, _decode("greedy decode", prompts[i], len(output), top_k), FLUSH)
-        requests += ((_score("cold replay of prompt + the candidate's stored output", prompts[i] + output, top_k),)
+        requests += ((_score("cold replay of prompt + output" + OWN_OUTPUT.format("candidate"), prompts[i] + output,
+                              top_k, (1, len(prompts[i]))),)
                      if comp.probe == "kl" else
                      (_score("teacher-forced score", cand.samples[i]["input_ids"], top_k),))
         form = (_self_form(lambda _size: requests, 1, 3, len(output), len(output), sign) if comp.probe == "kl"
@@ -386,7 +398,7 @@ def _largest_hit(comp: ProbeComparison, base: CellResult, cand: CellResult, metr
         return None
     hit = max(range(len(metric.values)), key=lambda k: metric.values[k])
     s = cell.samples[hit]
-    requests = _hit_requests(comp.probe, prompts[s["prompt"]], s)
+    requests = _hit_requests(comp.probe, prompts[s["prompt"]], s, side)
     full = len(s["output_ids"])
     return Reproducer(
         prompts=(s["prompt"],), first_divergent=None, requests=requests(full),
@@ -395,10 +407,10 @@ def _largest_hit(comp: ProbeComparison, base: CellResult, cand: CellResult, metr
                 f"base median {comp.metrics[comp.decided_by].base.median:.6g}, candidate "
                 f"{comp.metrics[comp.decided_by].candidate.median:.6g})"),
         shrink=f"Not shrunk (a noisy verdict): the {side}'s hit with the largest {comp.decided_by}",
-        form=_self_form(requests, 2, 4, full, full, sign))
+        form=_self_form(requests, 2, 4, full, full, sign, name="hit"))
 
 
-def _hit_requests(probe: str, prompt: Sequence[int], s: dict[str, Any]) -> Callable[[int], tuple[Request, ...]]:
+def _hit_requests(probe: str, prompt: Sequence[int], s: dict[str, Any], side: str) -> Callable[[int], tuple[Request, ...]]:
     """A cache hit's requests at `size` output tokens: flush, seed (turn 1's prefill, or its
     decode for a decode hit), the turn that hits, flush, the cold replay of its input + output."""
     turn2 = s["input_ids"]
@@ -408,7 +420,8 @@ def _hit_requests(probe: str, prompt: Sequence[int], s: dict[str, Any]) -> Calla
 
     def hit(size: int) -> tuple[Request, ...]:
         return (FLUSH, seed, _decode("the turn that hits the cache", turn2, size), FLUSH,
-                _score("cold replay of the hit's input + output", turn2 + s["output_ids"][:size]))
+                _score("cold replay of the hit's input + output" + OWN_OUTPUT.format(side), turn2 + s["output_ids"][:size],
+                       follows=(2, len(turn2))))
     return hit
 
 
@@ -468,7 +481,8 @@ def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer
 
     def decode(size: int) -> tuple[Request, ...]:
         return (FLUSH, _decode("greedy decode", prompts[i], size, top_k), FLUSH,
-                _score("cold replay of prompt + output", prompts[i] + s["output_ids"][:size], top_k))
+                _score("cold replay of prompt + output" + OWN_OUTPUT.format(side),
+                       prompts[i] + s["output_ids"][:size], top_k, (1, len(prompts[i]))))
     return with_form(Reproducer(
         prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode vs cold replay", "side": side},
         requests=decode(j + 1),
@@ -503,7 +517,7 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
         why = (f"the track interval ({interval}) before the checkpoint the hit restored" if interval
                else "the decode-written part of the hit")
         where = f"; the state first diverges in positions [{start}, {cached}): {why}"
-    at = _hit_requests(comp.probe, prompts[i], s)
+    at = _hit_requests(comp.probe, prompts[i], s, side)
     return with_form(Reproducer(
         prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "cache hit vs cold replay",
                                        "side": side, "cached_tokens": cached},
@@ -515,7 +529,7 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
         shrink=(f"From the stored samples: {len(prompts)} prompts → 1 (prompt {i}); max_new_tokens "
                 f"{len(s['output_ids'])} → {j + 1}; the prompt kept whole (shortening it moves the cache's "
                 f"aligned hit: it would need the servers)"),
-        position_range=span), _self_form(at, 2, 4, j + 1, len(s["output_ids"])))
+        position_range=span), _self_form(at, 2, 4, j + 1, len(s["output_ids"]), name="hit"))
 
 
 def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:

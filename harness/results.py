@@ -278,6 +278,10 @@ class Request:
     what: str
     path: str  # "/generate" or "/flush_cache"
     body: dict[str, Any] | None = None
+    # A replay of a side's own answer: (k, n) — posted with the body's first n input ids and the
+    # output ids that request k's answer returned on that side (the body holds one side's stored
+    # output in their place, which the curl line sends as it is).
+    follows: tuple[int, int] | None = None
 
     def curl(self, port: int = REPRODUCER_PORT) -> str:
         """The curl line to a server on `port` (what results.json stores: an argv to split)."""
@@ -295,11 +299,13 @@ class Request:
         return argv
 
     def to_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "path": self.path, "body": self.body, "curl": self.curl()}
+        return {"what": self.what, "path": self.path, "body": self.body, "curl": self.curl(),
+                **({"follows": list(self.follows)} if self.follows else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Request:
-        return cls(d["what"], d["path"], d.get("body"))
+        follows = d.get("follows")
+        return cls(d["what"], d["path"], d.get("body"), None if not follows else (int(follows[0]), int(follows[1])))
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ DEFAULT_REPEATS = 2
 
 def post_all(client: SGLangClient, requests: Sequence[Request]) -> list[Generation | None]:
     """Each request to one server, in order: a /generate answer (the first of a batch), None
-    for a flush."""
+    for a flush; a replay that follows an earlier answer scores that answer's own output."""
     answers: list[Generation | None] = []
     for request in requests:
         if request.path == "/flush_cache":
@@ -47,6 +47,10 @@ def post_all(client: SGLangClient, requests: Sequence[Request]) -> list[Generati
             answers.append(None)
             continue
         body = request.body or {}
+        if request.follows is not None:  # a replay of what this side's own answer k returned
+            k, n = request.follows
+            earlier = answers[k]
+            body = {**body, "input_ids": list(body["input_ids"][:n]) + list(earlier.output_ids if earlier else ())}
         ids = body.get("input_ids") or []
         batch = len(ids) if ids and isinstance(ids[0], list) else 1
         answers.append(client.generate_from(body, batch)[0])
