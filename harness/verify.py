@@ -26,13 +26,10 @@ from typing import Callable, Sequence
 
 from harness.client import Generation, SGLangClient
 from harness.errors import ServerError
+from harness.jobs import REPRODUCER_BUDGET
 from harness.reproducer import Form, Observed
 from harness.results import Reproducer, Request, Role, Verification
 
-# Requests a row's verification may post, both sides together: a kl row's attempt is four
-# requests per side, so its bisection over 32 tokens (the shortest cut, the whole, five halvings,
-# one confirmation) takes 64.
-DEFAULT_BUDGET = 96
 # Attempts at the published size: each posts the requests afresh to both sides.
 DEFAULT_REPEATS = 2
 
@@ -114,7 +111,7 @@ def search(form: Form, post: Callable[[Role, Sequence[Request]], list], budget: 
     return hi, tries
 
 
-def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, budget: int = DEFAULT_BUDGET,
+def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, budget: int = REPRODUCER_BUDGET,
            repeats: int = DEFAULT_REPEATS) -> Reproducer:
     """`rep` as posted to `clients` (a server per side; `servers`: "still up" or "relaunched"):
     its requests at the size that shows the difference, what each side answered there, and the
