@@ -131,7 +131,14 @@ def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, bud
         return not_verified(rep, f"an answer could not be read: {type(exc).__name__}: {exc}", servers, budget)
     shown, made = tries.count(size)
     if not made:
-        return not_verified(rep, f"the budget of {budget} requests allows no attempt", servers, budget)
+        if not tries.tried:
+            return not_verified(rep, f"the budget of {budget} requests allows no attempt", servers, budget)
+        # The samples' cut was tried and did not show it: never published as a reproducer.
+        tried = ", ".join(f"{form.dimension} {n}: {'shows it' if ok else 'does not'}" for n, ok in tries.tried)
+        return dataclasses.replace(
+            not_verified(rep, f"the budget of {budget} requests ran out ({tried}); the whole request, untried, "
+                              f"is kept", servers, budget, tries.calls, tuple(tries.tried)),
+            requests=form.requests(size), re_measurements=tries.calls)
     base, cand = tries.seen[size]
     verification = Verification(
         reproduced=shown, attempts=made, observed=form.words(base, cand),
@@ -142,12 +149,14 @@ def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, bud
                                verification=verification)
 
 
-def not_verified(rep: Reproducer, why: str, servers: str, budget: int, calls: int = 0) -> Reproducer:
+def not_verified(rep: Reproducer, why: str, servers: str, budget: int, calls: int = 0,
+                 tried: tuple[tuple[int, bool], ...] = ()) -> Reproducer:
     """A reproducer no attempt could check (a server that would not start, a request that
-    failed): published as built from the samples, saying it was not verified and why."""
+    failed, a budget spent first): saying it was not verified and why."""
     return dataclasses.replace(rep, verification=Verification(
-        reproduced=0, attempts=0, observed="", tried=(), dimension=rep.form.dimension if rep.form else "",
-        size=0, calls=calls, budget=budget, budget_ran_out=False, servers=servers, error=why))
+        reproduced=0, attempts=0, observed="", tried=tried, dimension=rep.form.dimension if rep.form else "",
+        size=0, calls=calls, budget=budget, budget_ran_out=bool(tried) or "budget" in why, servers=servers,
+        error=why))
 
 
 def _expect(rep: Reproducer, v: Verification) -> str:
