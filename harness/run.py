@@ -473,6 +473,13 @@ def verify_relaunched(run: Run) -> None:
         return
     for cp in run.plans:
         todo = [probe for probe in cp.probes if unverified(run, cp.spec.name, probe) is not None]
+        stored = [probe for probe in todo if all(c.metadata.get("reused") for c in run.recorder.cells
+                                                 if c.config == cp.spec.name and c.probe == probe)]
+        for probe in stored:  # a re-run of stored cells starts no server
+            run.recorder.verified(cp.spec.name, probe, not_verified(
+                unverified(run, cp.spec.name, probe), "both cells came from the store, and a run of stored cells "
+                "starts no server (--fresh measures and verifies them)", "none started", run.req.reproducer_budget))
+        todo = [probe for probe in todo if probe not in stored]
         if not todo:
             continue
         with reproducer_servers(run, cp) as (clients, failure):
@@ -497,8 +504,14 @@ def reproducer_servers(run: Run, cp: ConfigPlan) -> Iterator[tuple[dict[Role, SG
         for k, role in enumerate((Role.BASE, Role.CANDIDATE)):
             target, worktree, slot = run.targets[role], run.worktrees[role], run.req.slots[k % len(run.req.slots)]
             env = {**cp.server.env, **slot.env}
+            env_error = run.envs[role].error if role in run.envs else ""
+            if env_error:
+                failure = f"the {role.value}'s environment did not build: {env_error}"
+                break
             try:
-                caps = run.capabilities[role].result()
+                # a role whose cells all came from the store had no --help read
+                caps = (run.capabilities[role].result() if role in run.capabilities
+                        else compiled_capabilities(run, role))
                 args = server_flags(caps, cp.server, cp.probe_args)
             except (NotExpressible, LaunchError, UsageError) as exc:
                 failure = f"the {role.value}'s server could not be started again: {exc}"

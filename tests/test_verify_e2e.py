@@ -187,7 +187,7 @@ def test_a_noisy_cache_hit_row_carries_its_largest_hit_verified_on_the_servers_s
 
 def test_a_budget_too_small_says_it_ran_out_and_keeps_the_shortest_that_showed_it(planted):
     _, _, run, tmp = planted
-    result, report, _ = run("softcap-128", long_suite(tmp), "--reproducer-budget", "8")
+    result, report, _ = run("softcap-128", long_suite(tmp), "--reproducer-budget", "8", "--fresh")
     comp = row(result, "revision_kl")
     v = comp["reproducer"]["verification"]
     assert v["budget_ran_out"] and v["calls"] <= 8 == v["budget"]
@@ -199,3 +199,14 @@ def test_a_budget_too_small_says_it_ran_out_and_keeps_the_shortest_that_showed_i
     assert kl["verification"]["tried"] == [[1, False]] and kl["verification"]["attempts"] == 0
     assert kl["requests"][1]["body"]["sampling_params"]["max_new_tokens"] == 32
     assert "Not verified on servers (relaunched): the budget of 8 requests ran out" in report
+
+
+def test_a_re_run_of_stored_cells_starts_no_server_and_says_its_reproducers_are_unverified(planted):
+    _, _, run, tmp = planted
+    run("softcap-128", long_suite(tmp))  # measured (and verified) once
+    result, report, _ = run("softcap-128", long_suite(tmp), "--slots", "1")  # the same cells, from the store
+    assert result["launches"] == []
+    for probe in ("kl", "prefill_cache_hit", "revision_kl"):
+        v = row(result, probe)["reproducer"]["verification"]
+        assert v["attempts"] == 0 and v["servers"] == "none started" and "came from the store" in v["error"]
+    assert "Not verified on servers (none started): both cells came from the store" in report
