@@ -42,7 +42,7 @@ def planted(tmp_path_factory):
     def run(candidate: str, suite, *extra: str) -> tuple[dict, str, str]:
         key = (candidate, suite.name, extra)
         if key not in runs:
-            out = tmp / f"{candidate}-{suite.stem}"
+            out = tmp / f"{candidate}-{suite.stem}-{len(runs)}"
             proc = detcheck("run", "--repo", str(repo.path), "--base", revs["base"], "--candidate", revs[candidate],
                             "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md", *extra,
                             env={"DETCHECK_CACHE_DIR": str(tmp / "cache")})
