@@ -152,6 +152,13 @@ class RunRecorder:
     def verified(self, config: str, probe: str, reproducer: Reproducer) -> None:
         """The pair's reproducer as its verification on the servers left it (harness/verify.py)."""
         with self._lock:
+            secrets = sorted(self._secrets, key=len, reverse=True)
+            v = reproducer.verification
+            # what a server answered (an error's text) is masked as a cell's reason is
+            reproducer = dataclasses.replace(
+                reproducer, expect=scrub(reproducer.expect, secrets), shrink=scrub(reproducer.shrink, secrets),
+                verification=v and dataclasses.replace(v, observed=scrub(v.observed, secrets),
+                                                       error=scrub(v.error, secrets)))
             comp = self._comparisons[(config, probe)]
             self._comparisons[(config, probe)] = dataclasses.replace(comp, reproducer=reproducer)
 

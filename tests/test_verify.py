@@ -115,3 +115,23 @@ def test_a_finding_reads_a_number_on_one_side_and_nan_on_the_other():
     size, tries = search(form, post_to(servers), budget=100, repeats=2)
     assert size == 25 and tries.count(25) == (2, 2)
     assert form.words(*tries.seen[25]) == "base returned logprob -0.0883, candidate NaN at output position 24"
+
+
+def test_the_report_leads_with_whether_it_reproduced():
+    from harness.report.markdown import verification_text
+    from harness.results import Verification
+    rep = Reproducer(prompts=(0,), first_divergent=None, requests=(), expect="e", shrink="s")
+
+    def said(**v) -> str:
+        fields = dict(reproduced=2, attempts=2, observed="o", tried=((5, True), (5, True)), dimension="max_new_tokens",
+                      size=5, calls=8, budget=96, budget_ran_out=False, servers="relaunched")
+        return verification_text(Reproducer(**{**rep.__dict__, "verification": Verification(**{**fields, **v})}))
+
+    assert verification_text(rep).startswith("Not verified on servers: built from the stored samples alone")
+    assert said() == "Verified: reproduced 2 of 2 on servers of both sides (relaunched) at max_new_tokens 5, " \
+                     "8 requests posted."
+    assert said(reproduced=1).startswith("Reproduced only 1 of 2") and "not a reliable reproducer" in said(reproduced=1)
+    assert said(reproduced=0).startswith("**Not reproduced**") and "the whole request measured" in said(reproduced=0)
+    assert said(budget_ran_out=True).endswith("; the budget of 96 requests ran out.")
+    assert said(attempts=0, error="the base's server did not start again: boom") == \
+        "Not verified on servers (relaunched): the base's server did not start again: boom."
