@@ -144,9 +144,11 @@ def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, bud
         reproduced=shown, attempts=made, observed=form.words(base, cand),
         tried=tuple(tries.tried), dimension=form.dimension, size=size, calls=tries.calls, budget=budget,
         budget_ran_out=tries.ran_out, servers=servers)
+    # Where the samples placed a cached state's divergence holds only where their cut showed it.
+    span = rep.position_range if verification.shows and size == form.shortest else None
     return dataclasses.replace(rep, requests=form.requests(size), expect=_expect(rep, verification),
                                shrink=_shrink(rep, verification, form), re_measurements=tries.calls,
-                               verification=verification)
+                               verification=verification, position_range=span)
 
 
 def not_verified(rep: Reproducer, why: str, servers: str, budget: int, calls: int = 0,

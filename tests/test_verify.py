@@ -79,7 +79,8 @@ def test_the_budget_bounds_the_requests_and_says_when_it_ran_out():
 def test_verify_publishes_the_grown_cut_with_what_each_side_answered():
     form = scored_form()
     rep = Reproducer(prompts=(0,), first_divergent={"prompt": 0, "position": 1}, requests=form.requests(2),
-                     expect="from the samples", shrink="From the stored samples: 230 → 2 tokens", form=form)
+                     expect="from the samples", shrink="From the stored samples: 230 → 2 tokens", form=form,
+                     position_range=(0, 2))
     servers = {Role.BASE: StubServer(False), Role.CANDIDATE: StubServer(True)}
     out = verify(rep, servers, "relaunched", budget=100, repeats=2)
     v = out.verification
@@ -88,6 +89,7 @@ def test_verify_publishes_the_grown_cut_with_what_each_side_answered():
     shown = fmt_pair(-1.01, 30.0 * math.tanh(-1.01 / 30.0))  # input position 1 on each side
     assert v.observed == f"base returned logprob {shown[0]}, candidate {shown[1]} at input position 1"
     assert "grown back to 129" in out.shrink and "2 does not" in out.shrink
+    assert out.position_range is None  # the samples' placing, made for the cut that did not show it, is dropped
     assert out.expect.startswith("observed on the servers of both sides (2 of 2 attempts)")
 
 
