@@ -132,12 +132,13 @@ def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, bud
     shown, made = tries.count(size)
     if not made:
         if not tries.tried:
-            return not_verified(rep, f"the budget of {budget} requests allows no attempt", servers, budget)
+            return not_verified(rep, f"the budget of {budget} requests allows no attempt", servers, budget,
+                                ran_out=True)
         # The samples' cut was tried and did not show it: never published as a reproducer.
         tried = ", ".join(f"{form.dimension} {n}: {'shows it' if ok else 'does not'}" for n, ok in tries.tried)
         return dataclasses.replace(
             not_verified(rep, f"the budget of {budget} requests ran out ({tried}); the whole request, untried, "
-                              f"is kept", servers, budget, tries.calls, tuple(tries.tried)),
+                              f"is kept", servers, budget, tries.calls, tuple(tries.tried), ran_out=True),
             requests=form.requests(size), re_measurements=tries.calls)
     base, cand = tries.seen[size]
     verification = Verification(
@@ -152,12 +153,12 @@ def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, bud
 
 
 def not_verified(rep: Reproducer, why: str, servers: str, budget: int, calls: int = 0,
-                 tried: tuple[tuple[int, bool], ...] = ()) -> Reproducer:
+                 tried: tuple[tuple[int, bool], ...] = (), ran_out: bool = False) -> Reproducer:
     """A reproducer no attempt could check (a server that would not start, a request that
     failed, a budget spent first): saying it was not verified and why."""
     return dataclasses.replace(rep, verification=Verification(
         reproduced=0, attempts=0, observed="", tried=tried, dimension=rep.form.dimension if rep.form else "",
-        size=0, calls=calls, budget=budget, budget_ran_out=bool(tried) or "budget" in why, servers=servers,
+        size=0, calls=calls, budget=budget, budget_ran_out=ran_out, servers=servers,
         error=why))
 
 
@@ -174,12 +175,11 @@ def _expect(rep: Reproducer, v: Verification) -> str:
 
 def _shrink(rep: Reproducer, v: Verification, form: Form) -> str:
     what = form.dimension or "request"
-    out = "Not shrunk; " if form.shortest >= form.full else ""
     ran_out = f"; the budget of {v.budget} requests ran out" if v.budget_ran_out else ""
     tried = ", ".join(f"{s} {'shows it' if ok else 'does not'}" for s, ok in v.tried)
     if not v.reproduced:
         kept = f"the whole request kept ({what} {v.size}), unshrunk" if form.dimension else "the request kept whole"
-        return f"{out}Not reproduced on the servers ({v.servers}): {kept}; tried {tried}{ran_out}"
+        return f"Not reproduced on the servers ({v.servers}): {kept}; tried {tried}{ran_out}"
     if v.size == form.shortest:
         return f"{rep.shrink}; verified on the servers ({v.servers}): {v.reproduced} of {v.attempts}{ran_out}"
     return (f"{rep.shrink}, which no longer showed the difference on the servers ({v.servers}): {what} grown "
