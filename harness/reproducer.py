@@ -551,7 +551,45 @@ def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult) -> R
         _batch_form(lambda _size: requests))
 
 
+def _reference(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """The reference probe: the requests of the first divergent request's phase, for one prompt,
+    to each side's server of this configuration; what the reference configuration served there is
+    in the row (its own server, of the same revision, answers the same requests)."""
+    found = next(((side, cell, comp.judged.get(side, {})) for side, cell in (("candidate", cand), ("base", base))
+                  if comp.judged.get(side, {}).get("first_divergence")), None)
+    if found is None:
+        return None
+    side, cell, facts = found
+    first = facts["first_divergence"]
+    phase, request, j = first["phase"], first["request"], first["position"]
+    sample = next((s for s in cell.samples if (s["phase"], s["request"]) == (phase, request)), None)
+    if sample is None:
+        return None
+    prompt = next(s["input_ids"] for s in cell.samples if s["phase"] == "cold" and s["request"] == request)
+    new, top_k = int(cell.metadata.get("workload", {}).get("output_len", len(sample["output_ids"]))), _top_k(cell)
+    # A hit needs the cache seeded by the cold decode of its prompt; a multi-turn request's input
+    # is that prompt + this side's cold output (in the sample).
+    seed = ((_decode(f"cold decode of prompt {request}: seeds the cache", prompt, new),)
+            if phase in ("hit", "multiturn") else ())
+    ours, theirs = first.get("served"), first.get("reference_served")
+    observed = (f"; observed there: {facts['reference']} served {theirs}, this configuration {ours} "
+                f"([token id, logprob])" if ours or theirs else "")
+    other = "base" if side == "candidate" else "candidate"
+    return Reproducer(
+        prompts=(request,), first_divergent={"prompt": request, "position": j, "what": f"{phase} vs {facts['reference']}",
+                                             "side": side, "phase": phase},
+        requests=(FLUSH, *seed, _decode(f"the {phase} request, up to the first divergent token", sample["input_ids"],
+                                        j + 1, top_k)),
+        expect=(f"on the {side}, output token {j} (id, logprob or top-{top_k}) differs from what a "
+                f"{facts['reference']} server of the same revision answers to the same requests"
+                f"{' (its input differs already: its cold output did)' if first.get('input_differs') else ''}"
+                f"{observed}; on the {other} it is {'the same' if not comp.judged.get(other, {}).get('first_divergence') else 'different too, elsewhere'}"),
+        shrink=(f"From the stored samples: {len(cell.samples)} requests → the {phase} phase's requests for prompt "
+                f"{request}; max_new_tokens {len(sample['output_ids'])} → {j + 1} (a greedy token depends only on "
+                f"those before); the prompt kept whole (shortening it moves the cache's aligned hit)"))
+
+
 BUILDERS: dict[str, Callable[[ProbeComparison, CellResult, CellResult], Reproducer | None]] = {
     "revision_kl": _revision_kl, "kl": _kl, "prefill_cache_hit": _cache_hit, "decode_cache_hit": _cache_hit,
-    "determinism": _determinism,
+    "determinism": _determinism, "reference": _reference,
 }

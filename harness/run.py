@@ -874,6 +874,23 @@ def record_cell(run: Run, job: Job, probe: str, outcome: Outcome) -> None:
 
 # -- planning ------------------------------------------------------------------------
 
+def with_references(suite: Suite, chosen: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """The configurations (and their probes) a `--config`/`--probe` choice leaves out that a
+    chosen one is compared with (`ProbeKind.reference`): each runs the probe that reads it, so
+    that the comparison has its cells."""
+    added: dict[str, tuple[str, ...]] = {}
+    for name, probes in chosen.items():
+        for probe in probes:
+            kind = known_probes()[probe]
+            if kind.reference is None:
+                continue
+            running = [c.name for c in suite.configs if probe in c.probes]
+            ref = kind.reference(name, suite.probe_spec(probe).params, running)
+            if ref is not None and probe not in chosen.get(ref, ()) and probe not in added.get(ref, ()):
+                added[ref] = (*chosen.get(ref, ()), *added.get(ref, ()), probe)
+    return added
+
+
 def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
     specs = [suite.config(n) for n in dict.fromkeys(req.only_configs)] if req.only_configs \
         else list(suite.configs)
@@ -881,9 +898,16 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
     for p in req.only_probes:
         if p not in known_probes():
             raise UsageError(f"unknown probe {p!r} (known: {', '.join(sorted(known_probes()))})")
+    chosen = {spec.name: tuple(p for p in spec.probes if not req.only_probes or p in req.only_probes)
+              for spec in specs}
+    while added := with_references(suite, chosen):  # a reference may have its own
+        for name, probes in added.items():
+            if name not in chosen:
+                specs.append(suite.config(name))
+            chosen[name] = probes
     plans = []
     for spec in specs:
-        probes = tuple(p for p in spec.probes if not req.only_probes or p in req.only_probes)
+        probes = chosen[spec.name]
         if not probes:
             continue
         server = suite.server_config(spec, req.target)
