@@ -19,7 +19,7 @@ from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub, scrub_all
-from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
+from harness.results import CellResult, Launch, ProbeComparison, Reproducer, Role, RunResult
 from harness.start_order import StartOrder
 
 if TYPE_CHECKING:
@@ -137,6 +137,32 @@ class RunRecorder:
                       **({"environments": self.environments} if self.environments else {}),
                       "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
         )
+
+    def comparison(self, config: str, probe: str) -> ProbeComparison | None:
+        """The (configuration, probe) pair's comparison, once both its cells (and its reference
+        configuration's) are recorded."""
+        with self._lock:
+            known = self._comparisons.get((config, probe))
+            by_key = {(c.config, c.probe, c.role): c for c in self.cells}
+        base, cand = by_key.get((config, probe, Role.BASE)), by_key.get((config, probe, Role.CANDIDATE))
+        if known is not None or base is None or cand is None or not self._reference_done(config, probe, by_key):
+            return known
+        comparison = compare_pair(config, probe, base, cand, self.suite.probe_params, by_key)
+        with self._lock:
+            return self._comparisons.setdefault((config, probe), comparison)
+
+    def verified(self, config: str, probe: str, reproducer: Reproducer) -> None:
+        """The pair's reproducer as its verification on the servers left it (harness/verify.py)."""
+        with self._lock:
+            secrets = sorted(self._secrets, key=len, reverse=True)
+            v = reproducer.verification
+            # what a server answered (an error's text) is masked as a cell's reason is
+            reproducer = dataclasses.replace(
+                reproducer, expect=scrub(reproducer.expect, secrets), shrink=scrub(reproducer.shrink, secrets),
+                verification=v and dataclasses.replace(v, observed=scrub(v.observed, secrets),
+                                                       error=scrub(v.error, secrets)))
+            comp = self._comparisons[(config, probe)]
+            self._comparisons[(config, probe)] = dataclasses.replace(comp, reproducer=reproducer)
 
     def _reference_done(self, config: str, probe: str, by_key: dict) -> bool:
         """Both cells of the configuration `config` is compared with exist (or it has none)."""

@@ -11,7 +11,9 @@ stored run from an earlier detcheck still renders and compares.
               values (the same strings)
     schema 3  a *different* comparison may carry `reproducer` (its smallest request); the
               revision_kl probe's samples and facts. Nothing older changes meaning: the step
-              only renumbers
+              only renumbers. Later, without a new number (optional keys, read as absent by
+              older readers): a reproducer's `verification` (posted to both sides' servers)
+              and a replay request's `follows`; a file without them reads as not verified
 """
 
 from __future__ import annotations
