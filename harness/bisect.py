@@ -170,7 +170,7 @@ def _request(spec: BisectSpec, sha: str, scale: int, slots: int = 1) -> RunReque
         out_dir=spec.session_dir / "runs" / f"{sha[:12]}-x{scale}", store_root=spec.store_root,
         python=spec.python, only_configs=spec.configs, only_probes=spec.probes,
         workload_scale=scale, env_options=spec.env_options, command_line=f"detcheck bisect-step --commit {sha}",
-        slots=cpu_slots(slots),
+        slots=cpu_slots(slots), reproducer_budget=0,  # a step needs its verdict, not a verified reproducer
     )
 
 

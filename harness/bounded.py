@@ -8,6 +8,7 @@ results.json of gigabytes) costs the cap's memory at most, never what it holds.
 from __future__ import annotations
 
 import gzip
+import lzma
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,9 +68,10 @@ def read_bounded(read: Callable[[int], bytes], cap: SizeCap, where: str = "") ->
 
 
 def read_file(path: Path, cap: SizeCap) -> bytes:
-    """A file's bytes, inflated where its name ends in .gz, up to `cap` (TooLarge naming the
-    file past it). Open errors are the caller's to word (OSError, gzip.BadGzipFile, EOFError)."""
-    opener = gzip.open if path.suffix == ".gz" else open
+    """A file's bytes, inflated where its name ends in .gz or .xz, up to `cap` (TooLarge naming
+    the file past it). Open errors are the caller's to word (OSError, gzip.BadGzipFile,
+    lzma.LZMAError, EOFError)."""
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     with opener(path, "rb") as f:
         return read_bounded(f.read, cap, str(path))
 

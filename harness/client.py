@@ -254,12 +254,17 @@ class SGLangClient:
                              ignore_eos=ignore_eos, logprobs=logprobs, sampling_seed=sampling_seed)
         if rid is not None:
             body["rid"] = rid if isinstance(rid, str) else list(rid)
+        return self.generate_from(body, len(input_ids) if batched else 1)
+
+    def generate_from(self, body: dict[str, Any], expected: int = 1) -> list[Generation]:
+        """A /generate body as built (`generate_body`: a reproducer's request), its `expected`
+        answers read as `generate` reads them."""
         resp = self._request("POST", "/generate", body)
         _check_generate_status(resp, "/generate")
         data = self._json(resp, "/generate")
         items = data if isinstance(data, list) else [data]
-        if len(items) != (len(input_ids) if batched else 1):
-            raise ServerError(f"/generate: expected {len(input_ids) if batched else 1} answers, got {len(items)}")
+        if len(items) != expected:
+            raise ServerError(f"/generate: expected {expected} answers, got {len(items)}")
         out = []
         for item in items:
             if not isinstance(item, dict) or "meta_info" not in item or "output_ids" not in item:

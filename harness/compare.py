@@ -16,12 +16,12 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from harness import __version__, path_proof, stats
 from harness.errors import CorruptResult
 from harness.probes import PROBES
-from harness.probes.base import deciding_metrics
+from harness.probes.base import Across, Reference, deciding_metrics
 from harness.reproducer import reproducer
 from harness.sequential import LookState
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunResult, Status
@@ -74,7 +74,9 @@ def compare_metrics(pairs: list[tuple[Metric, Metric | None]], params: dict[str,
 
 
 def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellResult | None,
-                  params: dict[str, Any]) -> ProbeComparison:
+                  params: dict[str, Any], reference: Reference | None = None) -> ProbeComparison:
+    """`reference`: for a probe that compares a configuration with another of the same revision
+    (`ProbeKind.versus`), that configuration's cells."""
     if base is None or cand is None:
         missing = "base" if base is None else "candidate"
         return ProbeComparison(config, probe, Verdict.ERROR, note=f"no {missing} result")
@@ -90,16 +92,18 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     judge = PROBES[probe].judge
     judged = {role: facts for role, facts in
               ((c.role.value, judge(c.facts, params)) for c in (base, cand)) if facts} if judge else {}
-    pairs, across_facts = metric_pairs(probe, base, cand, params)
-    if across_facts:
-        judged["candidate"] = {**judged.get("candidate", {}), **across_facts}
+    derived = derive(probe, base, cand, params, reference)
+    pairs, across_facts = list(derived.metrics), derived.facts
+    for role, facts in (("base", derived.base_facts), ("candidate", across_facts)):
+        if facts:
+            judged[role] = {**judged.get(role, {}), **facts}
     unknown = PROBES[probe].undeclared(ProbeOutput((), tuple(m for m, _ in pairs),
                                                     {k: v for facts in judged.values() for k, v in facts.items()}),
                                        derived=True)
     if unknown:
         return ProbeComparison(config, probe, Verdict.ERROR,
                                note=f"undeclared figures of {probe}: {', '.join(unknown)}")
-    own_metrics = PROBES[probe].across is None
+    own_metrics = PROBES[probe].across is None and PROBES[probe].versus is None
     reported = [(m.name, m.kind) for m, _ in pairs]
     if own_metrics:  # a metric only the candidate reports can decide too (and is one-sided)
         reported += [(m.name, m.kind) for m in cand.metrics if m.name not in dict(reported)]
@@ -136,6 +140,10 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         # A deciding metric one side reports and the other does not: not a match, whatever the rest say.
         return ProbeComparison(config, probe, Verdict.ERROR, note="; ".join(lopsided) + "; " + note,
                                decided_by=decided_by, **recorded)
+    if derived.not_same and verdict == Verdict.SAME:
+        # Equal metrics that show the same defect on both sides are no match (as the same finding
+        # on both sides is not): the row says what both do.
+        return ProbeComparison(config, probe, Verdict.ERROR, note=f"{derived.not_same}; {note}", **recorded)
     # A probe's own vacuity (too few cache hits) and the pipeline's (a demanded path not shown
     # to have run, harness/path_proof.py): never a *same*.
     vacuous = [f"{n}: {why}" for n in sides
@@ -184,16 +192,41 @@ def _ruled_out(look: LookState, comparisons: dict[str, stats.Comparison], decidi
     return f"; undecided after {why}: the samples rule out effects {'; '.join(spans)}" if spans else ""
 
 
-def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any]
-                 ) -> tuple[list[tuple[Metric, Metric | None]], dict[str, Any]]:
+def metric_pairs(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any],
+                 reference: Reference | None = None) -> tuple[list[tuple[Metric, Metric | None]], dict[str, Any]]:
     """The (base, candidate) metrics to compare: each cell's own, by name; for a cross-revision
     probe (`ProbeKind.across`), those it derives from both sides' samples, with its facts about
-    the pair (shown with the candidate's facts)."""
-    across = PROBES[probe].across
-    if across is None:
-        return [(m, cand.metric(m.name)) for m in base.metrics], {}
-    derived = across(base, cand, params)
+    the pair (shown with the candidate's facts); for a probe against a reference configuration
+    (`ProbeKind.versus`), those it derives from these cells and the reference's."""
+    derived = derive(probe, base, cand, params, reference)
     return list(derived.metrics), derived.facts
+
+
+def derive(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any],
+           reference: Reference | None = None) -> Across:
+    """What metric_pairs returns, with what a derived comparison adds (the base's facts, why it
+    may not read *same*)."""
+    kind = PROBES[probe]
+    if kind.versus is not None:
+        return kind.versus(base, cand, reference, params)
+    if kind.across is not None:
+        return kind.across(base, cand, params)
+    return Across(tuple((m, cand.metric(m.name)) for m in base.metrics))
+
+
+def reference_of(config: str, probe: str, cells: Mapping[tuple[str, str, Role], CellResult],
+                 params: dict[str, Any]) -> Reference | None:
+    """The reference configuration's cells for (`config`, `probe`), from a run's `cells` by
+    (configuration, probe, role): None where the probe compares no configuration with another,
+    or `config` has no reference."""
+    kind = PROBES.get(probe)
+    if kind is None or kind.reference is None:
+        return None
+    configs = list(dict.fromkeys(c for c, p, _ in cells if p == probe))
+    name = kind.reference(config, params, configs)
+    if name is None:
+        return None
+    return Reference(name, cells.get((name, probe, Role.BASE)), cells.get((name, probe, Role.CANDIDATE)))
 
 
 def one_sided(pairs: list[tuple[Metric, Metric | None]], cand: CellResult, deciding: list[str],
@@ -229,22 +262,25 @@ def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, A
     probe the suite does not mention is judged with its defaults."""
     by_key = {(c.config, c.probe, c.role): c for c in cells}
     return tuple(compare_pair(config, probe, by_key.get((config, probe, Role.BASE)),
-                              by_key.get((config, probe, Role.CANDIDATE)), probe_params)
+                              by_key.get((config, probe, Role.CANDIDATE)), probe_params, by_key)
                  for config, probe in order)
 
 
 def compare_pair(config: str, probe: str, base: CellResult | None, cand: CellResult | None,
-                 probe_params: dict[str, dict[str, Any]]) -> ProbeComparison:
+                 probe_params: dict[str, dict[str, Any]],
+                 cells: Mapping[tuple[str, str, Role], CellResult] | None = None) -> ProbeComparison:
     """compare_cells under the suite's parameters for `probe` (its defaults where the suite
-    names none)."""
+    names none); `cells`: the run's cells by (configuration, probe, role), where a probe's
+    comparison reads a reference configuration's too (`reference_of`)."""
     if probe not in PROBES:
         return ProbeComparison(config, probe, Verdict.ERROR, note=f"unknown probe {probe!r}")
     params = probe_params.get(probe) or PROBES[probe].defaults()
-    comp = compare_cells(config, probe, base, cand, params)
+    reference = reference_of(config, probe, cells or {}, params)
+    comp = compare_cells(config, probe, base, cand, params, reference)
     if comp.verdict != Verdict.DIFFERENT or base is None or cand is None:
         return comp
     # A *different* pair gets its smallest request (harness/reproducer.py), from the samples.
-    pairs = metric_pairs(probe, base, cand, params)[0] if comp.metrics else []
+    pairs = metric_pairs(probe, base, cand, params, reference)[0] if comp.metrics else []
     return dataclasses.replace(comp, reproducer=reproducer(comp, base, cand, pairs))
 
 

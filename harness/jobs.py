@@ -22,6 +22,12 @@ from harness.targets import Target
 from harness.workloads import Workload
 
 
+# Requests a *different* row's verification may post (harness/verify.py), both sides together: a
+# kl row's attempt is four requests per side, so its bisection over 32 tokens (the samples' cut,
+# the whole, five halvings, one confirmation) takes 64.
+REPRODUCER_BUDGET = 96
+
+
 @dataclass(frozen=True)
 class RunRequest:
     suite_path: Path
@@ -60,6 +66,9 @@ class RunRequest:
     # The `run` command's options, recorded in results.json (metadata.options): what
     # `detcheck run --resume --out D` continues D with. Empty for runs no command line can resume.
     options: dict[str, Any] = field(default_factory=dict)
+    # Requests a *different* row's reproducer may post to verify and shrink it (harness/verify.py,
+    # both sides together); 0: published from the samples alone, unverified (bisect's steps).
+    reproducer_budget: int = REPRODUCER_BUDGET
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate

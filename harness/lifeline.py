@@ -37,11 +37,17 @@ _PR_SET_PDEATHSIG = 1
 SERVER_MARKER = "DETCHECK_SERVER_TOKEN"
 
 
+# Resolved here, in the harness, once: the child between fork and exec must not dlopen. Servers
+# start from worker threads, and a child forked while another thread held the dynamic loader's
+# lock would wait for it forever in CDLL, before exec; Popen's caller then waits on that child,
+# and a SIGHUP'd run could not wind down (detcheck and a server seen alive 30 s after it).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
 def die_with_parent() -> None:
     """preexec_fn of a server: SIGKILL when the harness process dies."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _registry() -> Path:

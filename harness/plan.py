@@ -327,6 +327,12 @@ def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec,
         _check_blaming_set(lambda q, file: _check_workload(f"{file}[workload] with [probe.{kind}]",
                                                            workload.with_overrides(q)),
                            p, path, blame.get(kind))
+    for kind, p in params.items():
+        check_suite = getattr(known_probes[kind], "check_suite", None)
+        if check_suite is not None:
+            running = [c.name for c in configs if kind in c.probes]
+            _check_blaming_set(lambda q, file, check=check_suite, running=running, kind=kind:
+                               check(q, running, f"{file}[probe.{kind}]"), p, path, blame.get(kind))
     for c in configs:
         for kind in c.probes:
             _check_blaming_set(

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from harness import __version__
-from harness.compare import compare_pair
+from harness.compare import compare_pair, reference_of
 from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub, scrub_all
-from harness.results import CellResult, Launch, ProbeComparison, Role, RunResult
+from harness.results import CellResult, Launch, ProbeComparison, Reproducer, Role, RunResult
 from harness.start_order import StartOrder
 
 if TYPE_CHECKING:
@@ -138,9 +138,40 @@ class RunRecorder:
                       "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
         )
 
+    def comparison(self, config: str, probe: str) -> ProbeComparison | None:
+        """The (configuration, probe) pair's comparison, once both its cells (and its reference
+        configuration's) are recorded."""
+        with self._lock:
+            known = self._comparisons.get((config, probe))
+            by_key = {(c.config, c.probe, c.role): c for c in self.cells}
+        base, cand = by_key.get((config, probe, Role.BASE)), by_key.get((config, probe, Role.CANDIDATE))
+        if known is not None or base is None or cand is None or not self._reference_done(config, probe, by_key):
+            return known
+        comparison = compare_pair(config, probe, base, cand, self.suite.probe_params, by_key)
+        with self._lock:
+            return self._comparisons.setdefault((config, probe), comparison)
+
+    def verified(self, config: str, probe: str, reproducer: Reproducer) -> None:
+        """The pair's reproducer as its verification on the servers left it (harness/verify.py)."""
+        with self._lock:
+            secrets = sorted(self._secrets, key=len, reverse=True)
+            v = reproducer.verification
+            # what a server answered (an error's text) is masked as a cell's reason is
+            reproducer = dataclasses.replace(
+                reproducer, expect=scrub(reproducer.expect, secrets), shrink=scrub(reproducer.shrink, secrets),
+                verification=v and dataclasses.replace(v, observed=scrub(v.observed, secrets),
+                                                       error=scrub(v.error, secrets)))
+            comp = self._comparisons[(config, probe)]
+            self._comparisons[(config, probe)] = dataclasses.replace(comp, reproducer=reproducer)
+
+    def _reference_done(self, config: str, probe: str, by_key: dict) -> bool:
+        """Both cells of the configuration `config` is compared with exist (or it has none)."""
+        ref = reference_of(config, probe, by_key, self.suite.probe_spec(probe).params)
+        return ref is None or (ref.base is not None and ref.candidate is not None)
+
     def _compare(self, cells: tuple[CellResult, ...], partial: bool) -> tuple[ProbeComparison, ...]:
-        """In plan order; a pair with a side still missing is compared only at the end (where
-        it reads "no … result"), and is not cached."""
+        """In plan order; a pair with a side still missing (or its reference configuration's cells)
+        is compared only at the end (where it reads "no … result"), and is not cached."""
         by_key = {(c.config, c.probe, c.role): c for c in cells}
         out = []
         for config, probe in self.order:
@@ -148,10 +179,10 @@ class RunRecorder:
             cand = by_key.get((config, probe, Role.CANDIDATE))
             if (config, probe) in self._comparisons:
                 out.append(self._comparisons[(config, probe)])
-            elif base is not None and cand is not None:
-                comparison = compare_pair(config, probe, base, cand, self.suite.probe_params)
+            elif base is not None and cand is not None and self._reference_done(config, probe, by_key):
+                comparison = compare_pair(config, probe, base, cand, self.suite.probe_params, by_key)
                 self._comparisons[(config, probe)] = comparison
                 out.append(comparison)
             elif not partial:
-                out.append(compare_pair(config, probe, base, cand, self.suite.probe_params))
+                out.append(compare_pair(config, probe, base, cand, self.suite.probe_params, by_key))
         return tuple(out)

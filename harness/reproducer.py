@@ -22,13 +22,17 @@ one gets the located difference without a request.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from harness.client import Logprobs, generate_body
 from harness.plan import WorkloadSpec
 from harness.probes import PROBES
+from harness.probes.common import value_label
 from harness.probes.determinism import batch as determinism_batch
-from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request
+from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request, Status
 from harness.stats import Kind, Verdict
 from harness.textfmt import fmt_pair
 from harness.workloads import build
@@ -48,10 +52,194 @@ def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs:
         built = builder(comp, base, cand)
         if built is not None:
             return built
+    if decided is None:
+        found = _finding(base, cand)
+        if found is not None:
+            return found
     return _located(comp, decided, base, pairs)
 
 
+# The findings a decode shows (kl's, revision_kl's): a decode of one prompt is their request.
+DECODE_FINDINGS = ("decode returned ", "greedy decode returned ")
+
+
+def _finding(base: CellResult, cand: CellResult) -> Reproducer | None:
+    """A finding on one side that a decode shows (a null, NaN or inf output logprob, named by
+    prompt and position in the finding's samples): one flush and one decode of that prompt, up
+    to the first bad position, against the other side's finite answer there."""
+    side, cell = next(((r, c) for r, c in (("candidate", cand), ("base", base)) if c.status == Status.FINDING),
+                      (None, None))
+    if cell is None or not cell.reason.startswith(DECODE_FINDINGS) or "output logprobs" not in cell.reason:
+        return None
+    row = next((r for r in cell.samples if isinstance(r, dict) and "prompt" in r), None)
+    prompts, spec = _prompts(cell), cell.metadata.get("workload") or {}
+    if row is None or prompts is None or row["prompt"] >= len(prompts):
+        return None
+    bad = [*row.get("null_positions", ()), *(j for j, _ in row.get("non_finite_positions", ()))]
+    if not bad:
+        return None
+    i, j, full = row["prompt"], min(bad), int(spec.get("output_len") or min(bad) + 1)
+
+    def decode(size: int) -> tuple[Request, ...]:
+        return (FLUSH, _decode(f"greedy decode of prompt {i}, {size} tokens", prompts[i], size))
+    return with_form(Reproducer(
+        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "non-finite output logprob",
+                                       "side": side},
+        requests=decode(j + 1),
+        expect=f"on the {side}, output_token_logprobs[{j}] is not a finite number ({cell.reason})",
+        shrink=(f"From the finding: prompt {i}, max_new_tokens {full} → {j + 1} (its first bad position, "
+                f"{j})")), _finite_form(decode, j + 1, max(full, j + 1)))
+
+
 # --------------------------------------------------------------------------- shared pieces
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one side's answers to a reproducer's requests showed: `value` is compared across
+    the sides (equal on both: the difference did not show), `points` per position for words."""
+
+    value: Any
+    points: tuple = ()
+
+
+@dataclass(frozen=True)
+class Form:
+    """A reproducer's requests at each size along the one dimension it shrinks (`dimension`;
+    "" for none): from `shortest` (what the stored samples say suffices) to `full` (as
+    measured), how one side's answers are read, and what each side answered in words.
+    harness/verify.py posts them, and grows the size back while a cut no longer shows it."""
+
+    requests: Callable[[int], tuple[Request, ...]]
+    read: Callable[[int, list], Observed]  # (size, one side's answers in request order) → observed
+    words: Callable[[Observed, Observed], str]  # (base, candidate) → "base returned …, candidate …"
+    shortest: int
+    full: int
+    dimension: str = ""
+    direction: float = 0.0  # a noisy verdict: the sign of candidate − base its effect has; 0: exact
+
+    def reproduced(self, base: Observed, cand: Observed) -> bool:
+        """An exact verdict: the sides answered differently; a noisy one: in its effect's direction."""
+        if self.direction:
+            return base.value is not None and cand.value is not None and \
+                self.direction * (cand.value - base.value) > 0
+        return base.value != cand.value
+
+
+def _entry_values(gen, key: str) -> tuple:
+    """An answer's logprobs of `key` ("input_token_logprobs", "output_token_logprobs"), their
+    top-k lists beside them: one comparable item per position."""
+    if gen is None:
+        return ()
+    lps = gen.input_logprobs if key.startswith("input") else gen.output_logprobs
+    tops = gen.input_top_logprobs if key.startswith("input") else gen.output_top_logprobs
+    return tuple((lp, None if i >= len(tops) or tops[i] is None else tuple(tops[i])) for i, lp in enumerate(lps))
+
+
+def _across_form(requests, answer: int, key: str, place: str, shortest: int, full: int, dimension: str,
+                 ids: bool = False) -> Form:
+    """Base vs candidate on the same request: answer `answer`'s logprobs (`key`; with its ids
+    where `ids`) compared position by position; `place` names a position ("input position {}")."""
+    def read(_size: int, gens: list) -> Observed:
+        gen = gens[answer]
+        points = _entry_values(gen, key)
+        if ids and gen is not None:
+            points = tuple((t, *v) for t, v in zip(gen.output_ids, points))
+        return Observed(points, points)
+
+    def words(b: Observed, c: Observed) -> str:
+        at = next((k for k, (x, y) in enumerate(zip(b.points, c.points)) if x != y), None)
+        if at is None:
+            return (f"both returned the same {len(b.points)} positions" if len(b.points) == len(c.points)
+                    else f"base returned {len(b.points)} positions, candidate {len(c.points)}")
+        x, y = b.points[at], c.points[at]
+        lp = 1 if ids else 0
+        shown = _returned(x[lp], y[lp])
+        token = f" (token {x[0]} vs {y[0]})" if ids and x[0] != y[0] else ""
+        top = " (the same logprob, another top-k)" if x[lp] == y[lp] and not token else ""
+        return f"base returned logprob {shown[0]}, candidate {shown[1]} at {place.format(at)}{token}{top}"
+
+    return Form(requests, read, words, shortest, full, dimension)
+
+
+def _self_form(requests, answer: int, replay: int, shortest: int, full: int, direction: float = 0.0,
+               name: str = "decode") -> Form:
+    """Each side's answer (a decode or a cache hit: request `answer`) against its own cold
+    replay (request `replay`, prompt + output scored) at each output position: the per-position
+    gaps are compared across the sides (exact), or their summed size in the effect's direction
+    (noisy)."""
+    def read(_size: int, gens: list) -> Observed:
+        got, cold = gens[answer], gens[replay]
+        if got is None or cold is None:
+            return Observed(None)
+        start = len(cold.input_logprobs) - len(got.output_logprobs)
+        pairs = tuple((a, cold.input_logprobs[start + t]) for t, a in enumerate(got.output_logprobs))
+        gaps = tuple(None if a is None or r is None else a - r for a, r in pairs)
+        if direction:
+            return Observed(sum(abs(g) for g in gaps if g is not None), pairs)
+        return Observed(gaps, pairs)
+
+    def words(b: Observed, c: Observed) -> str:
+        n = max(len(b.points), len(c.points))
+        at = next((t for t in range(n) for side in (b, c)
+                   if t < len(side.points) and side.points[t][0] != side.points[t][1]), None)
+        if at is None:
+            return f"on both sides every one of {n} output positions equals its replay"
+        parts = []
+        for side, seen in (("base", b), ("candidate", c)):
+            if at >= len(seen.points):
+                parts.append(f"the {side} answered no output position {at}")
+                continue
+            shown = _returned(*seen.points[at])
+            parts.append(f"the {side}'s {name} returned {shown[0]}, its replay {shown[1]}"
+                         + (" (equal)" if seen.points[at][0] == seen.points[at][1] else ""))
+        return f"at output position {at}: " + "; ".join(parts)
+
+    return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "", direction)
+
+
+def _finite_form(requests, shortest: int, full: int) -> Form:
+    """A finding: the first null, NaN or inf output logprob of each side's answers (None where
+    every one is finite), compared across the sides."""
+    def read(_size: int, gens: list) -> Observed:
+        values = tuple(v for g in gens if g is not None for v in g.output_logprobs)
+        bad = next((k for k, v in enumerate(values) if v is None or not math.isfinite(v)), None)
+        return Observed(bad, values)
+
+    def words(b: Observed, c: Observed) -> str:
+        at = next((x.value for x in (c, b) if x.value is not None), None)
+        if at is None:
+            return f"both returned finite logprobs at all {len(b.points)} output positions"
+        shown = ["none" if at >= len(x.points) else _finite_text(x.points[at]) for x in (b, c)]
+        return f"base returned logprob {shown[0]}, candidate {shown[1]} at output position {at}"
+
+    return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "")
+
+
+def _finite_text(value: float | None) -> str:
+    """A logprob as observed: a finite one at 6 significant digits, else what it is (null, NaN, inf)."""
+    return f"{value:.6g}" if value is not None and math.isfinite(value) else value_label(value)
+
+
+def _batch_form(requests) -> Form:
+    """Determinism: prompt 0 alone vs first in a batch, on each side: equal or not."""
+    def read(_size: int, gens: list) -> Observed:
+        alone, batch = gens[0], gens[1]
+        same = (alone.output_ids == batch.output_ids and alone.output_logprobs == batch.output_logprobs
+                if alone is not None and batch is not None else None)
+        return Observed(same)
+
+    def words(b: Observed, c: Observed) -> str:
+        said = {True: "the same answer alone and in the batch", False: "another answer in the batch than alone",
+                None: "no answer"}
+        return f"base returned {said[b.value]}; candidate {said[c.value]}"
+
+    return Form(requests, read, words, 1, 1)
+
+
+def with_form(rep: Reproducer, form: Form) -> Reproducer:
+    return dataclasses.replace(rep, form=form)
+
 
 
 def _prompts(cell: CellResult) -> list[list[int]] | None:
@@ -74,8 +262,12 @@ def _decode(what: str, ids: Sequence[int], new: int, top_k: int = 0) -> Request:
     return Request(what, "/generate", generate_body(ids, max_new_tokens=new, logprobs=Logprobs(top_k=top_k)))
 
 
-def _score(what: str, ids: Sequence[int], top_k: int = 0) -> Request:
-    return Request(what, "/generate", generate_body(ids, max_new_tokens=0, logprobs=Logprobs(0, top_k)))
+def _score(what: str, ids: Sequence[int], top_k: int = 0, follows: tuple[int, int] | None = None) -> Request:
+    return Request(what, "/generate", generate_body(ids, max_new_tokens=0, logprobs=Logprobs(0, top_k)), follows)
+
+
+# A replay's note: its body holds one side's stored output; each side replays its own answer's.
+OWN_OUTPUT = " (the body holds the {}'s stored output: on each side, put the output_ids its own answer returned)"
 
 
 FLUSH = Request("start cold", "/flush_cache")
@@ -163,26 +355,74 @@ def _exact_differences(comp: ProbeComparison, base: CellResult, pairs: Pairs) ->
 
 
 def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs) -> Reproducer:
-    """A noisy verdict: the prompt whose paired difference is largest in the effect's direction."""
+    """A noisy verdict: the prompt whose paired difference is largest in the effect's direction;
+    unpaired (a cache probe's k3 over each side's own hits), the hit with the largest value on
+    the side the effect points to."""
     b, c = next((m, o) for m, o in pairs if m.name == comp.decided_by)
     effect = comp.metrics[comp.decided_by].effect
     sign = 1.0 if effect >= 0 else -1.0
+    if comp.probe in ("prefill_cache_hit", "decode_cache_hit") and c is not None:
+        return _largest_hit(comp, base, cand, (b, c), sign) or _located(comp, comp.metrics[comp.decided_by], base,
+                                                                        pairs)
     if not (b.paired and c is not None and len(b.values) == len(c.values)):
         return _located(comp, comp.metrics[comp.decided_by], base, pairs)
     i = max(range(len(b.values)), key=lambda k: sign * (c.values[k] - b.values[k]))
     prompts, top_k = _prompts(cand), _top_k(cand)
     requests: tuple[Request, ...] = ()
+    form = None
     if comp.probe in ("kl", "revision_kl") and prompts is not None and i < len(prompts):
         output = cand.samples[i]["output_ids"]
         requests = (FLUSH, _decode("greedy decode", prompts[i], len(output), top_k), FLUSH)
-        requests += ((_score("cold replay of prompt + the candidate's stored output", prompts[i] + output, top_k),)
+        requests += ((_score("cold replay of prompt + output" + OWN_OUTPUT.format("candidate"), prompts[i] + output,
+                              top_k, (1, len(prompts[i]))),)
                      if comp.probe == "kl" else
                      (_score("teacher-forced score", cand.samples[i]["input_ids"], top_k),))
-    return Reproducer(
+        form = (_self_form(lambda _size: requests, 1, 3, len(output), len(output), sign) if comp.probe == "kl"
+                else _across_form(lambda _size: requests, 3, "input_token_logprobs", "input position {}",
+                                  len(output), len(output), ""))
+    return dataclasses.replace(Reproducer(
         prompts=(i,), first_divergent=None, requests=requests,
         expect=(f"{comp.decided_by} of prompt {i}: base {b.values[i]:.6g}, candidate {c.values[i]:.6g} "
                 f"(the largest paired difference; the verdict is over all {len(b.values)})"),
-        shrink="Not shrunk (a noisy verdict): the prompt with the largest paired effect")
+        shrink="Not shrunk (a noisy verdict): the prompt with the largest paired effect"), form=form)
+
+
+def _largest_hit(comp: ProbeComparison, base: CellResult, cand: CellResult, metrics: tuple[Metric, Metric],
+                 sign: float) -> Reproducer | None:
+    """A noisy cache-hit verdict: the hit whose value is largest on the side the effect points
+    to (the candidate for a rise), its requests whole (seed, hit, flush, cold replay)."""
+    side, cell, metric = ("candidate", cand, metrics[1]) if sign > 0 else ("base", base, metrics[0])
+    prompts = _prompts(cell)
+    if not metric.values or prompts is None or len(cell.samples) != len(metric.values) \
+            or "input_ids" not in cell.samples[0]:
+        return None
+    hit = max(range(len(metric.values)), key=lambda k: metric.values[k])
+    s = cell.samples[hit]
+    requests = _hit_requests(comp.probe, prompts[s["prompt"]], s, side)
+    full = len(s["output_ids"])
+    return Reproducer(
+        prompts=(s["prompt"],), first_divergent=None, requests=requests(full),
+        expect=(f"{comp.decided_by} of the {side}'s hit on prompt {s['prompt']}: {metric.values[hit]:.6g}, the "
+                f"largest of its {len(metric.values)} hits (the verdict is over each side's hits, unpaired: "
+                f"base median {comp.metrics[comp.decided_by].base.median:.6g}, candidate "
+                f"{comp.metrics[comp.decided_by].candidate.median:.6g})"),
+        shrink=f"Not shrunk (a noisy verdict): the {side}'s hit with the largest {comp.decided_by}",
+        form=_self_form(requests, 2, 4, full, full, sign, name="hit"))
+
+
+def _hit_requests(probe: str, prompt: Sequence[int], s: dict[str, Any], side: str) -> Callable[[int], tuple[Request, ...]]:
+    """A cache hit's requests at `size` output tokens: flush, seed (turn 1's prefill, or its
+    decode for a decode hit), the turn that hits, flush, the cold replay of its input + output."""
+    turn2 = s["input_ids"]
+    seed = (_decode("turn 1: its decode writes the state turn 2 hits", prompt, len(turn2) - len(prompt) - 1)
+            if probe == "decode_cache_hit"
+            else Request("seed the cache", "/generate", generate_body(prompt, max_new_tokens=0)))
+
+    def hit(size: int) -> tuple[Request, ...]:
+        return (FLUSH, seed, _decode("the turn that hits the cache", turn2, size), FLUSH,
+                _score("cold replay of the hit's input + output" + OWN_OUTPUT.format(side), turn2 + s["output_ids"][:size],
+                       follows=(2, len(turn2))))
+    return hit
 
 
 # --------------------------------------------------------------------------- per probe
@@ -195,28 +435,40 @@ def _revision_kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> R
     if scored:
         i, j = scored["prompt"], scored["position"]
         seq = cand.samples[i]["input_ids"]
-        return Reproducer(
+
+        def score(size: int) -> tuple[Request, ...]:
+            return (_score("teacher-forced score, cut after the first divergent position" if size == j + 1
+                           else f"teacher-forced score, the first {size} of {len(seq)} tokens", seq[:size], top_k),)
+        return with_form(Reproducer(
             prompts=(i,), first_divergent={**scored, "what": "teacher-forced logprob"},
-            requests=(_score("teacher-forced score, cut after the first divergent position", seq[:j + 1], top_k),),
+            requests=score(j + 1),
             expect=(f"the last input position ({j}): input_token_logprobs[{j}] or input_top_logprobs[{j}] "
                     f"differ between base and candidate; every earlier position is equal; "
                     + _across_sides("logprob", base, cand, i, "scored_logprobs", j - 1,
                                     f"at prompt {i}, input position {j}")),
             shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}, the first that differs); its "
                     f"scored sequence {len(seq)} → {j + 1} tokens (a position's logprob depends only on the "
-                    f"tokens before it)"))
+                    f"tokens before it)")),
+            _across_form(score, 0, "input_token_logprobs", "input position {}", j + 1, len(seq), "scored sequence"))
     if greedy:
         i, j = greedy["prompt"], greedy["position"]
         prompt = cand.samples[i]["input_ids"][:cand.samples[i]["prompt_len"]]
-        return Reproducer(
+        full = len(cand.samples[i]["output_ids"])
+
+        def decode(size: int) -> tuple[Request, ...]:
+            return (FLUSH, _decode("greedy decode, up to the first divergent token" if size == j + 1
+                                   else f"greedy decode, {size} tokens", prompt, size, top_k))
+        return with_form(Reproducer(
             prompts=(i,), first_divergent={**greedy, "what": "greedy output"},
-            requests=(FLUSH, _decode("greedy decode, up to the first divergent token", prompt, j + 1, top_k)),
+            requests=decode(j + 1),
             expect=(f"output token {j}: its id, logprob or top-{top_k} differ between base and candidate; "
                     + _across_sides("token", base, cand, i, "output_ids", j, f"at prompt {i}, output position {j}")
                     + "; " + _across_sides("logprob", base, cand, i, "output_logprobs", j, "there")),
             shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}); max_new_tokens "
                     f"{len(cand.samples[i]['output_ids'])} → {j + 1}; the prompt kept whole (the "
-                    f"teacher-forced score agrees, and shortening the prompt would need the servers)"))
+                    f"teacher-forced score agrees, and shortening the prompt would need the servers)")),
+            _across_form(decode, 1, "output_token_logprobs", "output position {}", j + 1, full, "max_new_tokens",
+                         ids=True))
     return None
 
 
@@ -226,15 +478,20 @@ def _kl(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer
         return None
     side, i, s = found
     j, top_k = s["first_divergent"], _top_k(cand)
-    return Reproducer(
+
+    def decode(size: int) -> tuple[Request, ...]:
+        return (FLUSH, _decode("greedy decode", prompts[i], size, top_k), FLUSH,
+                _score("cold replay of prompt + output" + OWN_OUTPUT.format(side),
+                       prompts[i] + s["output_ids"][:size], top_k, (1, len(prompts[i]))))
+    return with_form(Reproducer(
         prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode vs cold replay", "side": side},
-        requests=(FLUSH, _decode("greedy decode", prompts[i], j + 1, top_k), FLUSH,
-                  _score("cold replay of prompt + output", prompts[i] + s["output_ids"][:j + 1], top_k)),
+        requests=decode(j + 1),
         expect=(f"on the {side}, the decode's output_token_logprobs[{j}] differs from the replay's last "
                 f"input_token_logprobs; " + _each_side(("decode", "decode_logprobs"), base, cand, i, j,
                                                        f"at prompt {i}, output position {j}")),
         shrink=(f"From the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
-                f"max_new_tokens {len(s['output_ids'])} → {j + 1} (a greedy token depends only on those before)"))
+                f"max_new_tokens {len(s['output_ids'])} → {j + 1} (a greedy token depends only on those before)")),
+        _self_form(decode, 1, 3, j + 1, len(s["output_ids"])))
 
 
 def _track_interval(cell: CellResult) -> int | None:
@@ -249,8 +506,6 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
     side, hit, s = found
     i, j, turn2, cached = s["prompt"], s["first_divergent"], s["input_ids"], s["cached_tokens"]
     decode = comp.probe == "decode_cache_hit"
-    seed = (_decode("turn 1: its decode writes the state turn 2 hits", prompts[i], len(turn2) - len(prompts[i]) - 1)
-            if decode else Request("seed the cache", "/generate", generate_body(prompts[i], max_new_tokens=0)))
     span, where = None, ""
     if decode:
         # The hit restores the state at `cached` (a checkpoint, every track interval); the part
@@ -262,11 +517,11 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
         why = (f"the track interval ({interval}) before the checkpoint the hit restored" if interval
                else "the decode-written part of the hit")
         where = f"; the state first diverges in positions [{start}, {cached}): {why}"
-    return Reproducer(
+    at = _hit_requests(comp.probe, prompts[i], s, side)
+    return with_form(Reproducer(
         prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "cache hit vs cold replay",
                                        "side": side, "cached_tokens": cached},
-        requests=(FLUSH, seed, _decode("the turn that hits the cache", turn2, j + 1), FLUSH,
-                  _score("cold replay of the hit's input + output", turn2 + s["output_ids"][:j + 1])),
+        requests=at(j + 1),
         expect=(f"on the {side}, the hit's output_token_logprobs[{j}] differs from the replay's last "
                 f"input_token_logprobs (check cached_tokens > 0 on the hit); "
                 + _each_side(("hit", "hit_logprobs"), base, cand, hit, j, f"at prompt {i}, output position {j}")
@@ -274,7 +529,7 @@ def _cache_hit(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Rep
         shrink=(f"From the stored samples: {len(prompts)} prompts → 1 (prompt {i}); max_new_tokens "
                 f"{len(s['output_ids'])} → {j + 1}; the prompt kept whole (shortening it moves the cache's "
                 f"aligned hit: it would need the servers)"),
-        position_range=span)
+        position_range=span), _self_form(at, 2, 4, j + 1, len(s["output_ids"]), name="hit"))
 
 
 def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
@@ -286,15 +541,55 @@ def _determinism(comp: ProbeComparison, base: CellResult, cand: CellResult) -> R
     cell = cand if side == "candidate" else base
     size = cell.facts["first_differing_batch_size"]
     new = cell.metadata.get("workload", {}).get("output_len", 1)
-    return Reproducer(
+    requests = (_decode("prompt 0 alone", prompts[0], new),
+                _decode(f"prompt 0 in a batch of {size}", determinism_batch(prompts, size), new))
+    return with_form(Reproducer(
         prompts=(0,), first_divergent={"prompt": 0, "batch_size": size, "what": "batch size", "side": side},
-        requests=(_decode("prompt 0 alone", prompts[0], new),
-                  _decode(f"prompt 0 in a batch of {size}", determinism_batch(prompts, size), new)),
+        requests=requests,
         expect=f"on the {side}, the first answer of the batch of {size} differs from prompt 0 alone",
-        shrink=f"Batch sizes → the first that differs ({size}); prompts kept (the batch is the cause)")
+        shrink=f"Batch sizes → the first that differs ({size}); prompts kept (the batch is the cause)"),
+        _batch_form(lambda _size: requests))
+
+
+def _reference(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """The reference probe: the requests of the first divergent request's phase, for one prompt,
+    to each side's server of this configuration; what the reference configuration served there is
+    in the row (its own server, of the same revision, answers the same requests)."""
+    found = next(((side, cell, comp.judged.get(side, {})) for side, cell in (("candidate", cand), ("base", base))
+                  if comp.judged.get(side, {}).get("first_divergence")), None)
+    if found is None:
+        return None
+    side, cell, facts = found
+    first = facts["first_divergence"]
+    phase, request, j = first["phase"], first["request"], first["position"]
+    sample = next((s for s in cell.samples if (s["phase"], s["request"]) == (phase, request)), None)
+    if sample is None:
+        return None
+    prompt = next(s["input_ids"] for s in cell.samples if s["phase"] == "cold" and s["request"] == request)
+    new, top_k = int(cell.metadata.get("workload", {}).get("output_len", len(sample["output_ids"]))), _top_k(cell)
+    # A hit needs the cache seeded by the cold decode of its prompt; a multi-turn request's input
+    # is that prompt + this side's cold output (in the sample).
+    seed = ((_decode(f"cold decode of prompt {request}: seeds the cache", prompt, new),)
+            if phase in ("hit", "multiturn") else ())
+    ours, theirs = first.get("served"), first.get("reference_served")
+    observed = (f"; observed there: {facts['reference']} served {theirs}, this configuration {ours} "
+                f"([token id, logprob])" if ours or theirs else "")
+    other = "base" if side == "candidate" else "candidate"
+    return Reproducer(
+        prompts=(request,), first_divergent={"prompt": request, "position": j, "what": f"{phase} vs {facts['reference']}",
+                                             "side": side, "phase": phase},
+        requests=(FLUSH, *seed, _decode(f"the {phase} request, up to the first divergent token", sample["input_ids"],
+                                        j + 1, top_k)),
+        expect=(f"on the {side}, output token {j} (id, logprob or top-{top_k}) differs from what a "
+                f"{facts['reference']} server of the same revision answers to the same requests"
+                f"{' (its input differs already: its cold output did)' if first.get('input_differs') else ''}"
+                f"{observed}; on the {other} it is {'the same' if not comp.judged.get(other, {}).get('first_divergence') else 'different too, elsewhere'}"),
+        shrink=(f"From the stored samples: {len(cell.samples)} requests → the {phase} phase's requests for prompt "
+                f"{request}; max_new_tokens {len(sample['output_ids'])} → {j + 1} (a greedy token depends only on "
+                f"those before); the prompt kept whole (shortening it moves the cache's aligned hit)"))
 
 
 BUILDERS: dict[str, Callable[[ProbeComparison, CellResult, CellResult], Reproducer | None]] = {
     "revision_kl": _revision_kl, "kl": _kl, "prefill_cache_hit": _cache_hit, "decode_cache_hit": _cache_hit,
-    "determinism": _determinism,
+    "determinism": _determinism, "reference": _reference,
 }

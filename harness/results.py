@@ -278,6 +278,10 @@ class Request:
     what: str
     path: str  # "/generate" or "/flush_cache"
     body: dict[str, Any] | None = None
+    # A replay of a side's own answer: (k, n) — posted with the body's first n input ids and the
+    # output ids that request k's answer returned on that side (the body holds one side's stored
+    # output in their place, which the curl line sends as it is).
+    follows: tuple[int, int] | None = None
 
     def curl(self, port: int = REPRODUCER_PORT) -> str:
         """The curl line to a server on `port` (what results.json stores: an argv to split)."""
@@ -295,11 +299,13 @@ class Request:
         return argv
 
     def to_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "path": self.path, "body": self.body, "curl": self.curl()}
+        return {"what": self.what, "path": self.path, "body": self.body, "curl": self.curl(),
+                **({"follows": list(self.follows)} if self.follows else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Request:
-        return cls(d["what"], d["path"], d.get("body"))
+        follows = d.get("follows")
+        return cls(d["what"], d["path"], d.get("body"), None if not follows else (int(follows[0]), int(follows[1])))
 
 
 @dataclass(frozen=True)
@@ -311,14 +317,20 @@ class Reproducer:
     requests: tuple[Request, ...]  # in order, to each side's server
     expect: str  # what differs between the two sides' answers
     shrink: str  # how it was made small, from what
-    re_measurements: int = 0  # requests sent to a server to shrink it
+    re_measurements: int = 0  # requests posted to the servers to verify and shrink it
     position_range: tuple[int, int] | None = None  # [start, end) where cached state first diverges
+    # What posting it to both sides' servers showed (harness/verify.py); None: not verified.
+    verification: Verification | None = None
+    # How its requests are built at each size and their answers read (harness.reproducer.Form):
+    # in memory only, for the run's verification; never written.
+    form: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompts": list(self.prompts), "first_divergent": self.first_divergent,
                 "requests": [r.to_dict() for r in self.requests], "expect": self.expect,
                 "shrink": self.shrink, "re_measurements": self.re_measurements,
-                "position_range": None if self.position_range is None else list(self.position_range)}
+                "position_range": None if self.position_range is None else list(self.position_range),
+                **({"verification": self.verification.to_dict()} if self.verification else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Reproducer:
@@ -326,7 +338,43 @@ class Reproducer:
         return cls(prompts=tuple(d["prompts"]), first_divergent=d.get("first_divergent"),
                    requests=tuple(Request.from_dict(r) for r in d["requests"]), expect=d["expect"],
                    shrink=d["shrink"], re_measurements=int(d.get("re_measurements", 0)),
-                   position_range=None if span is None else (int(span[0]), int(span[1])))
+                   position_range=None if span is None else (int(span[0]), int(span[1])),
+                   verification=Verification.from_dict(d["verification"]) if d.get("verification") else None)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A reproducer posted to servers of both sides (harness/verify.py): whether the answers
+    differ as the verdict says, at the size published, and what each side answered there."""
+
+    reproduced: int  # attempts at the published size whose answers showed the difference
+    attempts: int  # attempts at that size
+    observed: str  # what each side answered at the published size, in words
+    tried: tuple[tuple[int, bool], ...]  # (size, showed it) per attempt, in order
+    dimension: str  # what the size is ("max_new_tokens", "scored sequence"); "" where none
+    size: int  # the published size
+    calls: int  # requests posted, both sides
+    budget: int  # requests allowed
+    budget_ran_out: bool
+    servers: str  # "still up" (the run's own) or "relaunched"
+    error: str = ""  # why no attempt could be made (a server that would not start, a request that failed)
+
+    @property
+    def shows(self) -> bool:
+        return self.attempts > 0 and self.reproduced == self.attempts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reproduced": self.reproduced, "attempts": self.attempts, "observed": self.observed,
+                "tried": [list(t) for t in self.tried], "dimension": self.dimension, "size": self.size,
+                "calls": self.calls, "budget": self.budget, "budget_ran_out": self.budget_ran_out,
+                "servers": self.servers, **({"error": self.error} if self.error else {})}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verification:
+        return cls(reproduced=int(d["reproduced"]), attempts=int(d["attempts"]), observed=str(d["observed"]),
+                   tried=tuple((int(a), bool(b)) for a, b in d["tried"]), dimension=str(d["dimension"]),
+                   size=int(d["size"]), calls=int(d["calls"]), budget=int(d["budget"]),
+                   budget_ran_out=bool(d["budget_ran_out"]), servers=str(d["servers"]), error=str(d.get("error", "")))
 
 
 

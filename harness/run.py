@@ -23,6 +23,7 @@ is rewritten after each configuration.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -35,7 +36,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from harness.capabilities import Capabilities, NotExpressible, revision_capabilities
 from harness.client import ConnectionLost, SGLangClient
@@ -53,10 +54,10 @@ from harness.plan import ServerConfig, Suite, WorkloadSpec, check_reserved, load
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
 from harness.runner import runner_fingerprint
-from harness.redaction import environment_secrets, redact_argv, redact_env, scrub_file
+from harness.redaction import environment_secrets, redact_argv, redact_env, scrub, scrub_file
 from harness.result_files import write_run
 from harness.compare import compare_pair
-from harness.results import CellResult, Launch, ProbeComparison, ProbeOutput, Role, RunResult, Status
+from harness.results import CellResult, Launch, ProbeComparison, ProbeOutput, Reproducer, Role, RunResult, Status
 from harness.stats import Kind, Verdict
 from harness.schedule import Countdown, Slot, SlotPool, Unit
 from harness.sequential import WORKLOAD_GROWTH, Look, LookBudget, LookState
@@ -64,6 +65,7 @@ from harness.start_order import ModelGates, StartOrder, longest_first
 from harness.server import ServerProcess, exit_text, launch, stop_all
 from harness.store import CellKey, ResultStore, params_fingerprint
 from harness.targets import REJECTION, TRANSIENT_LAUNCH_FAILURES, Target, get_target
+from harness.verify import not_verified, verify
 from harness.workloads import build as build_workload
 
 
@@ -127,6 +129,8 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
     observer.begin(sum(2 * len(cp.probes) for run in runs for cp in run.plans))
     try:
         run_scheduled(runs)
+        for run in runs:
+            verify_relaunched(run)
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: what finished is on disk for `--resume`
         for run in runs:
             save(run, partial=True)
@@ -437,9 +441,105 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
                     outcome = outcomes[job.role]
                     state = LookState.from_facts(outcome.output.facts) if outcome.output else None
                     record_cell(run, job_at_scale(job, probe, state.scale if state else 1), probe, outcome)
+            if len(clients) == 2:
+                for probe in jobs[0].cp.probes:
+                    verify_row(run, jobs[0].cp.spec.name, probe, clients, "still up")
         finally:
             # Both at once too: SGLang takes seconds to shut down (5.7 s a server on the H200).
             list(launching.map(lambda job: stop_job(run, job), jobs))
+
+
+# -- reproducers: each *different* row's posted to both sides' servers before it is published ---
+
+def unverified(run: Run, config: str, probe: str) -> Reproducer | None:
+    """The pair's reproducer if it has requests to post and no verification yet."""
+    comp = run.recorder.comparison(config, probe)
+    rep = None if comp is None else comp.reproducer
+    return rep if rep is not None and rep.form is not None and rep.verification is None else None
+
+
+def verify_row(run: Run, config: str, probe: str, clients: dict[Role, SGLangClient], servers: str) -> None:
+    """The row's reproducer posted to `clients` (harness/verify.py), within the run's budget."""
+    rep = unverified(run, config, probe)
+    if rep is None or run.req.reproducer_budget <= 0 or run.cancelled.is_set():
+        return
+    print(f"detcheck: {config} {probe} reads different: posting its reproducer to both sides' servers "
+          f"({servers}), at most {run.req.reproducer_budget} requests", file=sys.stderr)
+    with run.recorder.clock("reproducers"):
+        run.recorder.verified(config, probe, verify(rep, clients, servers, run.req.reproducer_budget))
+
+
+def verify_relaunched(run: Run) -> None:
+    """Every *different* row whose servers were not both up when its comparison was made (its
+    sides ran as separate jobs, or came from the store): its configuration's servers started
+    again, one per side, each row's reproducer posted, the servers stopped."""
+    if run.req.reproducer_budget <= 0 or run.cancelled.is_set():
+        return
+    for cp in run.plans:
+        todo = [probe for probe in cp.probes if unverified(run, cp.spec.name, probe) is not None]
+        stored = [probe for probe in todo if all(c.metadata.get("reused") for c in run.recorder.cells
+                                                 if c.config == cp.spec.name and c.probe == probe)]
+        for probe in stored:  # a re-run of stored cells starts no server
+            run.recorder.verified(cp.spec.name, probe, not_verified(
+                unverified(run, cp.spec.name, probe), "both cells came from the store, and a run of stored cells "
+                "starts no server (--fresh measures and verifies them)", "none started", run.req.reproducer_budget))
+        todo = [probe for probe in todo if probe not in stored]
+        if not todo:
+            continue
+        with reproducer_servers(run, cp) as (clients, failure):
+            for probe in todo:
+                if failure:
+                    rep = unverified(run, cp.spec.name, probe)
+                    run.recorder.verified(cp.spec.name, probe,
+                                          not_verified(rep, failure, "relaunched", run.req.reproducer_budget))
+                else:
+                    verify_row(run, cp.spec.name, probe, clients, "relaunched")
+
+
+@contextlib.contextmanager
+def reproducer_servers(run: Run, cp: ConfigPlan) -> Iterator[tuple[dict[Role, SGLangClient], str]]:
+    """A server per side of the configuration, as its jobs started them (the revision's flags,
+    the run's first slots), logged beside theirs (`<config>-reproducer-<role>-<sha>.log`):
+    their clients, or why one did not start."""
+    servers: dict[Role, ServerProcess] = {}
+    secrets: set[str] = set()
+    failure = ""
+    try:
+        for k, role in enumerate((Role.BASE, Role.CANDIDATE)):
+            target, worktree, slot = run.targets[role], run.worktrees[role], run.req.slots[k % len(run.req.slots)]
+            env = {**cp.server.env, **slot.env}
+            env_error = run.envs[role].error if role in run.envs else ""
+            if env_error:
+                failure = f"the {role.value}'s environment did not build: {env_error}"
+                break
+            try:
+                # a role whose cells all came from the store had no --help read
+                caps = (run.capabilities[role].result() if role in run.capabilities
+                        else compiled_capabilities(run, role))
+                args = server_flags(caps, cp.server, cp.probe_args)
+            except (NotExpressible, LaunchError, UsageError) as exc:
+                failure = f"the {role.value}'s server could not be started again: {exc}"
+                break
+            secrets |= set(environment_secrets({**os.environ, **env}, cp.server.args, caps.secret_flags))
+            launched = launch(
+                lambda port, target=target, args=args: target.launch_argv(cp.server, args, port),
+                target.env(worktree, env),
+                server_log(run.req.out_dir, f"{cp.spec.name}-reproducer", role, run.req.revision(role).short()),
+                worktree, run.suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES,
+                run.observer.launching(cp.spec.name, role.value, run.req.revision(role).ref),
+                cancelled=run.cancelled.is_set)
+            servers[role] = launched.server
+            if launched.failure is not None:
+                failure = scrub(f"the {role.value}'s server did not start again: {launched.failure}",
+                                sorted(secrets, key=len, reverse=True))
+                break
+        clients = {} if failure else {role: SGLangClient(server.url, timeout_s=run.suite.request_timeout_s)
+                                      for role, server in servers.items()}
+        yield clients, failure
+    finally:
+        for server in servers.values():
+            server.stop()
+            scrub_file(server.log_path, secrets)
 
 
 def sequential_probes(run: Run, cp: ConfigPlan) -> set[str]:
@@ -791,6 +891,23 @@ def record_cell(run: Run, job: Job, probe: str, outcome: Outcome) -> None:
 
 # -- planning ------------------------------------------------------------------------
 
+def with_references(suite: Suite, chosen: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """The configurations (and their probes) a `--config`/`--probe` choice leaves out that a
+    chosen one is compared with (`ProbeKind.reference`): each runs the probe that reads it, so
+    that the comparison has its cells."""
+    added: dict[str, tuple[str, ...]] = {}
+    for name, probes in chosen.items():
+        for probe in probes:
+            kind = known_probes()[probe]
+            if kind.reference is None:
+                continue
+            running = [c.name for c in suite.configs if probe in c.probes]
+            ref = kind.reference(name, suite.probe_spec(probe).params, running)
+            if ref is not None and probe not in chosen.get(ref, ()) and probe not in added.get(ref, ()):
+                added[ref] = (*chosen.get(ref, ()), *added.get(ref, ()), probe)
+    return added
+
+
 def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
     specs = [suite.config(n) for n in dict.fromkeys(req.only_configs)] if req.only_configs \
         else list(suite.configs)
@@ -798,9 +915,16 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
     for p in req.only_probes:
         if p not in known_probes():
             raise UsageError(f"unknown probe {p!r} (known: {', '.join(sorted(known_probes()))})")
+    chosen = {spec.name: tuple(p for p in spec.probes if not req.only_probes or p in req.only_probes)
+              for spec in specs}
+    while added := with_references(suite, chosen):  # a reference may have its own
+        for name, probes in added.items():
+            if name not in chosen:
+                specs.append(suite.config(name))
+            chosen[name] = probes
     plans = []
     for spec in specs:
-        probes = tuple(p for p in spec.probes if not req.only_probes or p in req.only_probes)
+        probes = chosen[spec.name]
         if not probes:
             continue
         server = suite.server_config(spec, req.target)

@@ -28,7 +28,9 @@ COMPILE_TIMEOUT_S = 300
 # "--swa-full-tokens-ratio should be in range (0, 1.0].").
 REJECTION = re.compile(
     r"unsupported (?:with|under) |not yet compatible|is not supported|does not support|"
-    r"unrecognized arguments|invalid choice|should be in range \(0, 1\.0\]",
+    r"unrecognized arguments|invalid choice|should be in range \(0, 1\.0\]|"
+    # SGLang 0.5.20/0.5.21: unified memory with a speculative algorithm other than DSPARK (kit2)
+    r"only supports --speculative-algorithm",
     re.I,
 )
 

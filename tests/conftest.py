@@ -80,6 +80,26 @@ def run_pair(repo, base: str, candidate: str, suite: Path, out: Path, *extra: st
     return proc.returncode, json.loads((out / "results.json").read_text()), proc
 
 
+# The H200 seed suite (issue 38) as the reference server runs it: its workload (8 prompts of 150-700
+# tokens from a 32,000-token vocabulary, 48 new tokens) CPU-sized, the reference models having 512
+# tokens; prompts stay longer than the track interval (64), so that every hit restores a checkpoint.
+SEED_UNIFIED = ROOT / "suites/h200/seed-unified.toml"
+SEED_UNIFIED_CPU_WORKLOAD = {"prompts = 8": "prompts = 3", "prompt_len = [150, 700]": "prompt_len = [70, 200]",
+                             "output_len = 48": "output_len = 8", "vocab = 32000": "vocab = 500"}
+
+
+def seed_unified_cpu_suite(path: Path) -> Path:
+    """suites/h200/seed-unified.toml written to `path` for the reference server. It names the
+    H200's seeded Inkling (.models/, written by `detcheck make-model`), whose config.json loading
+    checks: the fixture's stands in for it."""
+    text = SEED_UNIFIED.read_text().replace('"../../.models/', '"../../fixtures/models/').replace('"../../', f'"{ROOT}/')
+    for h200, cpu in SEED_UNIFIED_CPU_WORKLOAD.items():
+        assert h200 in text, h200  # the H200 suite still has the workload this rehearsal shrinks
+        text = text.replace(h200, cpu, 1)
+    path.write_text(text)
+    return path
+
+
 SHIM = '''import runpy, sys
 sys.argv[0] = "sglang.launch_server"
 runpy.run_module("{module}", run_name="__main__")

@@ -5,8 +5,12 @@ h200-swa-dflash.json (an SWA curve: its sparkline) from the H200 runs in results
 results/h200/swa-dflash, revision-kl.json from `detcheck run` of the kl and revision_kl probes
 (3 prompts, output_len 6) on a reference-server repository whose candidate carries the planted
 `logit-scale` (its report shows a reproducer; per-row-argv.md renders it with a second
-configuration whose sides start other servers). Their stored reproducers were re-derived when
-the expectation learned to quote each side's samples. Regenerate the golden files after an intended change with
+configuration whose sides start other servers), softcap-verified.json from `detcheck run` of kl,
+prefill_cache_hit and revision_kl (2 prompts of 100-110 tokens, output_len 32) whose candidate
+carries `softcap-128`: each row's reproducer verified on relaunched servers, grown back past the
+samples' cut to where the change bites. The stored reproducers of the older files were
+re-derived when the expectation learned to quote each side's samples, and carry no verification
+(their reports say so). Regenerate the golden files after an intended change with
 `UPDATE_GOLDEN=1 pytest tests/test_golden.py` and review the diff.
 """
 
@@ -28,7 +32,7 @@ from harness.report.markdown import MarkdownReport
 from harness.result_files import read_run, upgraded
 from harness.results import RunResult
 
-CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl"]
+CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl", "softcap-verified"]
 
 
 def load(name: str) -> RunResult:

@@ -15,7 +15,7 @@ from harness.plan import WorkloadSpec
 from harness.probes.determinism import batch
 from harness.reproducer import reproducer
 from harness.result_files import read_run
-from harness.results import CellResult, Metric, Reproducer, Request, RevisionInfo, Role, Status
+from harness.results import CellResult, Metric, Reproducer, Request, RevisionInfo, Role, Status, Verification
 from harness.stats import Kind, Verdict
 from harness.workloads import build
 
@@ -76,6 +76,13 @@ def test_a_reproducer_round_trips():
                      requests=(Request("cold", "/flush_cache"), Request("x", "/generate", {"input_ids": [1]})),
                      expect="e", shrink="s", re_measurements=0)
     assert Reproducer.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
+    verified = dataclasses.replace(
+        rep, re_measurements=12, requests=(*rep.requests, Request("replay", "/generate", {"input_ids": [1, 9]}, (1, 1))),
+        verification=Verification(reproduced=1, attempts=2, observed="o", tried=((2, False), (9, True), (9, False)),
+                                  dimension="max_new_tokens", size=9, calls=12, budget=20, budget_ran_out=True,
+                                  servers="relaunched", error=""))
+    assert Reproducer.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
+    assert verified.to_dict()["requests"][-1]["follows"] == [1, 1] and "follows" not in rep.to_dict()["requests"][1]
 
 
 def with_sample(cell: CellResult, i: int, **values) -> CellResult:

@@ -81,15 +81,17 @@ def test_edited_cell_is_refused(tmp_path):
         read_cell(path)
 
 
-def test_a_gzipped_run_reads_as_the_plain_one(tmp_path):
+@pytest.mark.parametrize("codec", ["gz", "xz"])
+def test_a_compressed_run_reads_as_the_plain_one(tmp_path, codec):
     import gzip
-    import shutil
+    import lzma
+    compress = {"gz": gzip.compress, "xz": lzma.compress}[codec]
     plain = DATA / "h200-pools.json"
-    with open(plain, "rb") as src, gzip.open(tmp_path / "results.json.gz", "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    packed = tmp_path / f"results.json.{codec}"
+    packed.write_bytes(compress(plain.read_bytes()))
     assert read_run(tmp_path).to_dict() == read_run(plain).to_dict()
-    (tmp_path / "results.json.gz").write_bytes(gzip.compress(plain.read_bytes())[:500])
-    with pytest.raises(CorruptResult, match=r"results.json.gz: corrupt results file \(gzip"):
+    packed.write_bytes(compress(plain.read_bytes())[:500])
+    with pytest.raises(CorruptResult, match=rf"results.json.{codec}: corrupt results file \({'gzip' if codec == 'gz' else 'xz'}"):
         read_run(tmp_path)
 
 

@@ -8,19 +8,11 @@ difference. Real processes, real HTTP, a real git repository per module.
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import socket
-import subprocess
-import sys
-import tarfile
-import time
-from pathlib import Path
 
 import pytest
-import requests
 
-from conftest import ROOT, detcheck, refserver_suite
+from conftest import detcheck, refserver_suite
+from fresh_servers import checkout, post_reproducer
 from harness.fixture_repo import FixtureRepo
 from harness.results import Request
 
@@ -76,7 +68,10 @@ def test_a_self_consistent_logit_change_is_different_only_on_revision_kl(pair):
     assert facts["kl_mean"] > 0 and facts["k3_mean"] > 0 and facts["prompts_diverged"] == 4
     rep = comp["reproducer"]
     assert rep["prompts"] == [0] and rep["first_divergent"]["position"] == first["position"]
-    assert rep["re_measurements"] == 0
+    # posted to both sides' servers before it was published: the samples' cut shows it
+    v = rep["verification"]
+    assert v["reproduced"] == v["attempts"] == 2 and v["tried"] == [[2, True], [2, True]]
+    assert rep["re_measurements"] == v["calls"] == 2 * v["attempts"]  # one request per side an attempt
     assert "**Reproducer**" in report and Request.from_dict(rep["requests"][0]).curl_to_port_variable() in report
     assert "different" not in " ".join(c["verdict"] for c in result["comparisons"] if c["probe"] != "revision_kl")
 
@@ -89,50 +84,6 @@ def test_a_rename_reads_same_exactly_everywhere(pair):
     comp = comparison(result, "revision_kl")
     assert all(m["kind"] == "exact" and m["note"].startswith("identical") for m in comp["metrics"].values())
     assert comp["judged"]["candidate"]["kl_max"] == 0.0 and "reproducer" not in comp
-
-
-def checkout(repo: FixtureRepo, sha: str, dst: Path) -> Path:
-    archive = dst.with_suffix(".tar")
-    subprocess.run(["git", "-C", str(repo.path), "archive", "--output", str(archive), sha], check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(dst, filter="data")
-    return dst / "python"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post_reproducer(argv: list[str], pythonpath: Path, rep: dict, log: Path) -> list[dict]:
-    """A fresh server from the cell's argv (on a free port), the reproducer's curl lines run
-    against it in order; the JSON answers."""
-    port = free_port()
-    argv = [*argv]
-    argv[argv.index("--port") + 1] = str(port)
-    with open(log, "w") as out:
-        server = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT,
-                                  env={**os.environ, "PYTHONPATH": str(pythonpath)}, cwd=pythonpath)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, log.read_text()[-2000:]
-            time.sleep(0.2)
-        answers = []
-        for request in rep["requests"]:
-            curl = [a.replace("127.0.0.1:30000", f"127.0.0.1:{port}") for a in shlex.split(request["curl"])]
-            proc = subprocess.run(curl, capture_output=True, text=True, timeout=120, check=True)
-            answers.append(json.loads(proc.stdout) if request["path"] == "/generate" else proc.stdout)
-        return answers
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_the_reproducer_shows_the_difference_on_fresh_servers_of_each_side(pair):
@@ -166,7 +117,10 @@ def test_a_self_comparison_reproducer_diverges_on_its_side_only(pair, planted, p
     assert comp["verdict"] == "different", comp["note"]
     rep = comp["reproducer"]
     first = rep["first_divergent"]
-    assert first["side"] == "candidate" and rep["re_measurements"] == 0
+    v = rep["verification"]
+    assert first["side"] == "candidate" and v["reproduced"] == v["attempts"] == 2
+    assert v["tried"][0] == [first["position"] + 1, True]  # the samples' cut showed it
+    assert rep["re_measurements"] == v["calls"] > 0
     if probe == "decode_cache_hit":
         start, end = rep["position_range"]
         assert end == first["cached_tokens"] and end - start <= 16  # within one track interval

@@ -25,6 +25,7 @@ from harness.report.emit import FORMATS, PLOT_DIR, emit, report_files
 from harness.result_files import run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
+from harness.jobs import REPRODUCER_BUDGET
 from harness.run import LOG_DIR, RunRequest, server_logs
 from harness.schedule import check_slot_count, cpu_slots, default_slot_count
 from harness.start_order import JobTimes, StartOrder, read_job_times
@@ -117,6 +118,10 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                         "concurrently within N (an interleaved configuration takes 2 together); "
                         "1 runs them one after another. Default: half the CPU cores for refserver, "
                         "2 for sglang (the memory for N servers must fit: see matrix.toml's servers_per_gpu)")
+    p.add_argument("--reproducer-budget", type=int, default=REPRODUCER_BUDGET, metavar="N",
+                   help="requests a different row's reproducer may post to both sides' servers to verify and "
+                        "shrink it before it is published (both sides together; servers started again where the "
+                        f"row's are down); 0 publishes it from the samples alone, unverified (default {REPRODUCER_BUDGET})")
     p.add_argument("--parallel", action="store_true",
                    help="at least 2 slots: base and candidate of a configuration at the same time "
                         "(kept for scripts; --slots says how many)")
@@ -244,7 +249,14 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         command_line=command_line(),
         overrides=parse_overrides(args.overrides),
         options=options or {},
+        reproducer_budget=check_budget(args.reproducer_budget),
     )
+
+
+def check_budget(n: int) -> int:
+    if n < 0:
+        raise UsageError(f"--reproducer-budget {n}: at least 0 (0: reproducers unverified)")
+    return n
 
 
 def default_out(name: str) -> Path:

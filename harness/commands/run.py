@@ -139,6 +139,7 @@ RUN_OPTIONS = (
     RunOption("first_per_model", "--first-per-model", False),
     RunOption("env_build_timeout", "--env-build-timeout", False),
     RunOption("baseline", "--baseline", False, PATH),
+    RunOption("reproducer_budget", "--reproducer-budget", False),
 )
 
 

@@ -59,6 +59,22 @@ class Across:
 
     metrics: tuple[tuple[Metric, Metric], ...]
     facts: dict[str, Any] = field(default_factory=dict)
+    # Facts about the base side alone (a probe that compares each side with something of its
+    # own revision: what the base was found to do), shown with the base's facts.
+    base_facts: dict[str, Any] = field(default_factory=dict)
+    # Why the pair may not read *same* whatever its metrics say (both sides fail a check alike:
+    # equal metrics, the same defect): the comparison then reads *error* with this reason.
+    not_same: str = ""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The cells a configuration is compared with inside each revision (`ProbeKind.versus`): the
+    reference configuration's name and its base and candidate cells (None: not in the run)."""
+
+    config: str
+    base: CellResult | None
+    candidate: CellResult | None
 
 
 @dataclass(frozen=True)
@@ -235,6 +251,16 @@ class ProbeKind:
     # add): a metric, or a fact with its role. The pipeline fails a cell that holds one not
     # declared here, so no figure is recorded that nothing decides without saying why.
     figures: tuple[Figure, ...] = ()
+    # A probe that compares a configuration with another configuration of the same revision:
+    # `reference(config, params, configs)` names the configuration `config` is compared with
+    # (None: none, among `configs`, the configurations that run the probe), and `versus(base,
+    # cand, reference, params)` derives the compared metrics from the four cells (reference None:
+    # the configuration is no other's, compared across revisions on its own).
+    reference: Callable[[str, dict[str, Any], Sequence[str]], str | None] | None = None
+    versus: Callable[[CellResult, CellResult, Reference | None, dict[str, Any]], Across] | None = None
+    # Checks a suite's use of the probe as a whole (`check_suite(params, configs, where)`, the
+    # configurations that run it): UsageError naming what is wrong (a reference not in the suite).
+    suite_check: Callable[[dict[str, Any], Sequence[str], str], None] | None = None
 
     @property
     def interleaved(self) -> bool:
@@ -250,7 +276,8 @@ class ProbeKind:
         `judge`) this probe does not declare (empty: all are). A cross-revision probe's own
         cells hold metrics that are never compared (only those `across` derives are): they may
         be declared descriptive."""
-        own = (FigureRole.METRIC, FigureRole.DESCRIPTIVE) if self.across and not derived else (FigureRole.METRIC,)
+        derives = self.across is not None or self.versus is not None
+        own = (FigureRole.METRIC, FigureRole.DESCRIPTIVE) if derives and not derived else (FigureRole.METRIC,)
         return undeclared(self.figures, [m.name for m in output.metrics], list(output.facts), own)
 
     def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]:
@@ -314,6 +341,11 @@ class ProbeKind:
                              f"{'is' if len(named) == 1 else 'are'} not reported on a "
                              f"{'' if deterministic else 'non-'}deterministic configuration, whose metrics are "
                              f"{', '.join(here)}: nothing would decide the verdict")
+
+    def check_suite(self, params: dict[str, Any], configs: Sequence[str], where: str) -> None:
+        """The probe's own check of the suite (`suite_check`), if it has one."""
+        if self.suite_check is not None:
+            self.suite_check(params, configs, where)
 
     def defaults(self) -> dict[str, Any]:
         return self.validate({}, f"[probe.{self.name}]")

@@ -186,7 +186,8 @@ def _reproducer(rep: Reproducer, server_lines: list[str]) -> list[str]:
     facts = [*([f"prompts {list(rep.prompts)}"] if rep.prompts else []),
              *([f"first divergent: {divergence_text(first)}"] if first else []),
              f"re-measurements: {rep.re_measurements}"]
-    out = [f"**Reproducer** ({md_text('; '.join(facts))}). {md_escape(rep.shrink)}.", ""]
+    out = [f"**Reproducer** ({md_text('; '.join(facts))}). {md_escape(rep.shrink)}.", "",
+           md_escape(verification_text(rep)), ""]
     if rep.position_range is not None:
         out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
     if server_lines:
@@ -198,6 +199,27 @@ def _reproducer(rep: Reproducer, server_lines: list[str]) -> list[str]:
                 *md_fence([PORT_LINE, *(line for r in rep.requests
                                         for line in (f"# {one_line(r.what)}", r.curl_to_port_variable()))], "sh"), ""]
     return out + [f"Expect: {md_escape(rep.expect)}", ""]
+
+
+def verification_text(rep: Reproducer) -> str:
+    """Whether the reproducer was posted to servers of both sides and showed the difference, in
+    one sentence that leads with the outcome."""
+    v = rep.verification
+    if v is None:
+        return ("Not verified on servers: built from the stored samples alone (a run that verifies posts it to "
+                "both sides' servers first).")
+    if v.error:
+        return f"Not verified on servers ({v.servers}): {v.error}."
+    ran_out = f"; the budget of {v.budget} requests ran out" if v.budget_ran_out else ""
+    at = f" at {v.dimension} {v.size}" if v.dimension else ""
+    if v.shows:
+        return (f"Verified: reproduced {v.reproduced} of {v.attempts} on servers of both sides ({v.servers}){at}, "
+                f"{v.calls} requests posted{ran_out}.")
+    if v.reproduced:
+        return (f"Reproduced only {v.reproduced} of {v.attempts} on servers of both sides ({v.servers}){at}, "
+                f"{v.calls} requests posted{ran_out}: not a reliable reproducer.")
+    return (f"**Not reproduced** on servers of both sides ({v.servers}): 0 of {v.attempts}{at}, {v.calls} requests "
+            f"posted{ran_out}. The requests below are the whole request measured, not a reproducer.")
 
 
 def divergence_text(first: dict) -> str:

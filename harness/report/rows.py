@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness import path_proof
-from harness.compare import CHANGED_NOT_DECIDING, metric_pairs, overall
+from harness.compare import CHANGED_NOT_DECIDING, metric_pairs, overall, reference_of
 from harness.logparse import last_exception
 from harness.probes import PROBES
-from harness.probes.base import ValueIndex
+from harness.probes.base import Reference, ValueIndex
 from harness.report.format import describe_default, portable
 from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
 from harness.stats import Comparison, Kind, Verdict
@@ -200,19 +200,35 @@ def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult |
 def all_metric_sides(result: RunResult) -> dict[tuple[str, str], Sides]:
     """metric_sides of every comparison of `result`, by (configuration, probe): what one render
     (its rows and its details) reads, derived once."""
+    cells = {(c.config, c.probe, c.role): c for c in result.cells}
     return {(comp.config, comp.probe): metric_sides(comp, result.cell(comp.config, comp.probe, Role.BASE),
-                                                    result.cell(comp.config, comp.probe, Role.CANDIDATE))
+                                                    result.cell(comp.config, comp.probe, Role.CANDIDATE),
+                                                    _reference(comp, result, cells))
             for comp in result.comparisons}
 
 
-def metric_sides(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> Sides:
+def _reference(comp: ProbeComparison, result: RunResult, cells: dict) -> Reference | None:
+    """The reference configuration's cells of a probe that reads them (`ProbeKind.versus`),
+    under the parameters the run judged with (the probe's defaults where it recorded none)."""
+    kind = PROBES.get(comp.probe)
+    if kind is None or kind.versus is None:
+        return None
+    params = (result.metadata.get("probe_params") or {}).get(comp.probe)
+    params = kind.validate({k: v for k, v in params.items() if v is not None}, comp.probe) \
+        if isinstance(params, dict) else kind.defaults()
+    return reference_of(comp.config, comp.probe, cells, params)
+
+
+def metric_sides(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None,
+                 reference: Reference | None = None) -> Sides:
     """Each compared metric's (base, candidate) values: each cell's own, or for a cross-revision
     probe those its `across` hook derives from both cells' samples (stored on neither cell:
-    compare.metric_pairs, under the probe's defaults, which shape its facts only)."""
+    compare.metric_pairs, under the probe's defaults, which shape its facts only); for a probe
+    against a reference configuration, those `versus` derives with `reference`'s cells."""
     kind = PROBES.get(comp.probe)
-    if (kind is not None and kind.across is not None and base is not None and cand is not None
-            and base.status == cand.status == Status.OK):
-        return {b.name: (b, c) for b, c in metric_pairs(comp.probe, base, cand, kind.defaults())[0]}
+    if (kind is not None and (kind.across is not None or kind.versus is not None) and base is not None
+            and cand is not None and base.status == cand.status == Status.OK):
+        return {b.name: (b, c) for b, c in metric_pairs(comp.probe, base, cand, kind.defaults(), reference)[0]}
     return {name: (base.metric(name) if base else None, cand.metric(name) if cand else None)
             for name in comp.metrics}
 

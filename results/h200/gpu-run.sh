@@ -12,6 +12,12 @@
 #                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
+# kit2 (torch 2.13, SGLang 0.5.20 and 0.5.21; ../shared/gpu-kit/kit2, bundles from its build-kit2.sh):
+#   here:        KIT2_BUNDLES=DIR bash results/h200/gpu-run.sh prepare2  # .gpu2/: bundles, kit; prints the calls
+#   device run:  bash results/h200/gpu-run.sh ship2 N        # bundle N (carried) to /tmp/kit2parts
+#                bash results/h200/gpu-run.sh install2 N     # the last bundle, install, the kit2 repo, models
+#                bash results/h200/gpu-run.sh main2 [ARGS]   # SESSION2 (default: seed2) in the background;
+#                                                            # packs $OUT/h200-kit2.tgz when it ends or at HOLD s
 #   here, CPU:   DRY_RUN=1 bash results/h200/gpu-run.sh dry  # setup + every session command against
 #                                                            # local release sources and the reference
 #                                                            # server: typos fail here, not on the GPU
@@ -203,6 +209,99 @@ PY
   done
 }
 
+# --- kit2: SGLang 0.5.20 / 0.5.21 on torch 2.13 -------------------------------------------------
+# The kit's own scripts (recv.sh, install-kit2.sh, patches/apply.py) do the shipping and the
+# install; these verbs put them into the same record/pack flow and build the revisions from the
+# two unpacked releases (the kit's packaging shim applied to both alike).
+REPO2=${REPO2:-/tmp/sglang-kit2}
+SITE2=/tmp/site2
+
+prepare2() {  # here: the bundles build-kit2.sh wrote (cut for this tree: MAX_MIB=24) and the kit
+  local kit=${KIT2_SRC:-$PROJECT/../shared/gpu-kit/kit2} bundles=${KIT2_BUNDLES:-/tmp/kit2-build/bundles}
+  [ -d "$kit" ] || kit=/work/shared/gpu-kit/kit2
+  [ -d "$bundles/bundle-01" ] || { echo "no bundles in $bundles: run $kit/build-kit2.sh (MAX_MIB=24)"; return 1; }
+  git check-ignore -q .gpu2 || echo .gpu2/ >> "$(git rev-parse --git-common-dir)/info/exclude"
+  rm -rf .gpu2 && mkdir -p .gpu2 && cp -r "$bundles"/bundle-* .gpu2/ && cp -r "$kit" .gpu2/kit || return 1
+  local tree n last c sum
+  tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  n=$(ls -d .gpu2/bundle-* | wc -l); last=$(printf "%02d" "$n")
+  echo "working tree: $(( tree >> 20 )) MiB; the calls (carry | command):"
+  for i in $(seq 1 $(( n - 1 ))); do
+    printf '  [".gpu2/bundle-%02d"] | bash results/h200/gpu-run.sh ship2 %d\n' "$i" "$i"; done
+  echo "  [\".gpu2/bundle-$last\", \".gpu2/kit\"] | bash results/h200/gpu-run.sh install2 $n"
+  echo "  [] | HOLD=570 bash results/h200/gpu-run.sh main2"
+  for c in $(ls -d .gpu2/bundle-* | xargs -n1 basename); do
+    sum=$(( tree + $(du -sb ".gpu2/$c" | cut -f1) ))
+    [ "$c" = "bundle-$last" ] && sum=$(( sum + $(du -sb .gpu2/kit | cut -f1) ))
+    [ $(( sum >> 20 )) -lt 64 ] || { echo "carry .gpu2/$c: $(( sum >> 20 )) MiB with the tree, over 64"; return 1; }
+  done
+}
+
+ship2() {  # device: one bundle's parts, checked against its MANIFEST, into /tmp/kit2parts (the
+  # kit itself travels with the last bundle only, so its recv.sh is not there yet)
+  [ "$1" != 1 ] || { nvidia-smi -L; nproc; free -g | head -2; }
+  local b; b=.gpu2/bundle-$(printf %02d "$1")
+  mkdir -p /tmp/kit2parts && head -n1 "$b/MANIFEST" && (cd "$b" && tail -n +2 MANIFEST | sha256sum -c --quiet -) \
+    && cp "$b"/kit2-index.txt $(tail -n +2 "$b/MANIFEST" | awk -v d="$b/" '{print d $2}') /tmp/kit2parts/ && rm -f /tmp/kit2parts/MANIFEST && ls /tmp/kit2parts | wc -l
+}
+
+kit2_env() {  # the kit's environment, with the revision's checkout (not the kit's copy) providing sglang
+  source /tmp/kit2env.sh && export PYTHONPATH=$SITE2
+}
+
+install2() {  # device, the last bundle carried with the kit: install, then the revisions and models
+  ship2 "$1" && mkdir -p "$DEST" || return 1
+  bash .gpu2/kit/install-kit2.sh > "$DEST/install2.log" 2>&1 || { tail -20 "$DEST/install2.log"; return 1; }
+  tail -3 "$DEST/install2.log"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$DEST/gpu.txt"
+  setup2 > "$DEST/setup2.log" 2>&1 || { tail -30 "$DEST/setup2.log"; return 1; }
+  touch "$DEST/setup2.done"; tail -8 "$DEST/setup2.log"
+}
+
+setup2() {  # device (or DRY_RUN here with SG0520/SG0521 trees): tags 0.5.20, 0.5.21 and the backport branch
+  local sg20=${SG0520:-/tmp/sg0520} sg21=${SG0521:-/tmp/sg0521}
+  local G=(git -C "$REPO2" -c user.name=detcheck -c user.email=detcheck@localhost)
+  rm -rf "$REPO2" && mkdir -p "$REPO2/python" && cp -r "$sg20/sglang" "$REPO2/python/" || return 1
+  find "$REPO2" -name __pycache__ -prune -exec rm -rf {} +
+  git -C "$REPO2" init -q -b main && "${G[@]}" add -A \
+    && "${G[@]}" commit -qm "sglang 0.5.20 (released wheel, kit2 packaging shim)" && "${G[@]}" tag 0.5.20 || return 1
+  rm -rf "$REPO2/python/sglang" && cp -r "$sg21/sglang" "$REPO2/python/" || return 1
+  find "$REPO2" -name __pycache__ -prune -exec rm -rf {} +
+  "${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.21 (released wheel, kit2 packaging shim)" && "${G[@]}" tag 0.5.21 || return 1
+  # The score_mod int8-mask backport lets multi-layer EAGLE capture its graphs on the static pool.
+  local kit; kit=$(ls -d .gpu2/kit 2>/dev/null || echo "${KIT2_SRC:-$PROJECT/../shared/gpu-kit/kit2}")
+  for r in 0.5.20 0.5.21; do
+    "${G[@]}" checkout -q -b "$r+score-mod" "$r" && python3 "$kit/patches/apply.py" score-mod-int8-mask "$REPO2/python" \
+      && "${G[@]}" commit -qam "backport on $r: score-mod-int8-mask (Inkling's speculative mask as a 1-bit predicate)" || return 1
+  done
+  "${G[@]}" checkout -q main && git -C "$REPO2" log --oneline --all
+  "$PY" - "$REPO2" 0.5.20 0.5.21 0.5.20+score-mod 0.5.21+score-mod <<'PY' || return 1
+import sys
+from harness.revisions import Revision
+for ref in sys.argv[2:]:
+    print(ref, Revision.resolve(sys.argv[1], ref).checkout())
+PY
+  for m in ${MODELS2:-tiny-inkling}; do
+    if [ "${DRY_RUN:-0}" = 1 ]; then mkdir -p .models && ln -sfn "../fixtures/models/$m" ".models/$m"
+    else $PY -m harness.cli make-model "fixtures/models/$m" --out ".models/$m" --seed 0 || return 1; fi
+  done
+}
+
+# The seed (b) session: Inkling on the static / lazy / unified pools, 0.5.20 -> 0.5.21, graphs off
+# and on (suites/h200/seed-unified.toml), beside multi-layer EAGLE on the static pool with the
+# score_mod backport on both sides.
+seed2() {
+  local run=("$PY" -m harness.cli run --target sglang --repo "$REPO2" --no-progress --format md)
+  record seed-unified "${LIMIT_SEED:-540}" "${run[@]}" --base 0.5.20 --candidate 0.5.21 \
+    --suite "${SUITE2:-suites/h200/seed-unified.toml}" --slots "${SLOTS2:-16}" --out "$DEST/seed-unified/run" &
+  local seed=$!
+  [ -z "${MTP_CONFIGS:-}" ] || record seed-mtp "${LIMIT_SEED:-540}" "${run[@]}" --base 0.5.20+score-mod \
+    --candidate 0.5.21+score-mod --suite "${SUITE2:-suites/h200/seed-unified.toml}" --slots 4 \
+    $(printf -- '--config %s ' $MTP_CONFIGS) --out "$DEST/seed-mtp/run" &
+  wait
+  echo "session done" >> "$DEST/summary.txt"
+}
+
 monitor() {  # load, host memory, GPU and the cores each kind of process uses, every 5 s, in the background
   pgrep -f cpu_monitor.py > /dev/null || setsid "$PY" "$HERE/cpu_monitor.py" "$DEST/monitor.txt" 5 \
     > /dev/null 2>&1 < /dev/null &
@@ -281,6 +380,19 @@ case "${1:-}" in
     running=$!
     while [ "$SECONDS" -lt "${HOLD:-540}" ] && kill -0 $running 2>/dev/null; do sleep 5; done
     pack h200-main ;;
+  prepare2) prepare2 ;;
+  ship2) ship2 "${2:?bundle number}" ;;
+  install2) install2 "${2:?last bundle number}" ;;
+  main2)
+    kit2_env; mkdir -p "$DEST"; shift
+    [ -f "$DEST/setup2.done" ] || { echo "run install2 first"; exit 1; }
+    monitor
+    setsid bash "$0" "${@:-seed2}" >> "$DEST/session.log" 2>&1 < /dev/null &
+    running=$!
+    while [ "$SECONDS" -lt "${HOLD:-540}" ] && kill -0 $running 2>/dev/null; do sleep 5; done
+    pack h200-kit2 ;;
+  setup2) setup2 ;;
+  seed2) kit2_env; seed2 ;;
   session) session ;;
   pool) shift; pool "$@" ;;
   finish)

@@ -18,14 +18,14 @@ from harness.probes.base import ProbeKind
 
 def test_every_probe_module_registers_its_probes():
     assert set(PROBES) == {"kl", "prefill_cache_hit", "decode_cache_hit", "determinism", "swa_peak",
-                           "accept_length", "throughput", "revision_kl"}
+                           "accept_length", "throughput", "revision_kl", "reference"}
     assert set(known_probes()) == set(PROBES)
     with pytest.raises(TypeError):
         known_probes()["x"] = PROBES["kl"]  # read-only view
 
 
 SHIPPED = ("kl", "prefill_cache_hit", "decode_cache_hit", "determinism", "swa_peak", "accept_length", "throughput",
-           "revision_kl")
+           "revision_kl", "reference")
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -141,6 +141,13 @@ DECLARED = {
         'locator': ['first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
         'descriptive': ['prompts', 'tokens', 'vacuous'],
+    },
+    'reference': {
+        'metric': ['diverging', 'revision_diverging'],
+        'summary': ['diverging_phases', 'diverging_requests'],
+        'locator': ['first_divergence'],
+        'parameter': ['deterministic', 'reference', 'top_k'],
+        'descriptive': ['cached_tokens', 'degenerate_prompts', 'not_comparable', 'phases', 'prompts', 'requests'],
     },
     'revision_kl': {
         'metric': ['greedy_ids', 'greedy_k3', 'greedy_logprobs', 'greedy_match', 'greedy_topk', 'kl', 'scored_logprobs', 'scored_topk', 'top1_agree'],

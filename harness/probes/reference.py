@@ -1,0 +1,287 @@
+"""reference: a configuration's answers against a reference configuration's, inside each revision.
+
+A hit is not always bit-exact against its own cold replay on a real kernel (SGLang 0.5.20/0.5.21,
+Triton, tiny Inkling: kit2's README), so whether a state pool or a graph mode serves what it
+should is decided against another configuration of the same revision that serves the same
+requests: the unified pool against the static pool, lazy against static, CUDA graphs on
+against off. Under deterministic inference the two must agree bit for bit.
+
+Each configuration's server gets the same requests (greedy, output logprobs with top-k), in
+phases: `cold` (after /flush_cache), `hit` (the same prompts again: prefix-cache hits at the
+track-interval multiple below each prompt's length, so prompts of varied lengths land at
+different multiples), `multiturn` (prompt + this server's cold output: a hit past the prompt),
+`multiturn_cold` (the same after a flush) and `single` (prompt 0 alone after a flush). Each cell
+holds what its server served; the comparison (`versus`) reads the reference configuration's cell
+of the same revision too (`[probe.reference] against`, configuration → its reference; the
+planner runs the reference wherever a configuration names it), and derives per side the
+per-request metric `diverging`: the first output position where the configuration's answer
+(id, logprob or top-k) departs from the reference's, -1 where it is bit-identical. Base vs
+candidate compare it exactly: a fix (the base diverges, the candidate does not) or a regression
+reads *different*, with each side's first divergent (phase, request, position) in its column.
+
+A candidate that diverges from its reference never reads *same*: where both sides diverge alike
+(the metric equal on both) the row is an *error* that says so, as the same finding on both sides
+is. A reference whose cell is missing or failed makes the row an *error* with the reason. A
+configuration that is no other's (a reference, or one `against` does not name) is compared with
+itself across revisions (`revision_diverging`: the candidate's answers against the base's).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from harness.client import Logprobs
+from harness.errors import ProbeNotApplicable, UsageError
+from harness.params import Param
+from harness.plan import WorkloadSpec
+from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reference, ValueIndex, descriptive,
+                                 locator, metric, parameter, register, summary)
+from harness.probes.common import batches, degenerate_outputs, require_output_logprobs, require_top_logprobs
+from harness.probes.shared_params import BATCH_SIZE, JUDGED, JUDGING, MEASURED, WORKLOAD
+from harness.results import CellResult, Metric, ProbeOutput, Status
+from harness.stats import Kind
+
+PHASES = ("cold", "hit", "multiturn", "multiturn_cold", "single")
+# A request's value where it is bit-identical to the reference's answer.
+IDENTICAL = -1
+GRAPH_SUFFIX = "-graphs-"  # plan.py's graph_modes names: <name>-graphs-<mode>
+
+
+def _against(value: dict[str, str]) -> str | None:
+    same = [k for k, v in value.items() if k == v]
+    return f"{same[0]!r} is its own reference" if same else None
+
+
+PARAMS = (
+    *WORKLOAD, BATCH_SIZE,
+    Param("top_k", int, 5, "top logprobs per output position", MEASURED, low=1, high=1000),
+    Param("against", dict[str, str], {}, "configuration → the configuration of the same revision it is compared "
+          "with (a name graph_modes expands matches each mode, with the reference's same mode)", JUDGED,
+          check=_against),
+    *JUDGING,
+)
+
+
+def _lists(top: Sequence[Sequence[Sequence[Any]]]) -> list[list[list[Any]]]:
+    # (logprob, id) pairs as the JSON lists a stored cell reads back as: fresh and stored compare alike.
+    return [[list(pair) for pair in position] for position in top]
+
+
+def _serve(ctx: ProbeContext, phase: str, sequences: list[list[int]]) -> list[dict[str, Any]]:
+    """One phase's requests, greedy, with output logprobs and top-k: a sample per request."""
+    batch = ctx.param("batch_size") or len(sequences)
+    answers = []
+    for chunk in batches(sequences, batch):
+        answers += ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
+                                       logprobs=Logprobs(top_k=ctx.param("top_k")))
+    lps = require_output_logprobs([g.output_logprobs for g in answers], f"the {phase} phase")
+    require_top_logprobs([g.output_top_logprobs for g in answers], f"the {phase} phase")
+    return [{"phase": phase, "request": i, "input_ids": list(seq), "output_ids": list(g.output_ids),
+             "output_logprobs": lp, "output_top_logprobs": _lists(g.output_top_logprobs),
+             "cached_tokens": g.cached_tokens}
+            for i, (seq, g, lp) in enumerate(zip(sequences, answers, lps))]
+
+
+def run(ctx: ProbeContext) -> ProbeOutput:
+    if not ctx.deterministic:
+        raise ProbeNotApplicable("the reference probe compares two servers bit for bit: it needs deterministic "
+                                 "inference (deterministic = true), without which batching alone moves the bits")
+    prompts = [list(p) for p in ctx.workload.prompts]
+    total = 4 * len(prompts) + 1
+    ctx.client.flush_cache()
+    cold = _serve(ctx, "cold", prompts)
+    ctx.advance(len(prompts), total)
+    hit = _serve(ctx, "hit", prompts)
+    ctx.advance(2 * len(prompts), total)
+    turn2 = [p + s["output_ids"] for p, s in zip(prompts, cold)]
+    multiturn = _serve(ctx, "multiturn", turn2)
+    ctx.client.flush_cache()
+    multiturn_cold = _serve(ctx, "multiturn_cold", turn2)
+    ctx.advance(4 * len(prompts), total)
+    ctx.client.flush_cache()
+    single = _serve(ctx, "single", prompts[:1])
+    ctx.advance(total, total)
+    samples = (*cold, *hit, *multiturn, *multiturn_cold, *single)
+    facts = {"deterministic": True, "prompts": len(prompts), "top_k": ctx.param("top_k"), "phases": list(PHASES),
+             "requests": len(samples),
+             "cached_tokens": {phase: [s["cached_tokens"] for s in samples if s["phase"] == phase] for phase in PHASES},
+             "degenerate_prompts": degenerate_outputs([s["output_ids"] for s in cold])}
+    return ProbeOutput(samples=samples, metrics=(), facts=facts)
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+def first_divergence(own: dict[str, Any], ref: dict[str, Any]) -> int:
+    """The first output position where `own`'s answer (id, logprob, top-k) departs from `ref`'s
+    (an answer that ends early departs where it ends; another input departs at 0), IDENTICAL
+    where they are bit-identical."""
+    if own["input_ids"] != ref["input_ids"]:
+        return 0
+    served = [list(zip(s["output_ids"], s["output_logprobs"], s["output_top_logprobs"])) for s in (own, ref)]
+    first = next((j for j, (a, b) in enumerate(zip(*served)) if a != b), None)
+    if first is not None:
+        return first
+    return IDENTICAL if len(served[0]) == len(served[1]) else min(map(len, served))
+
+
+def _keys(cell: CellResult) -> list[tuple[str, int]]:
+    return [(s["phase"], s["request"]) for s in cell.samples]
+
+
+def divergences(own: CellResult, ref: CellResult) -> tuple[float, ...]:
+    """Per request of `own` (in its order), where it departs from the same request of `ref`."""
+    by_key = {(s["phase"], s["request"]): s for s in ref.samples}
+    return tuple(float(first_divergence(s, by_key[(s["phase"], s["request"])])) for s in own.samples)
+
+
+def _served_at(sample: dict[str, Any], position: int) -> list[Any] | None:
+    """[token id, logprob] a sample served at an output position (None past its end)."""
+    if position >= len(sample["output_ids"]):
+        return None
+    return [sample["output_ids"][position], sample["output_logprobs"][position]]
+
+
+def _summary(cell: CellResult, values: Sequence[float], reference: str, ref: CellResult) -> dict[str, Any]:
+    """One side's facts against its reference (`ref`, named `reference`): which requests depart,
+    and where the first does, with what each served there."""
+    departed = [(s, int(v)) for s, v in zip(cell.samples, values) if v != IDENTICAL]
+    first = None
+    if departed:
+        sample, position = departed[0]
+        theirs = next(r for r in ref.samples if (r["phase"], r["request"]) == (sample["phase"], sample["request"]))
+        first = {"phase": sample["phase"], "request": sample["request"], "position": position,
+                 "served": _served_at(sample, position), "reference_served": _served_at(theirs, position),
+                 "input_differs": sample["input_ids"] != theirs["input_ids"]}
+    phases = {phase: sum(1 for s, _ in departed if s["phase"] == phase) for phase in PHASES}
+    return {"reference": reference, "diverging_requests": len(departed), "requests": len(values),
+            "first_divergence": first, "diverging_phases": {p: n for p, n in phases.items() if n}}
+
+
+def divergence_text(facts: dict[str, Any]) -> str:
+    """"diverges from static at hit request 2, position 5 (3 of 40 requests: hit 3)", or
+    "bit-identical to static in every phase (40 requests)"."""
+    first = facts.get("first_divergence")
+    if not first:
+        return f"bit-identical to {facts['reference']} in every phase ({facts['requests']} requests)"
+    phases = ", ".join(f"{p} {n}" for p, n in facts["diverging_phases"].items())
+    return (f"diverges from {facts['reference']} at {first['phase']} request {first['request']}, "
+            f"position {first['position']} ({facts['diverging_requests']} of {facts['requests']} requests: {phases})")
+
+
+def _not_comparable(reference: Reference, base: CellResult, cand: CellResult) -> str:
+    """Why the reference's cells cannot be read ("" where they can), side by side."""
+    problems = []
+    for side, own, ref in (("base", base, reference.base), ("candidate", cand, reference.candidate)):
+        if ref is None:
+            problems.append(f"{side}: no cell of {reference.config} in this run")
+        elif ref.status != Status.OK:
+            problems.append(f"{side}: {reference.config} reads {ref.status.value}"
+                            f"{f' ({ref.reason})' if ref.reason else ''}")
+        elif sorted(_keys(own)) != sorted(_keys(ref)) or ref.workload_fingerprint != own.workload_fingerprint:
+            problems.append(f"{side}: {reference.config} served other requests (another workload or version)")
+    return f"the reference configuration {reference.config}: {'; '.join(problems)}" if problems else ""
+
+
+def versus(base: CellResult, cand: CellResult, reference: Reference | None, params: dict[str, Any]) -> Across:
+    if reference is None:
+        return _across_revisions(base, cand)
+    why = _not_comparable(reference, base, cand)
+    if why:
+        return Across((), {"not_comparable": why})
+    assert reference.base is not None and reference.candidate is not None  # _not_comparable checked
+    b, c = divergences(base, reference.base), divergences(cand, reference.candidate)
+    base_facts = _summary(base, b, reference.config, reference.base)
+    cand_facts = _summary(cand, c, reference.config, reference.candidate)
+    metrics = ((Metric("diverging", Kind.EXACT, b, headline="", paired=True),
+                Metric("diverging", Kind.EXACT, c, headline="", paired=True)),)
+    # Both sides depart alike: equal metrics, and the candidate still serves other answers than
+    # its reference. Never a *same*.
+    not_same = (f"both sides diverge from {reference.config} alike ({divergence_text(cand_facts)})"
+                if cand_facts["first_divergence"] else "")
+    return Across(metrics, cand_facts, base_facts=base_facts, not_same=not_same)
+
+
+def _across_revisions(base: CellResult, cand: CellResult) -> Across:
+    """A configuration that is no other's: the candidate's answers against the base's."""
+    if sorted(_keys(base)) != sorted(_keys(cand)) or base.workload_fingerprint != cand.workload_fingerprint:
+        return Across((), {"not_comparable": "the two sides served other requests (another workload or version)"})
+    c = divergences(cand, base)
+    facts = _summary(cand, c, "the base", base)
+    metrics = ((Metric("revision_diverging", Kind.EXACT, (float(IDENTICAL),) * len(c), headline="", paired=True),
+                Metric("revision_diverging", Kind.EXACT, c, headline="", paired=True)),)
+    return Across(metrics, facts)
+
+
+def reference_of(config: str, params: dict[str, Any], configs: Sequence[str]) -> str | None:
+    """The configuration `config` is compared with: `against`'s entry for it, or for a name
+    graph_modes expanded (`<name>-graphs-<mode>`) the entry of `<name>`, in the same mode where
+    the reference was expanded too (the mode's name where neither is among `configs`)."""
+    against = params["against"]
+    if config in against:
+        return against[config]
+    stem, sep, mode = config.rpartition(GRAPH_SUFFIX)
+    if not sep or stem not in against:
+        return None
+    same_mode = f"{against[stem]}{GRAPH_SUFFIX}{mode}"
+    return same_mode if same_mode in configs or against[stem] not in configs else against[stem]
+
+
+def check_suite(params: dict[str, Any], configs: Sequence[str], where: str) -> None:
+    """Every configuration `against` names, and every reference, runs this probe in the suite."""
+    stems = {c.rpartition(GRAPH_SUFFIX)[0] for c in configs if GRAPH_SUFFIX in c}
+    for config, ref in params["against"].items():
+        if config not in configs and config not in stems:
+            raise UsageError(f"{where}.against: {config!r} is no configuration that runs the reference probe "
+                             f"(those that do: {', '.join(configs)})")
+        for name in (c for c in configs if c == config or c.rpartition(GRAPH_SUFFIX)[0] == config):
+            resolved = reference_of(name, params, configs)
+            if resolved not in configs:
+                raise UsageError(f"{where}.against: {name}'s reference {resolved!r} is no configuration that runs "
+                                 f"the reference probe (those that do: {', '.join(configs)})")
+            if resolved == name:
+                raise UsageError(f"{where}.against: {name!r} is its own reference")
+
+
+def describe(facts: dict[str, Any], primary: Metric | None) -> str:
+    if "reference" in facts:
+        return divergence_text(facts)
+    return f"{facts.get('requests')} requests in {len(facts.get('phases') or ())} phases, top-{facts.get('top_k')}"
+
+
+def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
+    """Per request, where it departs from its reference (or, on a configuration that is none's
+    but its own, from the base): exact."""
+    return (PlannedMetric("diverging", Kind.EXACT, paired=True),
+            PlannedMetric("revision_diverging", Kind.EXACT, paired=True))
+
+
+def _place(samples: Sequence[dict[str, Any]], i: int) -> str:
+    if i >= len(samples):
+        return f"request {i}"
+    return f"{samples[i]['phase']} request {samples[i]['request']} (first divergent output position, -1: identical)"
+
+
+VALUES = {"diverging": ValueIndex("request", _place,
+                                  sides="the base against its reference → the candidate against its reference"),
+          "revision_diverging": ValueIndex("request", _place,
+                                           sides="the base against itself → the candidate against the base")}
+
+FIGURES = (
+    metric("diverging"), metric("revision_diverging"),
+    *summary("diverging", "diverging_requests", "diverging_phases"),
+    *locator("diverging", "first_divergence"),
+    *parameter("deterministic", "top_k", "reference"),
+    *descriptive("the workload's size and phases, the same on every configuration", "prompts", "phases", "requests"),
+    *descriptive("what each request reused from the prefix cache; the answers it served decide", "cached_tokens"),
+    *descriptive("a warning about one side's outputs; diverging compares them", "degenerate_prompts"),
+    *descriptive("why the configuration could not be compared with its reference (the row reads error)",
+                 "not_comparable"),
+)
+
+PROBE = register(ProbeKind(
+    "reference", run,
+    "a configuration vs a reference configuration of the same revision (unified vs static, graphs on vs off): "
+    "bit-identical answers in cold, hit and multi-turn phases",
+    params=PARAMS, describe=describe, planned=planned, values=VALUES.get, figures=FIGURES,
+    reference=reference_of, versus=versus, suite_check=check_suite))
