@@ -89,6 +89,8 @@ class Capabilities:
                      str(features.mamba_track_interval)]
         if features.cuda_graph is False:
             args += self.graphs_off_args()
+        if features.max_total_tokens is not None:
+            args += [self._need("a token pool size", "--max-total-tokens"), str(features.max_total_tokens)]
         spec = features.speculative
         if spec is not None:
             flag = self._need("speculative decoding", "--speculative-algorithm")

@@ -91,6 +91,15 @@ class Generation:
         return _number(self.meta, "spec_accept_rate", float)
 
     @property
+    def spec_correct_drafts_histogram(self) -> list[int] | None:
+        """Verify rounds by their number of correct drafts (index c: rounds with c correct);
+        None when absent or not a list of counts."""
+        value = self.meta.get("spec_correct_drafts_histogram")
+        if not isinstance(value, list) or not all(isinstance(n, int) and n >= 0 for n in value):
+            return None
+        return list(value)
+
+    @property
     def output_top_logprobs(self) -> list[list[tuple[float | None, int]] | None]:
         """Per generated token, the top-k (logprob, token id) pairs (with top_logprobs_num);
         None (or a None logprob) where a broken server answered null."""
@@ -329,8 +338,13 @@ class SGLangClient:
 
     def metrics(self) -> dict[str, float]:
         """Prometheus gauges/counters named sglang:*, summed over label sets; {} when disabled."""
+        text = self.metrics_text()
+        return parse_prometheus(text) if text is not None else {}
+
+    def metrics_text(self) -> str | None:
+        """The `/metrics` exposition as served; None when disabled (not 200)."""
         resp = self._request("GET", "/metrics", timeout=30)
-        return parse_prometheus(resp.text) if resp.status_code == 200 else {}
+        return resp.text if resp.status_code == 200 else None
 
 
 # A label block may hold `}` (or `,`, escaped quotes) inside quoted values, and SGLang 0.5.16

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness import __version__, stats
+from harness import __version__, path_proof, stats
 from harness.errors import CorruptResult
 from harness.probes import PROBES
 from harness.probes.base import Across, Reference, deciding_metrics
@@ -144,11 +144,17 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         # Equal metrics that show the same defect on both sides are no match (as the same finding
         # on both sides is not): the row says what both do.
         return ProbeComparison(config, probe, Verdict.ERROR, note=f"{derived.not_same}; {note}", **recorded)
-    vacuous = [f"{n}: {sides[n].facts['vacuous']}" for n in sides if sides[n].facts.get("vacuous")]
+    # A probe's own vacuity (too few cache hits) and the pipeline's (a demanded path not shown
+    # to have run, harness/path_proof.py): never a *same*.
+    vacuous = [f"{n}: {why}" for n in sides
+               for why in (sides[n].facts.get("vacuous"), path_proof.unproven(sides[n].facts)) if why]
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.
         return ProbeComparison(config, probe, Verdict.ERROR, note="vacuous: " + "; ".join(vacuous) + changed_note,
                                **recorded)
+    proofs = [f"{n} {why}" for n in sides if (why := path_proof.shown(sides[n].facts))]
+    if proofs:  # what showed the path the configuration names ran, beside the verdict
+        note += "; path shown: " + "; ".join(proofs)
     return ProbeComparison(config, probe, verdict, note=note, decided_by=decided_by, **recorded)
 
 

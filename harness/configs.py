@@ -39,6 +39,23 @@ class Features:
     disable_radix_cache: bool = False
     # None: the server's default (graphs on); False/True: graphs off/on, spelled per revision.
     cuda_graph: bool | None = None
+    # Pressure (issue 35): SGLang's forced retraction every `retract_interval` batches
+    # (SGLANG_TEST_RETRACT / SGLANG_TEST_RETRACT_INTERVAL), a small token pool
+    # (`--max-total-tokens`), and the retractions each cell must see to count (harness/path_proof.py;
+    # None: MIN_RETRACTIONS under pressure).
+    retract_interval: int | None = None
+    max_total_tokens: int | None = None
+    min_retractions: int | None = None
+
+    @property
+    def pressure(self) -> bool:
+        return self.retract_interval is not None or self.max_total_tokens is not None
+
+    def env(self) -> dict[str, str]:
+        """The server environment the features ask for (SGLang's switches, not flags)."""
+        if self.retract_interval is None:
+            return {}
+        return {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": str(self.retract_interval)}
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,7 @@ class ServerConfig:
 def _features_dict(f: Features) -> dict[str, Any]:
     d = dict(f.__dict__)
     d["speculative"] = dict(f.speculative.__dict__) if f.speculative else None
-    if f.cuda_graph is None:
-        del d["cuda_graph"]  # fingerprints of configurations that leave graphs alone are unchanged
+    for unset in ("cuda_graph", "retract_interval", "max_total_tokens", "min_retractions"):
+        if d[unset] is None:
+            del d[unset]  # fingerprints of configurations that leave them alone are unchanged
     return d

@@ -43,6 +43,10 @@ class RunRequest:
     extra_args: tuple[str, ...] = ()
     # Extra server environment for every configuration (part of its fingerprint, unlike a slot's).
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Extra server environment of one role's servers only (`detcheck selftest`: the candidate's
+    # SGLANG_DEBUG_REVERT_PR): part of that role's cell keys, so a side of the same sha with
+    # another environment is never served from the other's stored cells.
+    role_env: dict[Role, dict[str, str]] = field(default_factory=dict)
     command_line: str = ""
     # `--set probe.param=value`: probe parameters over the suite's tables (recorded in results).
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)

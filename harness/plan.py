@@ -31,6 +31,7 @@ _SERVER_KEYS = {"args", "env", "target_args", "startup_timeout_s", "request_time
 _CONFIG_KEYS = {
     "name", "probes", "deterministic", "mamba_pool", "mamba_track_interval", "speculative",
     "draft", "model", "swa_ratio", "disable_radix_cache", "cuda_graph", "args", "env", "target_args",
+    "retract_interval", "max_total_tokens", "min_retractions",
 }
 # Suite-level `graph_modes`: each configuration without its own `cuda_graph` runs once per mode,
 # as `<name>-graphs-<mode>`.
@@ -56,6 +57,11 @@ CONFIG_SCALARS = {p.name: p for p in (
     _scalar("mamba_track_interval", int, "tokens between Mamba checkpoints", low=1, high=1_000_000),
     _scalar("swa_ratio", float, "--swa-full-tokens-ratio", low=1e-6, high=1.0),
     _scalar("cuda_graph", bool, "CUDA graphs off/on, spelled per revision (unset: the server's default)"),
+    _scalar("retract_interval", int, "force a retraction every this many batches (SGLANG_TEST_RETRACT_INTERVAL)",
+            low=1, high=1_000_000),
+    _scalar("max_total_tokens", int, "a small token pool: --max-total-tokens", low=16, high=10**10),
+    _scalar("min_retractions", int, "retractions each cell must see under pressure, fewer is vacuous "
+            "(default 10, upstream's bar)", low=0, high=10**9),
 )}
 SPECULATIVE_SCALARS = {p.name: p for p in (
     _scalar("algorithm", str, "speculative algorithm"),
@@ -184,7 +190,7 @@ class Suite:
             features=spec.features,
             args=(*self.server_args, *self.target_args.get(target, ()), *spec.args,
                   *spec.target_args.get(target, ())),
-            env={**self.server_env, **spec.env},
+            env={**spec.features.env(), **self.server_env, **spec.env},
             draft_model=_resolve_model(self.path, draft, f"config {spec.name!r} draft") if draft else None,
         )
 
@@ -453,6 +459,9 @@ def _load_config(where: _Where, raw: Any, index: int,
             swa_ratio=typed.get("swa_ratio"),
             disable_radix_cache=typed.get("disable_radix_cache", False),
             cuda_graph=typed.get("cuda_graph"),
+            retract_interval=typed.get("retract_interval"),
+            max_total_tokens=typed.get("max_total_tokens"),
+            min_retractions=typed.get("min_retractions"),
         ),
         args=where.server_args(raw, "args", label),
         env=where.env(raw, label),

@@ -48,10 +48,12 @@ from harness.logparse import last_exception
 from harness.metadata import interpreter_id, revision_interpreter_metadata
 from harness.observer import QuietObserver, RunObserver, SuiteObserver
 from harness.paths import safe_name, sha_cache_file
+from harness import path_proof
 from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
 from harness.plan import ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
+from harness.runner import runner_fingerprint
 from harness.redaction import environment_secrets, redact_argv, redact_env, scrub, scrub_file
 from harness.result_files import write_run
 from harness.compare import compare_pair
@@ -99,7 +101,9 @@ class Run:
             return None  # an installed package has no identity to cache by
         return CellKey(self.req.target, sha, cp.spec.name, cp.server.fingerprint, cp.workloads[probe].fingerprint,
                        probe, params_fingerprint(PROBES[probe].measured(self.suite.probe_spec(probe).params)),
-                       server_args_fingerprint=params_fingerprint(list(cp.probe_args)),
+                       server_args_fingerprint=params_fingerprint([
+                           *cp.probe_args, *path_proof.key_part(cp.server.features),
+                           *(f"{k}={v}" for k, v in sorted(self.req.role_env.get(role, {}).items()))]),
                        interpreter=interpreter_id(self.targets[role].python))
 
 
@@ -621,12 +625,18 @@ def joined(probe: str, earlier: Outcome, later: Outcome) -> Outcome:
         return later
     placed = {**later.output.facts}
     placed["first_side"] = [*earlier.output.facts.get("first_side", []), *later.output.facts.get("first_side", [])]
-    output = PROBES[probe].merge([earlier.output, later.output])
+    output = with_path(PROBES[probe].merge([earlier.output, later.output]), [earlier.output, later.output])
     output = dataclasses.replace(output, facts={**output.facts, **{k: placed[k] for k in PLACEMENT_FACTS if k in placed}})
     return Outcome(Status.OK, "", later.log_tail, output, wall_s=round((earlier.wall_s or 0.0) + (later.wall_s or 0.0), 3))
 
 
 PLACEMENT_FACTS = ("placement", "first_side", "placement_seed")
+
+
+def with_path(output: ProbeOutput, parts: list[ProbeOutput]) -> ProbeOutput:
+    """A merged output with its parts' path proofs as one (harness/path_proof.py)."""
+    path = path_proof.merged([p.facts for p in parts])
+    return output if path is None else dataclasses.replace(output, facts={**output.facts, path_proof.FACT: path})
 
 
 def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
@@ -676,7 +686,7 @@ def first_sides(rounds: range, at_once: bool, seed: int) -> list[int]:
 def merged(probe: str, outcomes: list[Outcome], placement: dict) -> Outcome:
     """One side's rounds as one output, with how the rounds were placed among its facts."""
     try:
-        output = PROBES[probe].merge([o.output for o in outcomes])
+        output = with_path(PROBES[probe].merge([o.output for o in outcomes]), [o.output for o in outcomes])
     except VacuousResult as exc:
         return Outcome(Status.ERROR, f"vacuous: {exc}")
     output = dataclasses.replace(output, facts={**output.facts, **placement})
@@ -685,7 +695,7 @@ def merged(probe: str, outcomes: list[Outcome], placement: dict) -> Outcome:
 
 
 def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
-    env = {**cp.server.env, **slot.env}
+    env = {**cp.server.env, **slot.env, **run.req.role_env.get(role, {})}
     target = run.targets[role]
     return Job(cp, role, run.req.revision(role), target, run.worktrees[role],
                {p: run.key(cp, p, role) for p in cp.probes}, env=env,
@@ -740,7 +750,8 @@ def server_flags(caps: Capabilities, server: ServerConfig, probe_args: tuple[str
     server with it too (results/h200/suite_server.py)."""
     feature_args = caps.feature_args(server.features, server.draft_model)
     caps.check_args((*server.args, *probe_args))
-    return feature_args + probe_args
+    # The counters that show which path each probe took (harness/path_proof.py).
+    return feature_args + probe_args + path_proof.metrics_args(caps.knows, (*server.args, *feature_args, *probe_args))
 
 
 LOG_DIR = "logs"
@@ -758,6 +769,7 @@ def server_logs(out_dir: Path) -> list[Path]:
 
 def launch_server(run: Run, job: Job) -> bool:
     log_path = server_log(run.req.out_dir, job.cp.spec.name, job.role, job.revision.short())
+    job.meta["runner"] = runner_fingerprint()  # the GPUs as this server finds them
     started_at = time.time()
     # The interpreter's metadata (a subprocess, once per interpreter and sha) is read while the
     # server starts, not after it.
@@ -820,8 +832,12 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     ctx = ProbeContext(client=client, server=server, config=job.cp.server, workload=job.cp.workloads[probe],
                        params=run.suite.probe_spec(probe).params, server_info=job.server_info,
                        advance=run.observer.probing(job.cp.spec.name, job.role.value, probe), rounds=rounds)
+    scrape = path_proof.Scrape(client.metrics_text, job.cp.server.features,
+                               path_proof.METRICS_FLAG in (*job.args, *job.cp.server.args),
+                               server.log_size, server.log_since)
     t0 = time.time()
     try:
+        scrape.before()
         output = PROBES[probe].run(ctx)
     except ProbeNotApplicable as exc:
         return Outcome(Status.NOT_APPLICABLE, f"n/a: {exc}")
@@ -844,6 +860,7 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
                                      f"(at {Path(frame.filename).name}:{frame.lineno}){died(server)}",
                        server.log_tail())
     wall_s = round(time.time() - t0, 3)
+    output = dataclasses.replace(output, facts={**output.facts, path_proof.FACT: scrape.after()})
     broken = output.non_finite()
     if broken:  # the server answered, but a figure it gave is NaN or inf: no statistic may use it
         return Outcome(Status.FINDING, broken, server.log_tail(), ProbeOutput(output.samples, ()), wall_s=wall_s)

@@ -7,6 +7,7 @@ either: it learns their flags from `--help` and talks to them over HTTP.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -94,6 +95,9 @@ class Target:
     # Where the importable package lives inside a checkout (SGLang: python/sglang).
     package_dir: str = "python"
     python: str = sys.executable
+    # The module, inside the package, that registers the past fixes SGLANG_DEBUG_REVERT_PR can
+    # revert (harness/selftest.py reads its registry from the revision's source).
+    fix_toggle: str = ""
 
     @property
     def package(self) -> str:
@@ -152,8 +156,8 @@ class Target:
 
 
 TARGETS: dict[str, Target] = {
-    "sglang": Target("sglang", "sglang.launch_server"),
-    "refserver": Target("refserver", "refserver"),
+    "sglang": Target("sglang", "sglang.launch_server", fix_toggle="srt/debug_utils/pr_fix_toggle.py"),
+    "refserver": Target("refserver", "refserver", fix_toggle="pr_fix_toggle.py"),
 }
 TARGET_NAMES = tuple(TARGETS)
 
@@ -166,4 +170,4 @@ def target_of_checkout(repo: Path) -> Target | None:
 
 def get_target(name: str, python: str | None = None) -> Target:
     base = TARGETS[name]
-    return base if python is None else Target(base.name, base.module, base.package_dir, python)
+    return base if python is None else dataclasses.replace(base, python=python)

@@ -60,6 +60,26 @@ probes = {json.dumps(probes)}
     return path
 
 
+def planted(tmp_path: Path, regression: str):
+    """A reference-server repository whose head plants `regression` on the base: (repo, base sha,
+    candidate sha)."""
+    from harness.fixture_repo import FixtureRepo
+
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit(regression)
+    return repo, base, repo.commit(f"plant {regression}")
+
+
+def run_pair(repo, base: str, candidate: str, suite: Path, out: Path, *extra: str):
+    """`detcheck run` of base vs candidate as a process: (exit code, results.json, the process)."""
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
+                    "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md", *extra,
+                    timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return proc.returncode, json.loads((out / "results.json").read_text()), proc
+
+
 # The H200 seed suite (issue 38) as the reference server runs it: its workload (8 prompts of 150-700
 # tokens from a 32,000-token vocabulary, 48 new tokens) CPU-sized, the reference models having 512
 # tokens; prompts stay longer than the track interval (64), so that every hit restores a checkpoint.

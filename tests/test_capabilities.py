@@ -120,3 +120,11 @@ def test_graphs_off_not_expressible():
     caps = Capabilities.parse(OLD_HELP)
     with pytest.raises(NotExpressible, match="turn CUDA graphs off"):
         caps.feature_args(Features(cuda_graph=False), None)
+
+
+def test_a_small_token_pool_is_a_flag_and_forced_retraction_an_environment():
+    from harness.configs import Features
+    caps = Capabilities.parse("usage: x [--model-path P] [--max-total-tokens N]")
+    assert caps.feature_args(Features(max_total_tokens=4096, retract_interval=3), None) == ("--max-total-tokens", "4096")
+    with pytest.raises(NotExpressible, match="token pool size"):
+        Capabilities.parse("usage: x [--model-path P]").feature_args(Features(max_total_tokens=4096), None)

@@ -61,6 +61,8 @@ def test_fingerprint_changes_with_args(tmp_path):
     ("[[config]]\nname = 'b'\nprobes = ['kl']\nswa_ratio = 1.5\n", "swa_ratio: 1.5 is out of range"),
     ("[[config]]\nname = 'b'\nprobes = ['kl']\nspeculative = {algorithm = 'MAGIC'}\n", "speculative.algorithm"),
     ("[[config]]\nname = 'b'\nprobes = ['kl']\ncolour = 'red'\n", "unknown key 'colour'"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\nretract_interval = 0\n", "retract_interval: 0 is out of range"),
+    ("[[config]]\nname = 'b'\nprobes = ['kl']\nmin_retractions = -1\n", "min_retractions: -1 is out of range"),
 ])
 def test_bad_fields_are_named(tmp_path, extra, message):
     path = write(tmp_path, MINIMAL + extra)
@@ -287,3 +289,12 @@ def test_verdict_metrics_that_could_never_decide_are_refused(tmp_path, probe, ta
     if probe == "revision_kl":
         load_suite(refserver_suite(tmp_path / "ok.toml", [probe], f'[probe.{probe}]\nverdict_metrics = ["{fine}", "top1_agree"]\n',
                                    prompts=8, deterministic=deterministic), known_probes())
+
+
+def test_pressure_keys_reach_the_server_as_sglangs_switches(tmp_path):
+    suite = load_suite(write(tmp_path, MINIMAL + "[[config]]\nname = 'p'\nprobes = ['kl']\nretract_interval = 7\n"
+                                            "max_total_tokens = 2048\nmin_retractions = 12\n"), known_probes())
+    plain, pressed = (suite.server_config(c, "refserver") for c in suite.configs)
+    assert pressed.env == {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "7"} and plain.env == {}
+    assert (pressed.features.max_total_tokens, pressed.features.min_retractions) == (2048, 12)
+    assert plain.fingerprint != pressed.fingerprint

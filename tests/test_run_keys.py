@@ -11,15 +11,17 @@ from harness.results import Role
 from harness.run import Run, plan
 
 
-def keys(tmp_path, probes: list[str]) -> dict:
-    suite = load_suite(refserver_suite(tmp_path / f"{'-'.join(probes)}.toml", probes), known_probes())
+def keys(tmp_path, probes: list[str], role: Role = Role.BASE, role_env: dict | None = None,
+         tables: str = "") -> dict:
+    name = f"{'-'.join(probes)}-{abs(hash(tables))}.toml"
+    suite = load_suite(refserver_suite(tmp_path / name, probes, tables), known_probes())
     req = SimpleNamespace(target="refserver", only_configs=(), only_probes=(), extra_args=(), extra_env={},
-                          workload_scale=1,
+                          workload_scale=1, role_env=role_env or {},
                           revision=lambda role: SimpleNamespace(sha="a" * 40))
     (cp,) = plan(suite, req)
-    run = SimpleNamespace(req=req, targets={Role.BASE: SimpleNamespace(name="refserver", python="python3")},
-                          suite=suite)
-    return {p: Run.key(run, cp, p, Role.BASE) for p in cp.probes}, cp
+    interpreter = SimpleNamespace(name="refserver", python="python3")
+    run = SimpleNamespace(req=req, targets={Role.BASE: interpreter, Role.CANDIDATE: interpreter}, suite=suite)
+    return {p: Run.key(run, cp, p, role) for p in cp.probes}, cp
 
 
 def test_a_probe_that_adds_server_flags_changes_the_key_of_its_neighbours(tmp_path):
@@ -30,3 +32,14 @@ def test_a_probe_that_adds_server_flags_changes_the_key_of_its_neighbours(tmp_pa
     assert alone["throughput"] != shared["throughput"]
     assert alone["throughput"].server_args_fingerprint != shared["throughput"].server_args_fingerprint
     assert alone["throughput"].relpath() != shared["throughput"].relpath()
+
+
+def test_a_sides_own_environment_and_a_demanded_path_proof_are_in_its_keys(tmp_path):
+    """selftest's candidate (SGLANG_DEBUG_REVERT_PR) never reuses the base's cells of the same sha,
+    and a graphs-on configuration's cells (which carry the path proof) none measured without it."""
+    base, _ = keys(tmp_path, ["kl"])
+    plain, _ = keys(tmp_path, ["kl"], Role.CANDIDATE)
+    reverted, _ = keys(tmp_path, ["kl"], Role.CANDIDATE, {Role.CANDIDATE: {"SGLANG_DEBUG_REVERT_PR": "9001"}})
+    assert base["kl"] == plain["kl"] and reverted["kl"] != plain["kl"]
+    graphs, _ = keys(tmp_path, ["kl"], tables="cuda_graph = true\n")
+    assert graphs["kl"].server_args_fingerprint != base["kl"].server_args_fingerprint

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck, fake_gpus, leftovers
+from conftest import ROOT, detcheck, fake_gpus, leftovers, planted
 from faultlib import Bench, interrupt
 from harness.fixture_repo import FixtureRepo
 
@@ -76,10 +76,7 @@ def most_at_once(launches: list[dict]) -> int:
 
 
 def test_four_slots_overlap_jobs_and_give_the_cells_and_verdicts_of_one_slot(tmp_path):
-    repo = FixtureRepo.create(tmp_path / "repo")
-    base = repo.head()
-    repo.edit("batch-noise")
-    candidate = repo.commit("planted regression: batch-noise")
+    repo, base, candidate = planted(tmp_path, "batch-noise")
     suite = concurrent_suite(tmp_path / "concurrent.toml")
     concurrent = run_at(4, repo, base, candidate, suite, tmp_path)
     sequential = run_at(1, repo, base, candidate, suite, tmp_path)

@@ -7,27 +7,11 @@ end to end. The figures each test reads are in its assertion messages.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from conftest import detcheck, refserver_suite
-from harness.fixture_repo import FixtureRepo
-
-
-def planted(tmp_path: Path, regression: str) -> tuple[FixtureRepo, str, str]:
-    repo = FixtureRepo.create(tmp_path / "repo")
-    base = repo.head()
-    repo.edit(regression)
-    return repo, base, repo.commit(f"plant {regression}")
-
-
-def run(repo: FixtureRepo, base: str, candidate: str, suite: Path, out: Path, *extra: str):
-    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
-                    "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md", *extra,
-                    timeout=900)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]
-    return proc.returncode, json.loads((out / "results.json").read_text()), proc
+from conftest import detcheck, planted, refserver_suite
+from conftest import run_pair as run
 
 
 # The hybrid model's cache hits resume at its recurrent checkpoints: one every 16 tokens (a line

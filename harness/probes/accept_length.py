@@ -55,6 +55,7 @@ def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> d
         "spec_verify_ct": verify,
         "accept_length": float(length),
         "accept_rate": gen.spec_accept_rate,
+        "correct_drafts_histogram": gen.spec_correct_drafts_histogram,
     }
 
 
@@ -104,7 +105,12 @@ def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | Non
     # Value i is the same (repeat, turn, prompt) on both sides: a paired design.
     metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in samples),
                     better="higher", headline="median", paired=True)
-    return ProbeOutput(samples=tuple(samples), metrics=(metric,),
+    # Accept lengths compare only over equal token ranges (an early stop changes the ratio): both
+    # sides generate output_len tokens per request (ignore_eos), and this exact metric says so; a
+    # request that stopped elsewhere on one side reads *different*, never an accept length judged
+    # over another span.
+    tokens = Metric("request_tokens", Kind.EXACT, tuple(float(s["completion_tokens"]) for s in samples))
+    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens),
                        facts={**_facts(samples, hit_fraction), "min_hit_fraction": floor,
                               # cumulative since the last flush, folded in at decode-log boundaries
                               "server_avg_accept_length": server_avg})
@@ -123,13 +129,27 @@ def _facts(samples: list[dict[str, Any]], hit_fraction: float) -> dict[str, Any]
         "turn1_median": statistics.median(by_turn[1]),
         "turn2_median": statistics.median(by_turn[2]),
         "turn2_hit_fraction": hit_fraction,
+        "draft_position_accept": draft_position_accept(samples),
     }
+
+
+def draft_position_accept(samples: Sequence[dict[str, Any]]) -> list[float] | None:
+    """Per draft position j (1, 2, …): the share of verify rounds that reached draft j (its j − 1
+    drafts before were correct) in which draft j was correct too, over every request's
+    `spec_correct_drafts_histogram`; None where a request that verified has none."""
+    hists = [s.get("correct_drafts_histogram") for s in samples if s["spec_verify_ct"]]
+    if not hists or any(h is None for h in hists):
+        return None
+    rounds = [sum(h[c] for h in hists if c < len(h)) for c in range(max(map(len, hists)))]
+    reached = [sum(rounds[c:]) for c in range(len(rounds))]  # rounds with at least c correct
+    return [round(reached[j] / reached[j - 1], 6) for j in range(1, len(rounds)) if reached[j - 1]]
 
 
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
     """Two turns per prompt per round, paired: 2 × prompts values per round."""
     prompts = params["prompts"] or workload.prompts
-    return (PlannedMetric("accept_length", Kind.NOISY, paired=True, key="repeats", per_unit=2 * prompts),)
+    return (PlannedMetric("accept_length", Kind.NOISY, paired=True, key="repeats", per_unit=2 * prompts),
+            PlannedMetric("request_tokens", Kind.EXACT))
 
 
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
@@ -150,8 +170,9 @@ PARAMS = (
 )
 FIGURES = (
     metric("accept_length"),
+    metric("request_tokens"),
     *summary("accept_length", "aggregate_accept_length", "verify_calls", "requests_without_verify",
-             "turn1_median", "turn2_median", "server_avg_accept_length"),
+             "turn1_median", "turn2_median", "server_avg_accept_length", "draft_position_accept"),
     *parameter("min_hit_fraction"),
     *descriptive("the workload's size, the same on both sides", "requests", "completion_tokens"),
     *descriptive("the vacuity gate's input: whether turn 2 reached past its prompt; the hits themselves are "

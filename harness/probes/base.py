@@ -190,6 +190,10 @@ PIPELINE_FIGURES = (
                  "placement", "first_side", "placement_seed"),
     *descriptive("how many looks measured the samples; the verdict is judged at the last of them",
                  "sequential"),
+    # harness/path_proof.py: the counters' growth over the probe; its `vacuous` (a demanded
+    # path not shown to have run) the verdict reads, as it reads a probe's own.
+    *descriptive("which paths ran (CUDA-graph passes, verify calls, cached tokens), from the server's "
+                 "counters; an unmet demand makes the cell vacuous (error unless different)", "path"),
 )
 
 

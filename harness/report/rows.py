@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from harness import path_proof
 from harness.compare import CHANGED_NOT_DECIDING, metric_pairs, overall, reference_of
 from harness.logparse import last_exception
 from harness.probes import PROBES
@@ -257,7 +258,8 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
             return own_note(comp)
         text = metric_text(comp, name, base, cand, sides)
         label = metric_label(comp.probe, name)
-        return f"{label}: {text}{_alike_text(comp, name)}" if len(comp.metrics) > 1 or label != name else text
+        shown = f"{label}: {text}{_alike_text(comp, name)}" if len(comp.metrics) > 1 or label != name else text
+        return shown + path_text(base, cand)
     failed = [(side, c) for side, c in (("base", base), ("candidate", cand))
               if c is not None and c.status != Status.OK]
     if not failed:
@@ -266,6 +268,13 @@ def _verdict_note(comp: ProbeComparison, base: CellResult | None, cand: CellResu
     if len(texts) == 1 and len(failed) == 2:
         return f"both: {texts.pop()}"
     return "; ".join(f"{side}: {failure_text(c)}" for side, c in failed)
+
+
+def path_text(base: CellResult | None, cand: CellResult | None) -> str:
+    """What showed each side's demanded path ran (harness/path_proof.py), after the verdict's words."""
+    proofs = [f"{side} {why}" for side, c in (("base", base), ("candidate", cand))
+              if c is not None and (why := path_proof.shown(c.facts))]
+    return f" · path shown: {'; '.join(proofs)}" if proofs else ""
 
 
 def own_note(comp: ProbeComparison) -> str:

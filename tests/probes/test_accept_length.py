@@ -24,3 +24,38 @@ def test_min_hit_fraction_has_one_default_shared_with_the_cache_probes():
     assert defaults["min_hit_fraction"] == cache_hit.PREFILL_PROBE.defaults()["min_hit_fraction"] == 0.5
     assert (defaults["suffix_len"], defaults["repeats"], defaults["temperature"]) == (8, 1, 0.0)
     assert defaults["batch_size"] is None  # all prompts in one request
+
+
+def test_acceptance_per_draft_position_is_read_from_the_histograms_of_correct_drafts():
+    from harness.probes.accept_length import draft_position_accept
+
+    # rounds by correct drafts: 0: 2 + 1, 1: 1 + 1, 2: 1, 3: 0 + 2 (eight rounds in all)
+    samples = [{"spec_verify_ct": 4, "correct_drafts_histogram": [2, 1, 1]},
+               {"spec_verify_ct": 4, "correct_drafts_histogram": [1, 1, 0, 2]},
+               {"spec_verify_ct": 0, "correct_drafts_histogram": None}]
+    # draft 1 reached in 8 rounds, right in 5; draft 2 reached 5, right 3; draft 3 reached 3, right 2
+    assert draft_position_accept(samples) == [round(5 / 8, 6), round(3 / 5, 6), round(2 / 3, 6)]
+    assert draft_position_accept([{"spec_verify_ct": 3, "correct_drafts_histogram": None}]) is None
+
+
+def test_accept_lengths_over_unequal_token_ranges_never_read_same():
+    """A request that made fewer tokens on one side (an early stop) moves its accept length for
+    that reason alone: the exact request_tokens metric reads *different* whatever the noisy one says."""
+    from harness.compare import compare_cells
+    from harness.probes import PROBES
+    from harness.probes.accept_length import _output
+    from harness.results import CellResult, RevisionInfo, Role, Status
+
+    def cell(role: Role, tokens: list[int]) -> CellResult:
+        samples = [{"repeat": 0, "turn": turn, "completion_tokens": n, "spec_verify_ct": 4, "accept_length": 3.0,
+                    "past_prompt": True} for turn in (1, 2) for n in tokens]
+        out = _output(samples, 0.5, None)
+        return CellResult(config="eagle", probe="accept_length", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                          status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                          samples=out.samples, metrics=out.metrics, facts=out.facts)
+
+    params = PROBES["accept_length"].defaults()
+    assert compare_cells("eagle", "accept_length", cell(Role.BASE, [12] * 4), cell(Role.CANDIDATE, [12] * 4),
+                         params).verdict == "same"
+    cut = compare_cells("eagle", "accept_length", cell(Role.BASE, [12] * 4), cell(Role.CANDIDATE, [12, 12, 9, 12]), params)
+    assert cut.verdict == "different" and cut.decided_by == "request_tokens"

@@ -110,8 +110,8 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
 # recorded that no verdict reads without saying why.
 DECLARED = {
     'accept_length': {
-        'metric': ['accept_length'],
-        'summary': ['aggregate_accept_length', 'requests_without_verify', 'server_avg_accept_length', 'turn1_median', 'turn2_median', 'verify_calls'],
+        'metric': ['accept_length', 'request_tokens'],
+        'summary': ['aggregate_accept_length', 'draft_position_accept', 'requests_without_verify', 'server_avg_accept_length', 'turn1_median', 'turn2_median', 'verify_calls'],
         'parameter': ['min_hit_fraction'],
         'descriptive': ['completion_tokens', 'requests', 'turn2_hit_fraction'],
     },
@@ -206,3 +206,14 @@ def test_a_figure_nobody_declared_fails_its_cell_and_its_comparison():
     comp = compare_cells("c", "kl", *cells, kl.defaults())
     assert comp.verdict.value == "error" and "undeclared figures of kl: metric reuse" in comp.note, comp.note
 
+
+
+def test_the_pipeline_declares_what_it_adds_to_every_cell():
+    """The facts the pipeline writes into every probe's cells (round placement, looks, the path
+    proof of harness/path_proof.py) are declared once, as descriptive: none decides by itself
+    (a path proof's `vacuous` is read by compare.py, as a probe's own)."""
+    from harness.probes.base import PIPELINE_FIGURES
+
+    assert sorted((f.name, f.role.value) for f in PIPELINE_FIGURES) == [
+        ("first_side", "descriptive"), ("path", "descriptive"), ("placement", "descriptive"),
+        ("placement_seed", "descriptive"), ("sequential", "descriptive")]

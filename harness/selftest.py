@@ -1,0 +1,128 @@
+"""Known bugs as inverse controls (`detcheck selftest`, issue 35): how often the suite reads
+*same* where a real, known bug is back.
+
+SGLang (0.5.16 on) reverse-applies one registered past fix at start-up when its server gets
+`SGLANG_DEBUG_REVERT_PR=<PR number>` (`srt/debug_utils/pr_fix_toggle.py`, whose
+`_PR_FIX_REVERT_YAML` dict maps each registered PR to the patch that reverts it; an unregistered
+number fails the launch). `registered_fixes` reads that dict's keys from the revision's own
+source (`Target.fix_toggle`), never by importing it. `run_selftest` then runs the suite with
+the revision as both sides:
+
+- the **control**: nothing reverted, every cell measured (`fresh`): it must read *same*, or a
+  difference under a revert shows nothing about the revert;
+- per fix, a run whose candidate servers get `SGLANG_DEBUG_REVERT_PR=<n>` (`RunRequest.role_env`,
+  part of the candidate's cell keys; the base's cells come from the control's store).
+
+A fix is **caught** when its run reads *different* and the control read *same*; any other
+verdict (*same*, *unknown*, *error*, nothing measured) is a miss, and the misses over the fixes
+are the suite's demonstrated false-*same* rate on real bugs. Each run keeps its own directory
+(`control/`, `revert-<n>/`) with results.json and report.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.bounded import INPUT_FILE, read_file
+from harness.compare import overall
+from harness.jobs import RunRequest
+from harness.observer import RunObserver
+from harness.results import Role, RunResult
+from harness.run import execute
+from harness.stats import Verdict
+from harness.targets import Target
+from harness.textfmt import md_code, md_table
+
+REVERT_ENV = "SGLANG_DEBUG_REVERT_PR"
+_REGISTRY = re.compile(r"^_PR_FIX_REVERT_YAML\b[^=\n]*=\s*\{(?P<body>.*?)^\}", re.M | re.S)
+_KEY = re.compile(r"^\s*(\d+)\s*:", re.M)
+
+
+def registry_path(target: Target, worktree: Path) -> Path | None:
+    return worktree / target.package_dir / target.package / target.fix_toggle if target.fix_toggle else None
+
+
+def registered_fixes(target: Target, worktree: Path) -> tuple[int, ...]:
+    """The PR numbers whose fix the revision can revert: the keys of its registry dict, in
+    order; () where the revision has no toggle module (older than SGLang 0.5.16) or no registry."""
+    path = registry_path(target, worktree)
+    if path is None or not path.is_file():
+        return ()
+    found = _REGISTRY.search(read_file(path, INPUT_FILE).decode(errors="replace"))
+    return tuple(dict.fromkeys(int(k) for k in _KEY.findall(found["body"]))) if found else ()
+
+
+@dataclass(frozen=True)
+class SelftestRun:
+    """One run of the selftest: the control (`fix` None) or one fix reverted."""
+
+    fix: int | None
+    verdict: Verdict
+    out_dir: Path
+    # The rows (configuration/probe) that read *different*, and their count of all rows.
+    different: tuple[str, ...]
+    rows: int
+
+    def caught(self, control: SelftestRun) -> bool:
+        return self.verdict == Verdict.DIFFERENT and control.verdict == Verdict.SAME
+
+    def to_dict(self, control: SelftestRun | None = None) -> dict[str, Any]:
+        out = {"fix": self.fix, "verdict": self.verdict.value, "out": str(self.out_dir),
+               "different": list(self.different), "rows": self.rows}
+        return out if control is None else {**out, "caught": self.caught(control)}
+
+
+def run_dirs(out: Path, fixes: tuple[int, ...]) -> list[Path]:
+    """Where the control's and each fix's run go."""
+    return [out / "control", *(out / f"revert-{fix}" for fix in fixes)]
+
+
+def run_selftest(req: RunRequest, fixes: tuple[int, ...], observer: RunObserver,
+                 finished: Callable[[RunResult, Path], None]) -> tuple[SelftestRun, list[SelftestRun]]:
+    """The control, then one run per fix, each in its directory of `run_dirs`; `finished` gets
+    each run as it ends (the command writes its report.md)."""
+    dirs = run_dirs(req.out_dir, fixes)
+    control = _one(dataclasses.replace(req, out_dir=dirs[0], fresh=True), None, observer, finished)
+    runs = [_one(dataclasses.replace(req, out_dir=out, role_env={Role.CANDIDATE: {REVERT_ENV: str(fix)}}),
+                 fix, observer, finished)
+            for fix, out in zip(fixes, dirs[1:])]
+    return control, runs
+
+
+def _one(req: RunRequest, fix: int | None, observer: RunObserver,
+         finished: Callable[[RunResult, Path], None]) -> SelftestRun:
+    result = execute(req, observer)
+    finished(result, req.out_dir)
+    different = tuple(f"{c.config}/{c.probe}" for c in result.comparisons if c.verdict == Verdict.DIFFERENT)
+    return SelftestRun(fix, overall(result.comparisons), req.out_dir, different, len(result.comparisons))
+
+
+def summary(control: SelftestRun, runs: list[SelftestRun]) -> dict[str, Any]:
+    caught = [r for r in runs if r.caught(control)]
+    return {"control": control.to_dict(), "fixes": [r.to_dict(control) for r in runs],
+            "caught": len(caught), "registered": len(runs),
+            "false_same_rate": (len(runs) - len(caught)) / len(runs) if runs else None}
+
+
+def markdown(control: SelftestRun, runs: list[SelftestRun], revision: str) -> str:
+    """The selftest's table: a row per fix, with the control above it."""
+    def row(r: SelftestRun) -> list[str]:
+        what = "control (nothing reverted)" if r.fix is None else md_code(f"{REVERT_ENV}={r.fix}")
+        caught = "–" if r.fix is None else ("caught" if r.caught(control) else "**missed**")
+        rows = ", ".join(md_code(d) for d in r.different) or "none"
+        return [what, r.verdict.value, caught, f"{len(r.different)}/{r.rows}: {rows}", md_code(r.out_dir.name)]
+
+    caught = sum(r.caught(control) for r in runs)
+    lines = [f"# selftest of {md_code(revision)}: known bugs as inverse controls", ""]
+    if control.verdict != Verdict.SAME:
+        lines += [f"The control reads {control.verdict.value}, not same: a difference under a revert "
+                  "shows nothing about the revert, so no fix counts as caught.", ""]
+    lines += [f"Caught {caught} of {len(runs)} registered fixes: a false-*same* rate of "
+              f"{len(runs) - caught}/{len(runs)} on real bugs." if runs else
+              "The revision registers no fix to revert.", ""]
+    lines += md_table(["run", "verdict", "fix", "rows different", "directory"], [row(control), *map(row, runs)])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,72 @@
+"""`detcheck selftest`'s registry reading (harness/selftest.py) on SGLang's own layout, and its
+verdict per fix: caught only where the control reads same."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from harness.selftest import SelftestRun, registered_fixes, summary
+from harness.stats import Verdict
+from harness.targets import TARGETS
+
+# The shape of SGLang's srt/debug_utils/pr_fix_toggle.py: a patch per PR, then the registry.
+SGLANG_TOGGLE = '''
+_PR_REVERT_YAML_25015 = """
+patches:
+  - target: sglang.srt.speculative.eagle_worker.EAGLEWorker.forward_draft_extend
+    edits:
+      - match: |
+          x = 1
+"""
+
+_PR_REVERT_YAML_26329 = """
+patches: []
+"""
+
+
+_PR_FIX_REVERT_YAML: Dict[int, str] = {
+    25015: _PR_REVERT_YAML_25015,
+    26329: _PR_REVERT_YAML_26329,
+}
+
+
+def maybe_revert_pr_fix() -> None:
+    if pr_num := envs.SGLANG_DEBUG_REVERT_PR.get():
+        _revert_pr_fix(pr_num)
+'''
+
+
+def checkout(tmp_path: Path, text: str | None) -> Path:
+    target = TARGETS["sglang"]
+    module = tmp_path / target.package_dir / target.package / target.fix_toggle
+    module.parent.mkdir(parents=True)
+    if text is not None:
+        module.write_text(text)
+    return tmp_path
+
+
+def test_the_registry_is_read_from_the_revisions_source(tmp_path):
+    assert registered_fixes(TARGETS["sglang"], checkout(tmp_path / "a", SGLANG_TOGGLE)) == (25015, 26329)
+    assert registered_fixes(TARGETS["sglang"], checkout(tmp_path / "b", None)) == ()
+    assert registered_fixes(TARGETS["sglang"], checkout(tmp_path / "c", "x = {1: 2}\n")) == ()
+
+
+def test_the_reference_servers_registry_is_found_in_its_package():
+    """This project's fixtures/refserver is a fixture checkout's python/refserver."""
+    root = Path(__file__).resolve().parents[1]
+    target = dataclasses.replace(TARGETS["refserver"], package_dir="fixtures")
+    assert registered_fixes(target, root) == (9001, 9002, 9003)
+
+
+def run(fix: int | None, verdict: Verdict) -> SelftestRun:
+    return SelftestRun(fix, verdict, Path(f"revert-{fix}"), ("det/kl",) if verdict == Verdict.DIFFERENT else (), 2)
+
+
+def test_a_fix_counts_as_caught_only_beside_a_control_that_reads_same():
+    runs = [run(1, Verdict.DIFFERENT), run(2, Verdict.SAME), run(3, Verdict.ERROR)]
+    good = summary(run(None, Verdict.SAME), runs)
+    assert [f["caught"] for f in good["fixes"]] == [True, False, False]
+    assert good["caught"] == 1 and good["false_same_rate"] == 2 / 3
+    noisy = summary(run(None, Verdict.DIFFERENT), runs)
+    assert noisy["caught"] == 0 and noisy["false_same_rate"] == 1.0
