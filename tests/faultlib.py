@@ -35,6 +35,11 @@ def suite_text(configs: dict[str, list[str]], state: Path, *, startup_timeout_s:
     return "\n".join(lines) + "\n"
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @dataclass
 class Bench:
     root: Path
@@ -69,10 +74,13 @@ class Bench:
                         env=self.env(), timeout=timeout)
 
     def start(self, *extra: str, command: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
-        """`detcheck run` in the background (`command`: a wrapper such as nohup)."""
+        """`detcheck run` in the background (`command`: a wrapper such as nohup). SIGINT and
+        SIGHUP are the default in the child however the suite was started: a test suite run in
+        the background (`pytest &` from a script, `nohup pytest`) inherits them ignored, and the
+        interrupt tests would then measure the test runner's environment, not detcheck."""
         return subprocess.Popen([*command, *detcheck_argv(*self.args(*extra))], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**os.environ, **self.env(), **(env or {})})
+                                env={**os.environ, **self.env(), **(env or {})}, preexec_fn=_default_signals)
 
     def result(self) -> dict:
         return json.loads((self.out / "results.json").read_text())
