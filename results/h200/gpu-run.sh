@@ -233,7 +233,8 @@ prepare2() {  # here: the bundles build-kit2.sh wrote (cut for this tree: MAX_MI
   for c in $(ls -d .gpu2/bundle-* | xargs -n1 basename); do
     sum=$(( tree + $(du -sb ".gpu2/$c" | cut -f1) ))
     [ "$c" = "bundle-$last" ] && sum=$(( sum + $(du -sb .gpu2/kit | cut -f1) ))
-    [ $(( sum >> 20 )) -lt 64 ] || { echo "carry .gpu2/$c: $(( sum >> 20 )) MiB with the tree, over 64"; return 1; }
+    # 64 MiB is the limit; a call of 63.7 MiB was refused, so keep a MiB clear
+    [ $(( sum >> 20 )) -lt 63 ] || { echo "carry .gpu2/$c: $(( sum >> 20 )) MiB with the tree, over 63"; return 1; }
   done
 }
 
