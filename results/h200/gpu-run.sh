@@ -365,6 +365,17 @@ followups() {
   wait
 }
 
+# hold NAME VERB [ARGS]: this script's VERB in the background (detached, so the call's end does
+# not end it), the call held until it ends or HOLD s have passed, then everything packed as NAME.
+hold() {
+  local name=$1; shift
+  monitor
+  setsid bash "$0" "$@" >> "$DEST/session.log" 2>&1 < /dev/null &
+  local running=$!
+  while [ "$SECONDS" -lt "${HOLD:-540}" ] && kill -0 $running 2>/dev/null; do sleep 5; done
+  pack "$name"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   ship) ship "${2:?bundle number}" ;;
@@ -376,22 +387,14 @@ case "${1:-}" in
       touch "$DEST/setup.done"; echo "setup done at ${SECONDS}s"
     fi
     [ "$verb" = setup ] && exit 0
-    monitor
-    setsid bash "$0" "${@:-session}" >> "$DEST/session.log" 2>&1 < /dev/null &
-    running=$!
-    while [ "$SECONDS" -lt "${HOLD:-540}" ] && kill -0 $running 2>/dev/null; do sleep 5; done
-    pack h200-main ;;
+    hold h200-main "${@:-session}" ;;
   prepare2) prepare2 ;;
   ship2) ship2 "${2:?bundle number}" ;;
   install2) install2 "${2:?last bundle number}" ;;
   main2)
     kit2_env; mkdir -p "$DEST"; shift
     [ -f "$DEST/setup2.done" ] || { echo "run install2 first"; exit 1; }
-    monitor
-    setsid bash "$0" "${@:-seed2}" >> "$DEST/session.log" 2>&1 < /dev/null &
-    running=$!
-    while [ "$SECONDS" -lt "${HOLD:-540}" ] && kill -0 $running 2>/dev/null; do sleep 5; done
-    pack h200-kit2 ;;
+    hold h200-kit2 "${@:-seed2}" ;;
   setup2) setup2 ;;
   seed2) kit2_env; seed2 ;;
   session) session ;;
