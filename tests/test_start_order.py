@@ -3,7 +3,6 @@ server per model before the model's others."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import threading
 
@@ -11,6 +10,7 @@ import pytest
 
 from conftest import ROOT, detcheck
 from harness.errors import UsageError
+from harness.result_files import read_json
 from harness.results import Role
 from harness.schedule import SlotPool, Unit, cpu_slots
 from harness.start_order import JobTimes, ModelGates, longest_first, read_job_times
@@ -27,7 +27,7 @@ def test_longest_first_puts_untimed_units_first_then_the_longest_and_keeps_ties_
 def test_job_times_are_read_from_every_suite_of_a_matrix_runs_folder():
     times = read_job_times([POOL_RUN])
     assert len(times.sources) == 3
-    raw = json.loads(gzip.decompress((POOL_RUN / "release-pools/results.json.gz").read_bytes()))
+    raw = read_json(POOL_RUN / "release-pools/results.json.xz")
     launch = next(l for l in raw["launches"] if l["config"] == "static-graphs-on" and l["role"] == "base")
     seconds = launch["ended_at"] - launch["started_at"]
     assert times.seconds[(raw["suite"], "static-graphs-on", "base")] == pytest.approx(seconds)

@@ -190,7 +190,7 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
 
 
 def claim_out_dir(out: Path, force: bool, resumable: bool = True) -> None:
-    """An --out holding another run (results.json or results.json.gz) is never overwritten by
+    """An --out holding another run (results.json, or results.json.gz or .xz) is never overwritten by
     accident: `--resume` continues it (`resumed_run`), --force replaces it: the files detcheck
     wrote there go (results, report, server logs, the plots the report links), so they are not
     appended across runs; anything else in the directory stays. `resumable`: whether the
