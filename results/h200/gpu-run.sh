@@ -262,13 +262,14 @@ install2() {  # device, the last bundle carried with the kit: install, then the 
 setup2() {  # device (or DRY_RUN here with SG0520/SG0521 trees): tags 0.5.20, 0.5.21 and the backport branch
   local sg20=${SG0520:-/tmp/sg0520} sg21=${SG0521:-/tmp/sg0521}
   local G=(git -C "$REPO2" -c user.name=detcheck -c user.email=detcheck@localhost)
-  rm -rf "$REPO2" && mkdir -p "$REPO2/python" && cp -r "$sg20/sglang" "$REPO2/python/" || return 1
-  find "$REPO2" -name __pycache__ -prune -exec rm -rf {} +
-  git -C "$REPO2" init -q -b main && "${G[@]}" add -A \
-    && "${G[@]}" commit -qm "sglang 0.5.20 (released wheel, kit2 packaging shim)" && "${G[@]}" tag 0.5.20 || return 1
-  rm -rf "$REPO2/python/sglang" && cp -r "$sg21/sglang" "$REPO2/python/" || return 1
-  find "$REPO2" -name __pycache__ -prune -exec rm -rf {} +
-  "${G[@]}" add -A && "${G[@]}" commit -qm "sglang 0.5.21 (released wheel, kit2 packaging shim)" && "${G[@]}" tag 0.5.21 || return 1
+  rm -rf "$REPO2" && mkdir -p "$REPO2/python" && git -C "$REPO2" init -q -b main || return 1
+  local r tree
+  for r in 0.5.20:"$sg20" 0.5.21:"$sg21"; do  # one commit per release, each tagged
+    tree=${r#*:}; r=${r%%:*}
+    rm -rf "$REPO2/python/sglang" && cp -r "$tree/sglang" "$REPO2/python/" || return 1
+    find "$REPO2" -name __pycache__ -prune -exec rm -rf {} +
+    "${G[@]}" add -A && "${G[@]}" commit -qm "sglang $r (released wheel, kit2 packaging shim)" && "${G[@]}" tag "$r" || return 1
+  done
   # The score_mod int8-mask backport lets multi-layer EAGLE capture its graphs on the static pool.
   local kit; kit=$(ls -d .gpu2/kit 2>/dev/null || echo "${KIT2_SRC:-$PROJECT/../shared/gpu-kit/kit2}")
   for r in 0.5.20 0.5.21; do
