@@ -13,9 +13,11 @@ the revision as both sides:
 - per fix, a run whose candidate servers get `SGLANG_DEBUG_REVERT_PR=<n>` (`RunRequest.role_env`,
   part of the candidate's cell keys; the base's cells come from the control's store).
 
-A fix is **caught** when its run reads *different* and the control read *same*; any other
-verdict (*same*, *unknown*, *error*, nothing measured) is a miss, and the misses over the fixes
-are the suite's demonstrated false-*same* rate on real bugs. Each run keeps its own directory
+A fix is **caught** when a row (configuration/probe) of its run reads *different* where the
+same row of the control read *same*: row by row, so that one configuration the revision cannot
+serve (an *error* on both sides of the control) does not void what the other rows show, while a
+row the control itself reads as anything but *same* never counts. Any other outcome is a miss,
+and the misses over the fixes are the suite's demonstrated false-*same* rate on real bugs. Each run keeps its own directory
 (`control/`, `revert-<n>/`) with results.json and report.md.
 """
 
@@ -63,17 +65,24 @@ class SelftestRun:
     fix: int | None
     verdict: Verdict
     out_dir: Path
-    # The rows (configuration/probe) that read *different*, and their count of all rows.
+    # The rows (configuration/probe) that read *different* and those that read *same*, and the
+    # count of all rows.
     different: tuple[str, ...]
+    same: tuple[str, ...]
     rows: int
 
+    def caught_by(self, control: SelftestRun) -> tuple[str, ...]:
+        """The rows that show the revert: *different* here, *same* in the control."""
+        return tuple(row for row in self.different if row in control.same)
+
     def caught(self, control: SelftestRun) -> bool:
-        return self.verdict == Verdict.DIFFERENT and control.verdict == Verdict.SAME
+        return bool(self.caught_by(control))
 
     def to_dict(self, control: SelftestRun | None = None) -> dict[str, Any]:
         out = {"fix": self.fix, "verdict": self.verdict.value, "out": str(self.out_dir),
-               "different": list(self.different), "rows": self.rows}
-        return out if control is None else {**out, "caught": self.caught(control)}
+               "different": list(self.different), "same": list(self.same), "rows": self.rows}
+        return out if control is None else {**out, "caught": self.caught(control),
+                                            "caught_by": list(self.caught_by(control))}
 
 
 def run_dirs(out: Path, fixes: tuple[int, ...]) -> list[Path]:
@@ -97,8 +106,11 @@ def _one(req: RunRequest, fix: int | None, observer: RunObserver,
          finished: Callable[[RunResult, Path], None]) -> SelftestRun:
     result = execute(req, observer)
     finished(result, req.out_dir)
-    different = tuple(f"{c.config}/{c.probe}" for c in result.comparisons if c.verdict == Verdict.DIFFERENT)
-    return SelftestRun(fix, overall(result.comparisons), req.out_dir, different, len(result.comparisons))
+    def rows(verdict: Verdict) -> tuple[str, ...]:
+        return tuple(f"{c.config}/{c.probe}" for c in result.comparisons if c.verdict == verdict)
+
+    return SelftestRun(fix, overall(result.comparisons), req.out_dir, rows(Verdict.DIFFERENT), rows(Verdict.SAME),
+                       len(result.comparisons))
 
 
 def summary(control: SelftestRun, runs: list[SelftestRun]) -> dict[str, Any]:
@@ -113,16 +125,19 @@ def markdown(control: SelftestRun, runs: list[SelftestRun], revision: str) -> st
     def row(r: SelftestRun) -> list[str]:
         what = "control (nothing reverted)" if r.fix is None else md_code(f"{REVERT_ENV}={r.fix}")
         caught = "–" if r.fix is None else ("caught" if r.caught(control) else "**missed**")
-        rows = ", ".join(md_code(d) for d in r.different) or "none"
-        return [what, r.verdict.value, caught, f"{len(r.different)}/{r.rows}: {rows}", md_code(r.out_dir.name)]
+        if r.fix is None:
+            shown = f"{len(r.same)}/{r.rows} read same"
+        else:
+            shown = f"{len(r.caught_by(control))}/{r.rows}: " + (", ".join(map(md_code, r.caught_by(control))) or "none")
+        return [what, r.verdict.value, caught, shown, md_code(r.out_dir.name)]
 
     caught = sum(r.caught(control) for r in runs)
     lines = [f"# selftest of {md_code(revision)}: known bugs as inverse controls", ""]
-    if control.verdict != Verdict.SAME:
-        lines += [f"The control reads {control.verdict.value}, not same: a difference under a revert "
-                  "shows nothing about the revert, so no fix counts as caught.", ""]
+    if len(control.same) < control.rows:
+        lines += [f"The control reads same in {len(control.same)} of {control.rows} rows: a difference "
+                  "under a revert counts only in those.", ""]
     lines += [f"Caught {caught} of {len(runs)} registered fixes: a false-*same* rate of "
               f"{len(runs) - caught}/{len(runs)} on real bugs." if runs else
               "The revision registers no fix to revert.", ""]
-    lines += md_table(["run", "verdict", "fix", "rows different", "directory"], [row(control), *map(row, runs)])
+    lines += md_table(["run", "verdict", "fix", "rows that show it", "directory"], [row(control), *map(row, runs)])
     return "\n".join(lines) + "\n"

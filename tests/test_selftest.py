@@ -59,14 +59,20 @@ def test_the_reference_servers_registry_is_found_in_its_package():
     assert registered_fixes(target, root) == (9001, 9002, 9003)
 
 
-def run(fix: int | None, verdict: Verdict) -> SelftestRun:
-    return SelftestRun(fix, verdict, Path(f"revert-{fix}"), ("det/kl",) if verdict == Verdict.DIFFERENT else (), 2)
+def run(fix: int | None, different: tuple[str, ...] = (), same: tuple[str, ...] = ("det/kl", "spec/kl")) -> SelftestRun:
+    same = tuple(row for row in same if row not in different)
+    verdict = Verdict.DIFFERENT if different else Verdict.SAME if len(same) == 2 else Verdict.ERROR
+    return SelftestRun(fix, verdict, Path(f"revert-{fix}"), different, same, 2)
 
 
-def test_a_fix_counts_as_caught_only_beside_a_control_that_reads_same():
-    runs = [run(1, Verdict.DIFFERENT), run(2, Verdict.SAME), run(3, Verdict.ERROR)]
-    good = summary(run(None, Verdict.SAME), runs)
-    assert [f["caught"] for f in good["fixes"]] == [True, False, False]
-    assert good["caught"] == 1 and good["false_same_rate"] == 2 / 3
-    noisy = summary(run(None, Verdict.DIFFERENT), runs)
+def test_a_fix_counts_as_caught_only_by_a_row_the_control_reads_same():
+    runs = [run(1, different=("det/kl",)), run(2), run(3, same=("det/kl",)), run(4, different=("spec/kl",))]
+    good = summary(run(None), runs)
+    assert [f["caught"] for f in good["fixes"]] == [True, False, False, True]
+    assert good["fixes"][0]["caught_by"] == ["det/kl"]
+    assert good["caught"] == 2 and good["false_same_rate"] == 2 / 4
+    # The control's spec row errs on both sides: a difference there shows nothing, one in det still counts.
+    partial = summary(run(None, same=("det/kl",)), runs)
+    assert [f["caught"] for f in partial["fixes"]] == [True, False, False, False]
+    noisy = summary(run(None, different=("det/kl", "spec/kl")), runs)
     assert noisy["caught"] == 0 and noisy["false_same_rate"] == 1.0

@@ -10,6 +10,7 @@
 #                                                            # SESSION (default: session) in the background;
 #                                                            # packs $OUT/h200-main.tgz when it ends or at HOLD s
 #                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
+#                e.g. main upstream                          # issue 35: selftest of 0.5.16 beside fa4 vs Triton
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
 # kit2 (torch 2.13, SGLang 0.5.20 and 0.5.21; ../shared/gpu-kit/kit2, bundles from its build-kit2.sh):
@@ -65,6 +66,15 @@ prepare() {  # here: needs the kit's wheels (make-kit.sh) and PyPI for the extra
   git check-ignore -q .gpu-kit || echo .gpu-kit/ >> "$(git rev-parse --git-common-dir)/info/exclude"
   [ -d "$out/bundle-01" ] || bash "$kit/make-kit.sh" "$out" || return 1
   [ -f "$out/sglang-0.5.17-py.tar.xz" ] || bash "$kit/release-source.sh" 0.5.17 "$out" || return 1
+  # fa4 (issue 35): 0.5.16 vendors FlashAttention 4 (sglang.jit_kernel.flash_attn.cute) but not
+  # the CuTe DSL under it: nvidia-cutlass-dsl 4.6.0 with its CUDA 13 libraries (88 MB) and
+  # quack-kernels, as 0.5.16's wheel pins them. A bundle-* folder, so the kit's packing and
+  # install.sh take them like every other wheel; `cutlass` itself is found through the folder
+  # the package's .pth names (FA4_PATH), which `pip --target` does not process.
+  ls "$out"/bundle-fa4/nvidia_cutlass_dsl_libs_cu13-*.whl > /dev/null 2>&1 || PIP_CONSTRAINT= $PY -m pip download -q \
+    --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+    -d "$out/bundle-fa4" nvidia-cutlass-dsl==4.6.0 nvidia-cutlass-dsl-libs-base==4.6.0 \
+    nvidia-cutlass-dsl-libs-core==4.6.0 nvidia-cutlass-dsl-libs-cu13==4.6.0 quack-kernels==0.6.1 || return 1
   ls "$extra"/sgl_deep_gemm-*.whl "$extra"/nox-*.whl > /dev/null 2>&1 || PIP_CONSTRAINT= $PY -m pip download -q --no-deps -d "$extra" \
     sgl-deep-gemm==0.1.4.post1 nox==2026.10.20 argcomplete colorlog dependency-groups virtualenv distlib \
     platformdirs python-discovery || return 1
@@ -329,6 +339,23 @@ session() {
   echo "session done" >> "$DEST/summary.txt"
 }
 
+# Upstream's bar on 0.5.16 (issue 35), side by side: `detcheck selftest` (the control, then each
+# fix 0.5.16 registers for SGLANG_DEBUG_REVERT_PR reverted in the candidate; suites/h200/
+# selftest.toml, forced retraction among its rows) and fa4 beside Triton, 0.5.16 vs 0.5.17
+# (suites/h200/fa4.toml). MODELS="tiny-llama tiny-qwen3next tiny-inkling" is all they read.
+FA4_PATH=$SITE/nvidia_cutlass_dsl/dsl_packages
+upstream() {
+  export PYTHONPATH=$SITE:$FA4_PATH
+  local cli=("$PY" -m harness.cli)
+  record selftest "${LIMIT_SELFTEST:-1080}" "${cli[@]}" selftest --target sglang --repo "$REPO" --rev 0.5.16 \
+    --suite suites/h200/selftest.toml --slots "${SLOTS_SELFTEST:-8}" --out "$DEST/selftest/run" --no-progress &
+  local selftest=$!
+  record fa4 "${LIMIT_FA4:-900}" "${cli[@]}" run --target sglang --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
+    --suite suites/h200/fa4.toml --slots "${SLOTS_FA4:-12}" --out "$DEST/fa4/run" --no-progress --format md
+  wait $selftest
+  echo "session done" >> "$DEST/summary.txt"
+}
+
 # pool NAME [FLAGS]: validate(h200x1), 0.5.16 vs 0.5.17, alone on the machine, into $DEST/NAME,
 # with FLAGS added to its `matrix run` (--first-per-model, --order-from …). Each such run starts
 # from a copy of the JIT caches as the kit's install left them (~/.triton, ~/.cache: the smoke
@@ -399,6 +426,7 @@ case "${1:-}" in
   setup2) setup2 ;;
   seed2) kit2_env; seed2 ;;
   session) session ;;
+  upstream) upstream ;;
   pool) shift; pool "$@" ;;
   finish)
     export PYTHONPATH=$SITE
