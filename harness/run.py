@@ -997,6 +997,10 @@ def dedupe_flags(args: tuple[str, ...]) -> tuple[str, ...]:
 
 # -- outcomes ------------------------------------------------------------------------
 
+# How a cell whose server never became healthy begins its reason (selftest reads it).
+LAUNCH_FAILED = "launch failed"
+
+
 def launch_outcome(failure: LaunchError) -> Outcome:
     """A revision refusing a combination is n/a (a result); anything else, a crash above all, is
     an error with the crash's own last lines."""
@@ -1005,7 +1009,7 @@ def launch_outcome(failure: LaunchError) -> Outcome:
         return Outcome(Status.NOT_APPLICABLE,
                        f"n/a at this revision: rejected at launch: {refusal.strip()[-240:]}", failure.log_tail)
     cause = last_exception(failure.log_tail)
-    return Outcome(Status.ERROR, f"launch failed: {failure}{f' ({cause})' if cause else ''}", failure.log_tail)
+    return Outcome(Status.ERROR, f"{LAUNCH_FAILED}: {failure}{f' ({cause})' if cause else ''}", failure.log_tail)
 
 
 def rejection_cause(log_tail: str) -> str | None:

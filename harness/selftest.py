@@ -16,8 +16,12 @@ the revision as both sides:
 A fix is **caught** when a row (configuration/probe) of its run reads *different* where the
 same row of the control read *same*: row by row, so that one configuration the revision cannot
 serve (an *error* on both sides of the control) does not void what the other rows show, while a
-row the control itself reads as anything but *same* never counts. Any other outcome is a miss,
-and the misses over the fixes are the suite's demonstrated false-*same* rate on real bugs. Each run keeps its own directory
+row the control itself reads as anything but *same* never counts. A revert whose candidate
+never served (every candidate launch failed: on the H200, three of 0.5.16's six registered
+patches no longer match 0.5.16's own source, and SGLang stops at start-up) reintroduced no bug:
+it is *not applied*, reported with the launch's reason and left out of the rate. Any other
+outcome is a miss, and the misses over the applied fixes are the suite's demonstrated
+false-*same* rate on real bugs. Each run keeps its own directory
 (`control/`, `revert-<n>/`) with results.json and report.md.
 """
 
@@ -33,8 +37,8 @@ from harness.bounded import INPUT_FILE, read_file
 from harness.compare import overall
 from harness.jobs import RunRequest
 from harness.observer import RunObserver
-from harness.results import Role, RunResult
-from harness.run import execute
+from harness.results import Role, RunResult, Status
+from harness.run import LAUNCH_FAILED, execute
 from harness.stats import Verdict
 from harness.targets import Target
 from harness.textfmt import md_code, md_table
@@ -70,17 +74,20 @@ class SelftestRun:
     different: tuple[str, ...]
     same: tuple[str, ...]
     rows: int
+    # Why the candidate never served (the first launch failure), where none of its launches did.
+    not_applied: str = ""
 
     def caught_by(self, control: SelftestRun) -> tuple[str, ...]:
         """The rows that show the revert: *different* here, *same* in the control."""
         return tuple(row for row in self.different if row in control.same)
 
     def caught(self, control: SelftestRun) -> bool:
-        return bool(self.caught_by(control))
+        return not self.not_applied and bool(self.caught_by(control))
 
     def to_dict(self, control: SelftestRun | None = None) -> dict[str, Any]:
         out = {"fix": self.fix, "verdict": self.verdict.value, "out": str(self.out_dir),
-               "different": list(self.different), "same": list(self.same), "rows": self.rows}
+               "different": list(self.different), "same": list(self.same), "rows": self.rows,
+               "not_applied": self.not_applied or None}
         return out if control is None else {**out, "caught": self.caught(control),
                                             "caught_by": list(self.caught_by(control))}
 
@@ -110,34 +117,48 @@ def _one(req: RunRequest, fix: int | None, observer: RunObserver,
         return tuple(f"{c.config}/{c.probe}" for c in result.comparisons if c.verdict == verdict)
 
     return SelftestRun(fix, overall(result.comparisons), req.out_dir, rows(Verdict.DIFFERENT), rows(Verdict.SAME),
-                       len(result.comparisons))
+                       len(result.comparisons), "" if fix is None else _never_served(result))
+
+
+def _never_served(result: RunResult) -> str:
+    """The candidate's first launch failure where every candidate cell measured is one."""
+    measured = [c for c in result.cells if c.role == Role.CANDIDATE]
+    failed = [c.reason for c in measured if c.status == Status.ERROR and c.reason.startswith(LAUNCH_FAILED)]
+    return failed[0] if measured and len(failed) == len(measured) else ""
 
 
 def summary(control: SelftestRun, runs: list[SelftestRun]) -> dict[str, Any]:
     caught = [r for r in runs if r.caught(control)]
+    applied = [r for r in runs if not r.not_applied]
     return {"control": control.to_dict(), "fixes": [r.to_dict(control) for r in runs],
-            "caught": len(caught), "registered": len(runs),
-            "false_same_rate": (len(runs) - len(caught)) / len(runs) if runs else None}
+            "caught": len(caught), "registered": len(runs), "applied": len(applied),
+            "false_same_rate": (len(applied) - len(caught)) / len(applied) if applied else None}
 
 
 def markdown(control: SelftestRun, runs: list[SelftestRun], revision: str) -> str:
     """The selftest's table: a row per fix, with the control above it."""
     def row(r: SelftestRun) -> list[str]:
         what = "control (nothing reverted)" if r.fix is None else md_code(f"{REVERT_ENV}={r.fix}")
-        caught = "–" if r.fix is None else ("caught" if r.caught(control) else "**missed**")
+        caught = ("–" if r.fix is None else "not applied" if r.not_applied
+                  else "caught" if r.caught(control) else "**missed**")
         if r.fix is None:
             shown = f"{len(r.same)}/{r.rows} read same"
+        elif r.not_applied:
+            shown = f"the candidate never served: {md_code(r.not_applied)}"
         else:
             shown = f"{len(r.caught_by(control))}/{r.rows}: " + (", ".join(map(md_code, r.caught_by(control))) or "none")
         return [what, r.verdict.value, caught, shown, md_code(r.out_dir.name)]
 
     caught = sum(r.caught(control) for r in runs)
+    applied = sum(not r.not_applied for r in runs)
     lines = [f"# selftest of {md_code(revision)}: known bugs as inverse controls", ""]
     if len(control.same) < control.rows:
         lines += [f"The control reads same in {len(control.same)} of {control.rows} rows: a difference "
                   "under a revert counts only in those.", ""]
-    lines += [f"Caught {caught} of {len(runs)} registered fixes: a false-*same* rate of "
-              f"{len(runs) - caught}/{len(runs)} on real bugs." if runs else
+    lines += [f"Caught {caught} of {applied} applied fixes ({len(runs)} registered, "
+              f"{len(runs) - applied} not applied): a false-*same* rate of {applied - caught}/{applied} "
+              "on real bugs." if applied else
+              f"No revert applied ({len(runs)} registered)." if runs else
               "The revision registers no fix to revert.", ""]
     lines += md_table(["run", "verdict", "fix", "rows that show it", "directory"], [row(control), *map(row, runs)])
     return "\n".join(lines) + "\n"

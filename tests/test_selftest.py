@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from harness.selftest import SelftestRun, registered_fixes, summary
+from harness.selftest import SelftestRun, markdown, registered_fixes, summary
 from harness.stats import Verdict
 from harness.targets import TARGETS
 
@@ -76,3 +76,16 @@ def test_a_fix_counts_as_caught_only_by_a_row_the_control_reads_same():
     assert [f["caught"] for f in partial["fixes"]] == [True, False, False, False]
     noisy = summary(run(None, different=("det/kl", "spec/kl")), runs)
     assert noisy["caught"] == 0 and noisy["false_same_rate"] == 1.0
+
+
+def test_a_revert_whose_candidate_never_served_is_not_applied_and_out_of_the_rate():
+    """0.5.16 on the H200: three registered patches no longer match its source, and every
+    candidate launch fails; those reintroduce no bug, so they neither miss nor count."""
+    unserved = dataclasses.replace(run(5), verdict=Verdict.ERROR, same=(),
+                                   not_applied="launch failed: server was killed (PatchApplicationError)")
+    result = summary(run(None), [run(1, different=("det/kl",)), run(2), unserved])
+    assert [f["caught"] for f in result["fixes"]] == [True, False, False]
+    assert result["applied"] == 2 and result["registered"] == 3 and result["false_same_rate"] == 1 / 2
+    table = markdown(run(None), [run(1, different=("det/kl",)), run(2), unserved], "0.5.16")
+    assert "Caught 1 of 2 applied fixes (3 registered, 1 not applied)" in table, table
+    assert "| not applied | the candidate never served: `launch failed: server was killed (PatchApplicationError)`" in table

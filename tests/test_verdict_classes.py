@@ -79,15 +79,21 @@ def test_class2_too_few_rounds_are_refused_and_six_decide_a_slowdown(tmp_path):
     assert metric["p"] == pytest.approx(0.03125) and metric["ci"][1] < -metric["floor"], metric
 
 
+def spec_suite(tmp_path: Path, deterministic: bool) -> Path:
+    text = (ROOT / "suites/demo-spec.toml").read_text().replace('"../fixtures', f'"{ROOT}/fixtures')
+    text = text.replace('probes = ["accept_length", "kl"]', 'probes = ["accept_length"]')
+    suite = tmp_path / "spec.toml"
+    suite.write_text(text if deterministic else text.replace("deterministic = true", "deterministic = false"))
+    return suite
+
+
 @pytest.mark.slow
 def test_class3_an_accept_length_drop_at_the_floor_is_never_a_bare_flip(tmp_path):
-    """A ~10% accept-length drop against a 10% floor: different only with the CI wholly beyond
-    the floor; unknown with a CI across it and a power estimate, never "1 more"."""
+    """A ~10% accept-length drop against a 10% floor, without deterministic inference: different
+    only with the CI wholly beyond the floor; unknown with a CI across it and a power estimate,
+    never "1 more"."""
     repo, base, cand = planted(tmp_path, "spec-accept-mild")
-    text = (ROOT / "suites/demo-spec.toml").read_text().replace('"../fixtures', f'"{ROOT}/fixtures')
-    suite = tmp_path / "spec.toml"
-    suite.write_text(text.replace('probes = ["accept_length", "kl"]', 'probes = ["accept_length"]'))
-    code, result, report = run(repo, base, cand, suite, tmp_path / "out", "--config", "eagle")
+    code, result, report = run(repo, base, cand, spec_suite(tmp_path, False), tmp_path / "out", "--config", "eagle")
     comp = comparison(result, "accept_length")
     m = comp["metrics"]["accept_length"]
     low, high = m["ci"]
@@ -97,6 +103,20 @@ def test_class3_an_accept_length_drop_at_the_floor_is_never_a_bare_flip(tmp_path
     else:
         assert low < -m["floor"] < high or m["p"] >= 0.05, m
         assert m["needed"] is not None and m["needed"] != m["base"]["n"] + 1, m
+
+
+@pytest.mark.slow
+def test_class3_under_deterministic_inference_any_accept_length_change_is_different(tmp_path):
+    """No floor where there is no noise: at temperature 0 under deterministic inference each
+    request drafts and verifies alike on both sides, so the mild drop (inside the 10% floor the
+    noisy design allows) reads different, request by request."""
+    repo, base, cand = planted(tmp_path, "spec-accept-mild")
+    code, result, report = run(repo, base, cand, spec_suite(tmp_path, True), tmp_path / "out", "--config", "eagle")
+    comp = comparison(result, "accept_length")
+    m = comp["metrics"]["accept_length"]
+    assert m["kind"] == "exact" and comp["verdict"] == "different" and code == 1, m
+    control, _, _ = run(repo, base, base, spec_suite(tmp_path, True), tmp_path / "aa", "--config", "eagle")
+    assert control == 0
 
 
 @pytest.mark.slow

@@ -4,9 +4,12 @@ Turn 1 generates from each prompt; turn 2 sends prompt + turn-1 output + a short
 start of the next prompt, as a user's follow-up), so its prefix-cache hit reaches into tokens
 that decode wrote, past a track-interval boundary on a recurrent model: the draft and target
 must then resume from restored state. Per request: completion tokens, `spec_verify_ct`,
-`spec_accept_length` (completion tokens / verify rounds, bonus token included). The accept
-length is a noisy metric (median, bootstrap CI, Mann-Whitney, the suite's floor). No logprobs
-are asked for: DFLASH and DSPARK reject them.
+`spec_accept_length` (completion tokens / verify rounds, bonus token included). Under
+deterministic inference at temperature 0 the accept length is exact, request by request: the
+same requests draft and verify alike on both sides, so there is no noise for a floor to absorb,
+and a floor would hide a real bug inside it (0.5.16 with its fix 25015 reverted moved the
+median 3 %, inside a 5 % floor, on the H200). Otherwise it is a noisy metric (median, bootstrap
+CI, Mann-Whitney, the suite's floor). No logprobs are asked for: DFLASH and DSPARK reject them.
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ def run(ctx: ProbeContext) -> ProbeOutput:
                     for p, f, g in zip(prompts, follow, second)]
         ctx.advance(done, len(rounds))
     states = (ctx.client.server_info().get("internal_states") or [{}])[0]
-    return _output(samples, ctx.param("min_hit_fraction"), states.get("avg_spec_accept_length"))
+    return _output(samples, ctx.param("min_hit_fraction"), states.get("avg_spec_accept_length"),
+                   judged_exactly(ctx.deterministic, ctx.param("temperature")))
 
 
 def _request_place(samples: Sequence[dict[str, Any]], i: int) -> str:
@@ -92,10 +96,14 @@ REQUEST = ValueIndex("request", _request_place)
 def merge(outputs: list[ProbeOutput]) -> ProbeOutput:
     last = outputs[-1].facts
     return _output([s for out in outputs for s in out.samples], last["min_hit_fraction"],
-                   last["server_avg_accept_length"])
+                   last["server_avg_accept_length"], outputs[-1].metrics[0].kind == Kind.EXACT)
 
 
-def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | None) -> ProbeOutput:
+def judged_exactly(deterministic: bool, temperature: float) -> bool:
+    return deterministic and temperature == 0
+
+
+def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | None, exact: bool) -> ProbeOutput:
     turn2 = [s for s in samples if s["turn"] == 2]
     hit_fraction = sum(s["past_prompt"] for s in turn2) / len(turn2)
     if hit_fraction < floor:
@@ -103,7 +111,7 @@ def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | Non
                             f"the cache past the turn-1 prompt (min_hit_fraction {floor:g}); "
                             f"raise output_len past the track interval")
     # Value i is the same (repeat, turn, prompt) on both sides: a paired design.
-    metric = Metric("accept_length", Kind.NOISY, tuple(s["accept_length"] for s in samples),
+    metric = Metric("accept_length", Kind.EXACT if exact else Kind.NOISY, tuple(s["accept_length"] for s in samples),
                     better="higher", headline="median", paired=True)
     # Accept lengths compare only over equal token ranges (an early stop changes the ratio): both
     # sides generate output_len tokens per request (ignore_eos), and this exact metric says so; a
@@ -146,9 +154,11 @@ def draft_position_accept(samples: Sequence[dict[str, Any]]) -> list[float] | No
 
 
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
-    """Two turns per prompt per round, paired: 2 × prompts values per round."""
+    """Two turns per prompt per round, paired: 2 × prompts values per round; exact under
+    deterministic inference at temperature 0."""
     prompts = params["prompts"] or workload.prompts
-    return (PlannedMetric("accept_length", Kind.NOISY, paired=True, key="repeats", per_unit=2 * prompts),
+    kind = Kind.EXACT if judged_exactly(deterministic, params["temperature"]) else Kind.NOISY
+    return (PlannedMetric("accept_length", kind, paired=True, key="repeats", per_unit=2 * prompts),
             PlannedMetric("request_tokens", Kind.EXACT))
 
 

@@ -174,6 +174,7 @@ install_kit() {  # device, the last bundle carried with the kit: install, smoke,
   used() { free -m | awk '/Mem:/{print $3}'; }
   local pss0 used0 pss_peak=0 used_peak=0 now
   pss0=$(pss); pss0=${pss0:-0}; used0=$(used)
+  [ "${SMOKE:-1}" = 1 ] || { echo "smoke server skipped (SMOKE=0)"; return 0; }
   OUT=$DEST bash .gpu-kit/kit/smoke.sh > "$DEST/smoke.log" 2>&1 &  # Triton, graphs off
   local smoke=$!
   while kill -0 $smoke 2>/dev/null; do
@@ -350,8 +351,11 @@ upstream() {
   record selftest "${LIMIT_SELFTEST:-1080}" "${cli[@]}" selftest --target sglang --repo "$REPO" --rev 0.5.16 \
     --suite suites/h200/selftest.toml --slots "${SLOTS_SELFTEST:-8}" --out "$DEST/selftest/run" --no-progress &
   local selftest=$!
-  record fa4 "${LIMIT_FA4:-900}" "${cli[@]}" run --target sglang --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
-    --suite suites/h200/fa4.toml --slots "${SLOTS_FA4:-12}" --out "$DEST/fa4/run" --no-progress --format md
+  # FA4_CONFIGS="A B": only those configurations, into fa4-again/ (a second look at some rows)
+  local fa4=fa4; [ -z "${FA4_CONFIGS:-}" ] || fa4=fa4-again
+  record $fa4 "${LIMIT_FA4:-900}" "${cli[@]}" run --target sglang --repo "$REPO" --base 0.5.16 --candidate 0.5.17 \
+    --suite suites/h200/fa4.toml --slots "${SLOTS_FA4:-12}" --out "$DEST/$fa4/run" --no-progress --format md \
+    $(printf -- '--config %s ' ${FA4_CONFIGS:-})
   wait $selftest
   echo "session done" >> "$DEST/summary.txt"
 }
