@@ -106,7 +106,12 @@ class MarkdownReport:
                     out += [*md_fence(portable(line) for line in cell.log_tail.splitlines()[-15:]), ""]
         out += self._facts(comp, base, cand)
         if comp.reproducer is not None:
-            out += _reproducer(comp.reproducer, self._server_lines(base, cand))
+            lines = self._server_lines(base, cand)
+            reference = _reference_config(comp)
+            if reference:  # its requests go to the reference configuration's servers too
+                lines += [f"# and the reference configuration {one_line(reference)}, each side likewise",
+                          *self._server_lines(r.cell(reference, probe, Role.BASE), r.cell(reference, probe, Role.CANDIDATE))]
+            out += _reproducer(comp.reproducer, lines)
         return out
 
     def _server_lines(self, base: CellResult | None, cand: CellResult | None) -> list[str]:
@@ -123,6 +128,7 @@ class MarkdownReport:
                     f"candidate {revision[Role.CANDIDATE]})", started[0][2]]
         return [line for role, _, command in started
                 for line in (f"# the {role.value}, in a checkout of {revision[role]}", command)]
+
 
     def _facts(self, comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> list[str]:
         facts = [comp.facts(cell) if cell else {} for cell in (base, cand)]
@@ -160,6 +166,15 @@ class MarkdownReport:
                    f"{md_text(str(meta.get('started_at', '?')))} → {md_text(str(meta.get('finished_at', '?')))}")
         out += ["", "</details>"]
         return out
+
+
+
+def _reference_config(comp: ProbeComparison) -> str:
+    """The configuration a row's reproducer is posted to besides its own (the reference
+    probe's, where it compares against one: its judged facts name it), else ""."""
+    if "diverging" not in comp.metrics:
+        return ""
+    return next((str(facts["reference"]) for facts in comp.judged.values() if facts.get("reference")), "")
 
 
 # Every shell block of a reproducer sets the port first: the reader's own, else SGLang's default.
