@@ -32,6 +32,7 @@ from harness.plan import WorkloadSpec
 from harness.probes import PROBES
 from harness.probes.common import value_label
 from harness.probes.determinism import batch as determinism_batch
+from harness.probes.throughput import metric_name, request_metric_name
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request, Status
 from harness.stats import Kind, Verdict
 from harness.textfmt import fmt_pair, plural
@@ -45,6 +46,8 @@ def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs:
     if comp.verdict != Verdict.DIFFERENT:
         return None
     decided = comp.metrics.get(comp.decided_by or "")
+    if comp.probe in WHOLE_MEASUREMENT and decided is not None:
+        return WHOLE_MEASUREMENT[comp.probe](comp, base, cand)
     builder = BUILDERS.get(comp.probe)
     if builder is not None and decided is not None and base.samples and cand.samples:
         if decided.kind == Kind.NOISY:
@@ -703,4 +706,40 @@ def _served_form(requests, config: str, reference: str, shortest: int, full: int
 BUILDERS: dict[str, Callable[[ProbeComparison, CellResult, CellResult], Reproducer | None]] = {
     "revision_kl": _revision_kl, "kl": _kl, "prefill_cache_hit": _cache_hit, "decode_cache_hit": _cache_hit,
     "determinism": _determinism, "reference": _reference,
+}
+
+
+def _throughput(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer:
+    """A throughput level: no single request shows it (its clients share the server's batches
+    over every round), so its reproducer is the measurement itself: the configuration's
+    throughput probe alone, at the level that decided where every deciding metric is of that
+    level (else at the suite's levels), as `command` (report.md puts the run's own options before
+    it), and the workload it measured."""
+    levels = [int(c) for c in cand.facts.get("concurrency") or ()]
+    level = next((c for c in levels if comp.decided_by in (metric_name(c), request_metric_name(c))), None)
+    c = comp.metrics[comp.decided_by]
+    one = level is not None and len(levels) > 1 and all(
+        n in (metric_name(level), request_metric_name(level)) for n in comp.deciding)
+    command = ("--config", comp.config, "--probe", comp.probe,
+               *(("--set", f"{comp.probe}.concurrency=[{level}]") if one else ()))
+    spec = cand.metadata.get("workload") or {}
+    workload = (f"{spec.get('prompts', '?')} prompts of {'–'.join(str(n) for n in spec.get('prompt_len') or ())} "
+                f"tokens, {spec.get('output_len', '?')} generated each, {cand.facts.get('repeats', '?')} rounds "
+                f"{'at' if one else 'over'} concurrency {level if one else levels}")
+    where = f"level {level} ({comp.decided_by})" if level is not None else comp.decided_by
+    return Reproducer(
+        prompts=(), first_divergent={"metric": comp.decided_by, **({"concurrency": level} if level else {})},
+        requests=(), command=command,
+        expect=(f"{where}: base median {c.base.median:.6g}, candidate {c.candidate.median:.6g} over "
+                f"{c.base.n} paired rounds, as the run measured it ({c.note}); a run of the command measures it "
+                f"again on both sides, interleaved as this one was"),
+        shrink=(f"Not shrunk to a request: a throughput level is a property of a whole measurement (its clients "
+                f"share the server's batches over every round); the configuration's {comp.probe} probe alone, "
+                f"{'at the level that decided' if one else 'at the suite levels (the verdict reads several)'}: "
+                f"{workload}"))
+
+
+# Probes whose difference no request shows: their reproducer is a measurement to run again.
+WHOLE_MEASUREMENT: dict[str, Callable[[ProbeComparison, CellResult, CellResult], Reproducer]] = {
+    "throughput": _throughput,
 }
