@@ -479,18 +479,14 @@ def verify_row(run: Run, config: str, probe: str, clients: dict[Role, SGLangClie
 def verify_relaunched(run: Run) -> None:
     """Every *different* row whose servers were not both up when its comparison was made (its
     sides ran as separate jobs, or came from the store): its configuration's servers started
-    again, one per side, each row's reproducer posted, the servers stopped."""
+    again, one per side, each row's reproducer posted, the servers stopped. A row whose cells
+    both came from the store (a re-run, a `--resume`) is verified so too: its verdict is judged
+    again from the stored samples, its reproducer again on servers, never carried over from the
+    run that stored them (the store holds cells, not verifications)."""
     if run.req.reproducer_budget <= 0 or run.cancelled.is_set():
         return
     for cp in run.plans:
         todo = [probe for probe in cp.probes if unverified(run, cp.spec.name, probe) is not None]
-        stored = [probe for probe in todo if all(c.metadata.get("reused") for c in run.recorder.cells
-                                                 if c.config == cp.spec.name and c.probe == probe)]
-        for probe in stored:  # a re-run of stored cells starts no server
-            run.recorder.verified(cp.spec.name, probe, not_verified(
-                unverified(run, cp.spec.name, probe), "both cells came from the store, and a run of stored cells "
-                "starts no server (--fresh measures and verifies them)", "none started", run.req.reproducer_budget))
-        todo = [probe for probe in todo if probe not in stored]
         if not todo:
             continue
         with reproducer_servers(run, cp) as (clients, failure):
