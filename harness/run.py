@@ -53,7 +53,7 @@ from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
 from harness.plan import ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
-from harness.runner import runner_fingerprint
+from harness.runner import FOREIGN_FACT, Watch, merged_foreign, runner_fingerprint, visible_devices
 from harness.redaction import environment_secrets, redact_argv, redact_env, scrub, scrub_file
 from harness.result_files import write_run
 from harness.compare import compare_pair
@@ -575,14 +575,8 @@ def reproducer_servers(run: Run, cp: ConfigPlan, label: str = "", first_slot: in
 def sequential_probes(run: Run, cp: ConfigPlan) -> set[str]:
     """The configuration's probes whose comparison may be looked at again: those with a noisy
     metric on it (by their plan), under a suite that allows more than one look."""
-    out = set()
-    for probe in cp.probes:
-        kind, params = PROBES[probe], run.suite.probe_spec(probe).params
-        if kind.planned is None or params["max_looks"] < 2:
-            continue
-        if any(m.kind == Kind.NOISY for m in kind.planned(params, cp.workloads[probe].spec, cp.server.features.deterministic)):
-            out.add(probe)
-    return out
+    return {probe for probe in cp.probes
+            if run.suite.probe_spec(probe).params["max_looks"] >= 2 and noisy_on(run, cp, probe)}
 
 
 def looks(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient], probe: str,
@@ -664,9 +658,23 @@ PLACEMENT_FACTS = ("placement", "first_side", "placement_seed")
 
 
 def with_path(output: ProbeOutput, parts: list[ProbeOutput]) -> ProbeOutput:
-    """A merged output with its parts' path proofs as one (harness/path_proof.py)."""
+    """A merged output with its parts' path proofs as one (harness/path_proof.py), and every
+    foreign GPU process any part saw (harness/runner.py)."""
     path = path_proof.merged([p.facts for p in parts])
-    return output if path is None else dataclasses.replace(output, facts={**output.facts, path_proof.FACT: path})
+    foreign = merged_foreign([p.facts.get(FOREIGN_FACT) or [] for p in parts])
+    facts = {**output.facts, **({path_proof.FACT: path} if path is not None else {}),
+             **({FOREIGN_FACT: foreign} if foreign else {})}
+    return dataclasses.replace(output, facts=facts)
+
+
+def noisy_on(run: Run, cp: ConfigPlan, probe: str) -> bool:
+    """Whether the probe measures a noisy metric on this configuration (by its plan)."""
+    kind = PROBES[probe]
+    if kind.planned is None:
+        return False
+    planned = kind.planned(run.suite.probe_spec(probe).params, cp.workloads[probe].spec,
+                           cp.server.features.deterministic)
+    return any(m.kind == Kind.NOISY for m in planned)
 
 
 def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
@@ -865,9 +873,13 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     scrape = path_proof.Scrape(client.metrics_text, job.cp.server.features,
                                path_proof.METRICS_FLAG in (*job.args, *job.cp.server.args),
                                server.log_size, server.log_since)
+    # A noisy measurement is watched for another program's work on the server's GPUs.
+    watch = Watch(visible_devices(job.env)) if noisy_on(run, job.cp, probe) else None
     t0 = time.time()
     try:
         scrape.before()
+        if watch is not None:
+            watch.start()
         output = PROBES[probe].run(ctx)
     except ProbeNotApplicable as exc:
         return Outcome(Status.NOT_APPLICABLE, f"n/a: {exc}")
@@ -891,6 +903,9 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
                        server.log_tail())
     wall_s = round(time.time() - t0, 3)
     output = dataclasses.replace(output, facts={**output.facts, path_proof.FACT: scrape.after()})
+    foreign = watch.foreign() if watch is not None else []
+    if foreign:
+        output = dataclasses.replace(output, facts={**output.facts, FOREIGN_FACT: foreign})
     broken = output.non_finite()
     if broken:  # the server answered, but a figure it gave is NaN or inf: no statistic may use it
         return Outcome(Status.FINDING, broken, server.log_tail(), ProbeOutput(output.samples, ()), wall_s=wall_s)

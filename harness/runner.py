@@ -64,13 +64,20 @@ class Watch:
     def foreign(self) -> list[dict[str, Any]]:
         """The foreign processes on the watched GPUs at either end (each once, by GPU and pid,
         with when it was seen); [] without nvidia-smi."""
-        seen: dict[tuple, dict[str, Any]] = {}
-        for when, found in (("before", self.before or {}), ("after", runner_fingerprint())):
-            for proc in found.get("foreign_processes") or ():
-                if self.devices is None or proc["gpu"] in self.devices:
-                    key = (proc["gpu"], proc["pid"])
-                    seen.setdefault(key, {**proc, "seen": []})["seen"].append(when)
-        return list(seen.values())
+        return merged_foreign([[{**proc, "seen": [when]} for proc in found.get("foreign_processes") or ()
+                                if self.devices is None or proc["gpu"] in self.devices]
+                               for when, found in (("before", self.before or {}), ("after", runner_fingerprint()))])
+
+
+def merged_foreign(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Several measurements' foreign processes (an interleaved probe's rounds) as one list: each
+    process once, by GPU and pid, with every end of a round it was seen at."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for procs in parts:
+        for proc in procs:
+            known = seen.setdefault((proc["gpu"], proc["pid"]), {**proc, "seen": []})
+            known["seen"] = [*known["seen"], *(w for w in proc.get("seen") or () if w not in known["seen"])]
+    return list(seen.values())
 
 
 def visible_devices(env: dict[str, str]) -> tuple[int, ...] | None:
