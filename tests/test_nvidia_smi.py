@@ -25,10 +25,7 @@ esac
 
 @pytest.fixture
 def fake_smi(tmp_path, monkeypatch):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(FAKE.format(log=tmp_path / "calls"))
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    on_path(tmp_path, monkeypatch, FAKE.format(log=tmp_path / "calls"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return tmp_path / "calls"
 
@@ -54,21 +51,22 @@ def test_without_nvidia_smi_every_reader_says_so_and_none_guesses(tmp_path, monk
     assert runner_fingerprint() == {"nvidia_smi": "absent"}
 
 
-def test_an_answer_of_another_shape_is_an_error_naming_the_line(tmp_path, monkeypatch):
+def on_path(tmp_path, monkeypatch, script: str) -> None:
     smi = tmp_path / "nvidia-smi"
-    smi.write_text('#!/bin/sh\necho "H200, 550.00"\n')
+    smi.write_text(script)
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_an_answer_of_another_shape_is_an_error_naming_the_line(tmp_path, monkeypatch):
+    on_path(tmp_path, monkeypatch, '#!/bin/sh\necho "H200, 550.00"\n')
     with pytest.raises(nvidia_smi.NvidiaSmiError, match="answered 'H200, 550.00', not 3 fields"):
         nvidia_smi.query("gpu", ("name", "driver_version", "memory.total"))
     assert "gpu_name" not in host_metadata() and nvidia_smi.gpu_names() is None
 
 
 def test_a_failing_nvidia_smi_is_an_error_with_its_exit_status(tmp_path, monkeypatch):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nexit 9\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    on_path(tmp_path, monkeypatch, "#!/bin/sh\nexit 9\n")
     with pytest.raises(nvidia_smi.NvidiaSmiError, match="exited 9"):
         nvidia_smi.query("gpu", ("name",))
     assert runner_fingerprint()["nvidia_smi"] == "unreadable: nvidia-smi --query-gpu=index,uuid,memory.free,memory.total,driver_version exited 9"
