@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness import __version__, path_proof, stats
+from harness import __version__, path_proof, runner, stats
 from harness.errors import CorruptResult
 from harness.probes import PROBES
 from harness.probes.base import Across, Reference, deciding_metrics
@@ -144,6 +144,17 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         # Equal metrics that show the same defect on both sides are no match (as the same finding
         # on both sides is not): the row says what both do.
         return ProbeComparison(config, probe, Verdict.ERROR, note=f"{derived.not_same}; {note}", **recorded)
+    # Another program's work on a side's GPUs during a noisy measurement (harness/runner.py): a
+    # finding on the row. Its noisy figures measured the runner too, so they decide nothing; a
+    # deciding exact metric that differs still does (load does not move an exact figure).
+    foreign = [f"{n}: {why}" for n in sides if (why := runner.foreign_text(sides[n].facts))]
+    if foreign and any(comparisons[n].kind == Kind.NOISY for n in deciding):
+        exact = [n for n in deciding if comparisons[n].kind == Kind.EXACT and comparisons[n].verdict == Verdict.DIFFERENT]
+        said = "finding: " + "; ".join(foreign)
+        if not exact:
+            return ProbeComparison(config, probe, Verdict.ERROR, note=f"{said}; not judged: {note}", **recorded)
+        note = f"{said}; {note}"
+        decided_by = exact[0]
     # A probe's own vacuity (too few cache hits) and the pipeline's (a demanded path not shown
     # to have run, harness/path_proof.py): never a *same*.
     vacuous = [f"{n}: {why}" for n in sides

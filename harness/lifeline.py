@@ -65,9 +65,18 @@ def _record_path(server_pid: int) -> Path:
     return _registry() / f"{os.getpid()}-{server_pid}.json"
 
 
+def _token_prefix() -> str:
+    return f"{os.getpid()}-"
+
+
 def server_token() -> str:
     """A new server's marker value: whose it is, unguessable by any other process."""
-    return f"{os.getpid()}-{uuid.uuid4().hex}"
+    return f"{_token_prefix()}{uuid.uuid4().hex}"
+
+
+def is_own_token(value: object) -> bool:
+    """Whether a SERVER_MARKER value is one `server_token` of this harness process made."""
+    return isinstance(value, str) and value.startswith(_token_prefix())
 
 
 def register(server_pid: int, token: str) -> None:

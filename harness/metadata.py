@@ -3,7 +3,7 @@
 Collected by running the server's own interpreter (the harness does not import torch or
 SGLang), never importing torch: torch's version and CUDA build once per interpreter (read from
 its `version.py`), where the server package is imported from once per revision. The GPUs come
-from nvidia-smi. Missing tools give missing keys, never errors.
+from nvidia-smi (harness/nvidia_smi.py). Missing tools give missing keys, never errors.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Callable
 
-from harness import __version__
+from harness import __version__, nvidia_smi
 from harness.paths import cache_dir, sha_cache_file
 from harness.result_files import atomic_write_json
 from harness.targets import Target
@@ -67,14 +66,13 @@ def host_metadata() -> dict[str, object]:
         "python": platform.python_version(),
         "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if shutil.which("nvidia-smi"):
-        proc = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30)
-        if proc.returncode == 0 and proc.stdout.strip():
-            gpus = proc.stdout.strip().splitlines()
-            name, driver, mem = [s.strip() for s in gpus[0].split(",")]
-            meta.update(gpu_name=name, gpu_driver=driver, gpu_memory=mem, gpu_count=len(gpus))
+    try:
+        gpus = nvidia_smi.query("gpu", ("name", "driver_version", "memory.total"))
+    except nvidia_smi.NvidiaSmiError:
+        gpus = []  # no nvidia-smi, or no answer from it: no GPU keys, never a guess
+    if gpus:
+        name, driver, mem = gpus[0]
+        meta.update(gpu_name=name, gpu_driver=driver, gpu_memory=f"{mem} MiB", gpu_count=len(gpus))
     return meta
 
 

@@ -321,6 +321,9 @@ class Reproducer:
     position_range: tuple[int, int] | None = None  # [start, end) where cached state first diverges
     # What posting it to both sides' servers showed (harness/verify.py); None: not verified.
     verification: Verification | None = None
+    # Where no request can show the difference (a throughput level): the options of `detcheck
+    # run` that measure this row again, after the run's own (report.md writes the whole line).
+    command: tuple[str, ...] = ()
     # How its requests are built at each size and their answers read (harness.reproducer.Form):
     # in memory only, for the run's verification; never written.
     form: Any = field(default=None, compare=False, repr=False)
@@ -330,7 +333,8 @@ class Reproducer:
                 "requests": [r.to_dict() for r in self.requests], "expect": self.expect,
                 "shrink": self.shrink, "re_measurements": self.re_measurements,
                 "position_range": None if self.position_range is None else list(self.position_range),
-                **({"verification": self.verification.to_dict()} if self.verification else {})}
+                **({"verification": self.verification.to_dict()} if self.verification else {}),
+                **({"command": list(self.command)} if self.command else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Reproducer:
@@ -339,7 +343,8 @@ class Reproducer:
                    requests=tuple(Request.from_dict(r) for r in d["requests"]), expect=d["expect"],
                    shrink=d["shrink"], re_measurements=int(d.get("re_measurements", 0)),
                    position_range=None if span is None else (int(span[0]), int(span[1])),
-                   verification=Verification.from_dict(d["verification"]) if d.get("verification") else None)
+                   verification=Verification.from_dict(d["verification"]) if d.get("verification") else None,
+                   command=tuple(str(a) for a in d.get("command") or ()))
 
 
 @dataclass(frozen=True)

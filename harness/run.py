@@ -53,7 +53,7 @@ from harness.jobs import ConfigPlan, Job, Outcome, RunRequest
 from harness.plan import ServerConfig, Suite, WorkloadSpec, check_reserved, load_suite
 from harness.probes import PROBES, ProbeContext, known_probes
 from harness.recorder import RunRecorder
-from harness.runner import runner_fingerprint
+from harness.runner import FOREIGN_FACT, Watch, merged_foreign, runner_fingerprint, visible_devices
 from harness.redaction import environment_secrets, redact_argv, redact_env, scrub, scrub_file
 from harness.result_files import write_run
 from harness.compare import compare_pair
@@ -458,59 +458,89 @@ def unverified(run: Run, config: str, probe: str) -> Reproducer | None:
     return rep if rep is not None and rep.form is not None and rep.verification is None else None
 
 
-def verify_row(run: Run, config: str, probe: str, clients: dict[Role, SGLangClient], servers: str) -> None:
-    """The row's reproducer posted to `clients` (harness/verify.py), within the run's budget."""
+def verify_row(run: Run, config: str, probe: str, clients: dict[Role, SGLangClient], servers: str,
+               reference: dict[Role, SGLangClient] | None = None) -> None:
+    """The row's reproducer posted to `clients` (harness/verify.py), within the run's budget; one
+    against a reference configuration (`Form.reference`) to `reference`'s servers too, and left
+    for verify_relaunched where they are not given (the row's own servers still up)."""
     rep = unverified(run, config, probe)
     if rep is None or run.req.reproducer_budget <= 0 or run.cancelled.is_set():
         return
-    print(f"detcheck: {config} {probe} reads different: posting its reproducer to both sides' servers "
+    if rep.form.reference and reference is None:
+        return
+    also = f" and {rep.form.reference}'s" if rep.form.reference else ""
+    print(f"detcheck: {config} {probe} reads different: posting its reproducer to both sides' servers{also} "
           f"({servers}), at most {run.req.reproducer_budget} requests", file=sys.stderr)
     with run.recorder.clock("reproducers"):
-        run.recorder.verified(config, probe, verify(rep, clients, servers, run.req.reproducer_budget))
+        run.recorder.verified(config, probe, verify(rep, clients, servers, run.req.reproducer_budget,
+                                                    reference=reference))
 
 
 def verify_relaunched(run: Run) -> None:
     """Every *different* row whose servers were not both up when its comparison was made (its
     sides ran as separate jobs, or came from the store): its configuration's servers started
-    again, one per side, each row's reproducer posted, the servers stopped."""
+    again, one per side, each row's reproducer posted, the servers stopped. A row whose cells
+    both came from the store (a re-run, a `--resume`) is verified so too: its verdict is judged
+    again from the stored samples, its reproducer again on servers, never carried over from the
+    run that stored them (the store holds cells, not verifications)."""
     if run.req.reproducer_budget <= 0 or run.cancelled.is_set():
         return
     for cp in run.plans:
         todo = [probe for probe in cp.probes if unverified(run, cp.spec.name, probe) is not None]
-        stored = [probe for probe in todo if all(c.metadata.get("reused") for c in run.recorder.cells
-                                                 if c.config == cp.spec.name and c.probe == probe)]
-        for probe in stored:  # a re-run of stored cells starts no server
-            run.recorder.verified(cp.spec.name, probe, not_verified(
-                unverified(run, cp.spec.name, probe), "both cells came from the store, and a run of stored cells "
-                "starts no server (--fresh measures and verifies them)", "none started", run.req.reproducer_budget))
-        todo = [probe for probe in todo if probe not in stored]
         if not todo:
             continue
         with reproducer_servers(run, cp) as (clients, failure):
             for probe in todo:
-                if failure:
-                    rep = unverified(run, cp.spec.name, probe)
-                    run.recorder.verified(cp.spec.name, probe,
-                                          not_verified(rep, failure, "relaunched", run.req.reproducer_budget))
-                else:
-                    verify_row(run, cp.spec.name, probe, clients, "relaunched")
+                rep = unverified(run, cp.spec.name, probe)
+                if failure or not rep.form.reference:
+                    verify_on(run, cp.spec.name, probe, clients, failure)
+                    continue
+                with reference_servers(run, cp, rep.form.reference) as (reference, ref_failure):
+                    verify_on(run, cp.spec.name, probe, clients, ref_failure, reference)
+
+
+def verify_on(run: Run, config: str, probe: str, clients: dict[Role, SGLangClient], failure: str,
+              reference: dict[Role, SGLangClient] | None = None) -> None:
+    """The row's reproducer verified on relaunched servers, or said not to be and why."""
+    if failure:
+        run.recorder.verified(config, probe, not_verified(unverified(run, config, probe), failure, "relaunched",
+                                                          run.req.reproducer_budget))
+    else:
+        verify_row(run, config, probe, clients, "relaunched", reference)
 
 
 @contextlib.contextmanager
-def reproducer_servers(run: Run, cp: ConfigPlan) -> Iterator[tuple[dict[Role, SGLangClient], str]]:
+def reference_servers(run: Run, cp: ConfigPlan, name: str) -> Iterator[tuple[dict[Role, SGLangClient], str]]:
+    """A server per side of the reference configuration `name` that `cp`'s row is compared with
+    (logged as `<config>-reproducer-reference-<role>-<sha>.log`), on the slots after the row's."""
+    ref = next((p for p in run.plans if p.spec.name == name), None)
+    if ref is None:
+        yield {}, f"the reference configuration {name} is not in this run's plan"
+        return
+    with reproducer_servers(run, ref, label=f"{cp.spec.name}-reproducer-reference", first_slot=2,
+                            named=True) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def reproducer_servers(run: Run, cp: ConfigPlan, label: str = "", first_slot: int = 0, named: bool = False
+                       ) -> Iterator[tuple[dict[Role, SGLangClient], str]]:
     """A server per side of the configuration, as its jobs started them (the revision's flags,
-    the run's first slots), logged beside theirs (`<config>-reproducer-<role>-<sha>.log`):
-    their clients, or why one did not start."""
+    the run's slots from `first_slot`, round the run's), logged beside theirs
+    (`<label>-<role>-<sha>.log`, by default `<config>-reproducer-…`): their clients, or why one
+    did not start (`named`: the configuration named in it)."""
     servers: dict[Role, ServerProcess] = {}
     secrets: set[str] = set()
     failure = ""
+    label = label or f"{cp.spec.name}-reproducer"
+    of = f" of {cp.spec.name}" if named else ""
     try:
-        for k, role in enumerate((Role.BASE, Role.CANDIDATE)):
+        for k, role in enumerate((Role.BASE, Role.CANDIDATE), first_slot):
             target, worktree, slot = run.targets[role], run.worktrees[role], run.req.slots[k % len(run.req.slots)]
             env = {**cp.server.env, **slot.env}
             env_error = run.envs[role].error if role in run.envs else ""
             if env_error:
-                failure = f"the {role.value}'s environment did not build: {env_error}"
+                failure = f"the {role.value}'s environment{of} did not build: {env_error}"
                 break
             try:
                 # a role whose cells all came from the store had no --help read
@@ -518,19 +548,19 @@ def reproducer_servers(run: Run, cp: ConfigPlan) -> Iterator[tuple[dict[Role, SG
                         else compiled_capabilities(run, role))
                 args = server_flags(caps, cp.server, cp.probe_args)
             except (NotExpressible, LaunchError, UsageError) as exc:
-                failure = f"the {role.value}'s server could not be started again: {exc}"
+                failure = f"the {role.value}'s server{of} could not be started again: {exc}"
                 break
             secrets |= set(environment_secrets({**os.environ, **env}, cp.server.args, caps.secret_flags))
             launched = launch(
                 lambda port, target=target, args=args: target.launch_argv(cp.server, args, port),
                 target.env(worktree, env),
-                server_log(run.req.out_dir, f"{cp.spec.name}-reproducer", role, run.req.revision(role).short()),
+                server_log(run.req.out_dir, label, role, run.req.revision(role).short()),
                 worktree, run.suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES,
                 run.observer.launching(cp.spec.name, role.value, run.req.revision(role).ref),
                 cancelled=run.cancelled.is_set)
             servers[role] = launched.server
             if launched.failure is not None:
-                failure = scrub(f"the {role.value}'s server did not start again: {launched.failure}",
+                failure = scrub(f"the {role.value}'s server{of} did not start again: {launched.failure}",
                                 sorted(secrets, key=len, reverse=True))
                 break
         clients = {} if failure else {role: SGLangClient(server.url, timeout_s=run.suite.request_timeout_s)
@@ -545,14 +575,8 @@ def reproducer_servers(run: Run, cp: ConfigPlan) -> Iterator[tuple[dict[Role, SG
 def sequential_probes(run: Run, cp: ConfigPlan) -> set[str]:
     """The configuration's probes whose comparison may be looked at again: those with a noisy
     metric on it (by their plan), under a suite that allows more than one look."""
-    out = set()
-    for probe in cp.probes:
-        kind, params = PROBES[probe], run.suite.probe_spec(probe).params
-        if kind.planned is None or params["max_looks"] < 2:
-            continue
-        if any(m.kind == Kind.NOISY for m in kind.planned(params, cp.workloads[probe].spec, cp.server.features.deterministic)):
-            out.add(probe)
-    return out
+    return {probe for probe in cp.probes
+            if run.suite.probe_spec(probe).params["max_looks"] >= 2 and noisy_on(run, cp, probe)}
 
 
 def looks(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient], probe: str,
@@ -634,9 +658,23 @@ PLACEMENT_FACTS = ("placement", "first_side", "placement_seed")
 
 
 def with_path(output: ProbeOutput, parts: list[ProbeOutput]) -> ProbeOutput:
-    """A merged output with its parts' path proofs as one (harness/path_proof.py)."""
+    """A merged output with its parts' path proofs as one (harness/path_proof.py), and every
+    foreign GPU process any part saw (harness/runner.py)."""
     path = path_proof.merged([p.facts for p in parts])
-    return output if path is None else dataclasses.replace(output, facts={**output.facts, path_proof.FACT: path})
+    foreign = merged_foreign([p.facts.get(FOREIGN_FACT) or [] for p in parts])
+    facts = {**output.facts, **({path_proof.FACT: path} if path is not None else {}),
+             **({FOREIGN_FACT: foreign} if foreign else {})}
+    return dataclasses.replace(output, facts=facts)
+
+
+def noisy_on(run: Run, cp: ConfigPlan, probe: str) -> bool:
+    """Whether the probe measures a noisy metric on this configuration (by its plan)."""
+    kind = PROBES[probe]
+    if kind.planned is None:
+        return False
+    planned = kind.planned(run.suite.probe_spec(probe).params, cp.workloads[probe].spec,
+                           cp.server.features.deterministic)
+    return any(m.kind == Kind.NOISY for m in planned)
 
 
 def alternate_rounds(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient],
@@ -835,9 +873,13 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     scrape = path_proof.Scrape(client.metrics_text, job.cp.server.features,
                                path_proof.METRICS_FLAG in (*job.args, *job.cp.server.args),
                                server.log_size, server.log_since)
+    # A noisy measurement is watched for another program's work on the server's GPUs.
+    watch = Watch(visible_devices(job.env)) if noisy_on(run, job.cp, probe) else None
     t0 = time.time()
     try:
         scrape.before()
+        if watch is not None:
+            watch.start()
         output = PROBES[probe].run(ctx)
     except ProbeNotApplicable as exc:
         return Outcome(Status.NOT_APPLICABLE, f"n/a: {exc}")
@@ -861,6 +903,9 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
                        server.log_tail())
     wall_s = round(time.time() - t0, 3)
     output = dataclasses.replace(output, facts={**output.facts, path_proof.FACT: scrape.after()})
+    foreign = watch.foreign() if watch is not None else []
+    if foreign:
+        output = dataclasses.replace(output, facts={**output.facts, FOREIGN_FACT: foreign})
     broken = output.non_finite()
     if broken:  # the server answered, but a figure it gave is NaN or inf: no statistic may use it
         return Outcome(Status.FINDING, broken, server.log_tail(), ProbeOutput(output.samples, ()), wall_s=wall_s)

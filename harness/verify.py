@@ -12,8 +12,9 @@ side and kept only as far as it still shows the difference:
 * if it does not, the whole request as measured (`Form.full`); if that shows, the size is grown
   back by bisection between the two, every cut that no longer shows the difference rejected, and
   the shortest that does confirmed; a request that never shows it is published whole, saying so;
-* every request posted (both sides) counts against `budget`; when it runs out the shortest cut
-  that showed the difference so far is kept, and the record says the budget ran out.
+* every request posted (both sides; a reference probe's reproducer goes to the reference
+  configuration's server of each side too) counts against `budget`; when it runs out the
+  shortest cut that showed the difference so far is kept, and the record says the budget ran out.
 
 Each attempt's answers are read by the reproducer's `Form` (what to compare, and what each side
 answered in words): the published expectation is what was observed, never assumed.
@@ -68,10 +69,11 @@ class _Attempts:
         """One attempt at `size`: both sides' answers, whether they show the difference (None:
         the budget does not allow it)."""
         requests = self.form.requests(size)
-        if self.calls + 2 * len(requests) > self.budget:
+        posts = 2 * self.form.servers_per_side * len(requests)
+        if self.calls + posts > self.budget:
             self.ran_out = True
             return None
-        self.calls += 2 * len(requests)
+        self.calls += posts
         base = self.form.read(size, self.post(Role.BASE, requests))
         cand = self.form.read(size, self.post(Role.CANDIDATE, requests))
         shows = self.form.reproduced(base, cand)
@@ -112,15 +114,22 @@ def search(form: Form, post: Callable[[Role, Sequence[Request]], list], budget: 
 
 
 def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, budget: int = REPRODUCER_BUDGET,
-           repeats: int = DEFAULT_REPEATS) -> Reproducer:
+           repeats: int = DEFAULT_REPEATS, reference: dict[Role, SGLangClient] | None = None) -> Reproducer:
     """`rep` as posted to `clients` (a server per side; `servers`: "still up" or "relaunched"):
     its requests at the size that shows the difference, what each side answered there, and the
-    record of every attempt. A reproducer without a form (no requests) is returned as it is."""
+    record of every attempt. A reproducer without a form (no requests) is returned as it is.
+    A reproducer against a reference configuration (`Form.reference`) is posted to that
+    configuration's server of each side too (`reference`), each side's answers read as the pair."""
     form = rep.form
     if form is None or not rep.requests:
         return rep
+    if form.reference and reference is None:
+        return not_verified(rep, f"no server of the reference configuration {form.reference} was started", servers,
+                            budget)
 
-    def post(role: Role, requests: Sequence[Request]) -> list:
+    def post(role: Role, requests: Sequence[Request]) -> list | tuple[list, list]:
+        if form.reference:
+            return post_all(clients[role], requests), post_all(reference[role], requests)
         return post_all(clients[role], requests)
 
     try:

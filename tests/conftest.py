@@ -71,11 +71,11 @@ def planted(tmp_path: Path, regression: str):
     return repo, base, repo.commit(f"plant {regression}")
 
 
-def run_pair(repo, base: str, candidate: str, suite: Path, out: Path, *extra: str):
+def run_pair(repo, base: str, candidate: str, suite: Path, out: Path, *extra: str, env: dict | None = None):
     """`detcheck run` of base vs candidate as a process: (exit code, results.json, the process)."""
     proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", candidate,
                     "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md", *extra,
-                    timeout=900)
+                    timeout=900, env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     return proc.returncode, json.loads((out / "results.json").read_text()), proc
 

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 
 import pytest
 from rich.console import Console
@@ -32,7 +33,7 @@ from harness.report.markdown import MarkdownReport
 from harness.result_files import read_run, upgraded
 from harness.results import RunResult
 
-CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl", "softcap-verified"]
+CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl", "softcap-verified", "throughput-level"]
 
 
 def load(name: str) -> RunResult:
@@ -160,3 +161,27 @@ def test_combined_report_golden(tmp_path):
     check_golden(DATA / "combined.md", proc.stdout)
     # files written before their judging parameters were: no verdict is vouched for
     assert detcheck("report", *runs, "--format", "md", "--check", cwd=tmp_path).returncode == 2
+
+
+def test_a_throughput_rows_command_runs_only_what_it_says(tmp_path):
+    """throughput-level.json's row (no request shows a level: its reproducer is the command that
+    measures it again) with a hostile repository, suite, configuration and --set value: pasted
+    into sh, the block runs `detcheck run` with exactly its words, and nothing else."""
+    data = json.loads((DATA / "throughput-level.json").read_text())
+    hostile = "x $(touch pwned) `touch pwned2` 'q\" ; touch pwned3"
+    options = data["metadata"]["options"]
+    options.update(repo=f"/r/{hostile}", suite=f"/s/{hostile}.toml", overrides=[f"throughput.warmup=0 {hostile}"])
+    rep = data["comparisons"][0]["reproducer"]
+    rep["command"][1] = f"det {hostile}"
+    text = MarkdownReport(RunResult.from_dict(data)).render()
+    block = text.split("Measure it again")[1].split("```sh\n")[1].split("\n```")[0]
+    assert subprocess.run(["sh", "-n", "-c", block]).returncode == 0
+    # `detcheck` a function that prints its words, one per line: what the pasted block runs
+    shown = subprocess.run(["sh", "-c", 'detcheck() { for w in "$@"; do printf "%s\\0" "$w"; done; }\n' + block],
+                           cwd=tmp_path, capture_output=True, check=True).stdout.decode().split("\0")[:-1]
+    assert list(tmp_path.iterdir()) == []  # nothing ran but the function
+    assert shown[:3] == ["run", "--repo", f"…/{hostile}"]  # the repository's path made portable, one word
+    assert ["--config", f"det {hostile}", "--probe", "throughput", "--set", "throughput.concurrency=[2]"] == \
+        shown[shown.index("--config"):shown.index("--config") + 6]
+    assert ["--set", f"throughput.warmup=0 {hostile}"] == shown[shown.index("--target") + 2:shown.index("--target") + 4]
+    assert shlex.split(block.splitlines()[-1])[shlex.split(block.splitlines()[-1]).index("--config") + 1] == f"det {hostile}"

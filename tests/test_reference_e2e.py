@@ -17,6 +17,7 @@ import re
 import pytest
 
 from conftest import detcheck, seed_unified_cpu_suite
+from fresh_servers import checkout, post_reproducer
 from harness.fixture_repo import FixtureRepo
 
 pytestmark = pytest.mark.slow
@@ -55,6 +56,7 @@ def pair(tmp_path_factory):
         return runs[key]
 
     run.out = outs
+    run.repo, run.revs, run.tmp = repo, revs, tmp
 
     return run
 
@@ -105,6 +107,47 @@ def test_a_different_row_has_a_reproducer_of_the_divergent_phase(pair):
     assert len(paths) == (3 if first["phase"] in ("hit", "multiturn") else 2)
     assert repro["requests"][-1]["body"]["sampling_params"]["max_new_tokens"] == first["position"] + 1
     assert "static-graphs-off" in repro["expect"]
+
+
+def test_a_different_rows_reproducer_is_verified_on_servers_of_both_configurations_and_sides(pair):
+    result, report = pair("0.5.20", "0.5.21")
+    for mode in ("off", "on"):
+        repro = rows(result)[f"unified-graphs-{mode}"]["reproducer"]
+        v = repro["verification"]
+        # posted to a relaunched server of unified and of static on each side: the base's two part,
+        # the candidate's agree, in every attempt at the published size
+        assert v["servers"] == "relaunched" and v["reproduced"] == v["attempts"] == 2, v
+        assert v["calls"] == 2 * 2 * len(repro["requests"]) * len(v["tried"]) == repro["re_measurements"]
+        assert re.match(rf"on the base, at output position \d+ of the answer to the {repro['first_divergent']['phase']} "
+                        rf"request.*: unified-graphs-{mode} returned token \d+ logprob \S+, static-graphs-{mode} token "
+                        rf"\d+ logprob \S+; on the candidate, unified-graphs-{mode} and static-graphs-{mode} returned the "
+                        rf"same answers", v["observed"]), v["observed"]
+        assert repro["expect"].startswith("observed on the servers of both sides (2 of 2 attempts): on the base")
+    # the report starts the reference configuration's servers too, each side's own argv
+    assert "# and the reference configuration static-graphs-off, each side likewise" in report
+    assert "Verified: reproduced 2 of 2 on servers of both sides (relaunched) at max_new_tokens" in report
+
+
+def test_the_verified_reproducer_differs_on_fresh_servers_as_a_reviewer_posts_it(pair):
+    """The published requests with their curl lines, to a fresh server of unified and of static
+    from a checkout of each side: the base's answers part where the reproducer says, the
+    candidate's are bit-identical."""
+    result, _ = pair("0.5.20", "0.5.21")
+    row = rows(result)["unified-graphs-off"]
+    repro, first = row["reproducer"], row["judged"]["base"]["first_divergence"]
+    served = {}
+    for side, rev in (("base", "0.5.20"), ("candidate", "0.5.21")):
+        tree = checkout(pair.repo, pair.revs[rev], pair.tmp / f"fresh-{side}")
+        for config in ("unified-graphs-off", "static-graphs-off"):
+            argv = next(c for c in result["cells"] if c["config"] == config and c["probe"] == "reference"
+                        and c["role"] == side)["metadata"]["server_argv"]
+            answers = post_reproducer(argv, tree, repro, pair.tmp / f"fresh-{side}-{config}.log")
+            meta = answers[-1]["meta_info"]
+            served[side, config] = list(zip(answers[-1]["output_ids"], (e[0] for e in meta["output_token_logprobs"])))
+    j = first["position"]
+    assert served["base", "unified-graphs-off"][j] != served["base", "static-graphs-off"][j]
+    assert served["base", "unified-graphs-off"][:j] == served["base", "static-graphs-off"][:j]
+    assert served["candidate", "unified-graphs-off"] == served["candidate", "static-graphs-off"]
 
 
 def test_nothing_changes_reads_same(pair):

@@ -201,12 +201,21 @@ def test_a_budget_too_small_says_it_ran_out_and_keeps_the_shortest_that_showed_i
     assert "Not verified on servers (relaunched): the budget of 8 requests ran out" in report
 
 
-def test_a_re_run_of_stored_cells_starts_no_server_and_says_its_reproducers_are_unverified(planted):
+def test_a_re_run_of_stored_cells_verifies_its_reproducers_again_on_relaunched_servers(planted):
+    """No verification is carried over from the run that stored the cells: a re-run judges the
+    verdicts again from the stored samples and posts each reproducer again, to servers started
+    for it (the cells' own servers never start); with --reproducer-budget 0 it starts none."""
     _, _, run, tmp = planted
-    run("softcap-128", long_suite(tmp))  # measured (and verified) once
-    result, report, _ = run("softcap-128", long_suite(tmp), "--slots", "1")  # the same cells, from the store
-    assert result["launches"] == []
+    first, _, _ = run("softcap-128", long_suite(tmp))  # measured (and verified) once
+    result, report, stderr = run("softcap-128", long_suite(tmp), "--slots", "1")  # the same cells, from the store
+    assert result["launches"] == [] and all(c["metadata"].get("reused") for c in result["cells"])
     for probe in ("kl", "prefill_cache_hit", "revision_kl"):
         v = row(result, probe)["reproducer"]["verification"]
-        assert v["attempts"] == 0 and v["servers"] == "none started" and "came from the store" in v["error"]
-    assert "Not verified on servers (none started): both cells came from the store" in report
+        assert v["servers"] == "relaunched" and v["reproduced"] == v["attempts"] == 2 and v["calls"] > 0, v
+        # the same published size as the run that measured the cells found, found again
+        assert v["size"] == row(first, probe)["reproducer"]["verification"]["size"]
+    assert "reads different: posting its reproducer to both sides' servers (relaunched)" in stderr
+    assert "base reused from the store" in report and "Verified: reproduced 2 of 2 on servers of both sides (relaunched)" in report
+    unverified, report, _ = run("softcap-128", long_suite(tmp), "--slots", "1", "--reproducer-budget", "0")
+    assert all("verification" not in row(unverified, p)["reproducer"] for p in ("kl", "prefill_cache_hit", "revision_kl"))
+    assert "Not verified on servers: built from the stored samples alone" in report

@@ -194,6 +194,10 @@ PIPELINE_FIGURES = (
     # path not shown to have run) the verdict reads, as it reads a probe's own.
     *descriptive("which paths ran (CUDA-graph passes, verify calls, cached tokens), from the server's "
                  "counters; an unmet demand makes the cell vacuous (error unless different)", "path"),
+    # harness/runner.py: another program's compute processes on the server's GPUs around a noisy
+    # measurement; compare.py reads them as a finding on the row.
+    *descriptive("foreign GPU processes seen before or after a noisy measurement: the row's noisy figures "
+                 "are not judged (a finding)", "runner_foreign"),
 )
 
 

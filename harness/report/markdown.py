@@ -6,7 +6,8 @@ import json
 import shlex
 
 from harness.probes import PROBES
-from harness.report.format import portable
+from harness.paths import safe_name
+from harness.report.format import portable, portable_path
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
                                  revision_label, rows)
@@ -106,8 +107,41 @@ class MarkdownReport:
                     out += [*md_fence(portable(line) for line in cell.log_tail.splitlines()[-15:]), ""]
         out += self._facts(comp, base, cand)
         if comp.reproducer is not None:
-            out += _reproducer(comp.reproducer, self._server_lines(base, cand))
+            lines = self._server_lines(base, cand)
+            reference = _reference_config(comp)
+            if reference:  # its requests go to the reference configuration's servers too
+                lines += [f"# and the reference configuration {one_line(reference)}, each side likewise",
+                          *self._server_lines(r.cell(reference, probe, Role.BASE), r.cell(reference, probe, Role.CANDIDATE))]
+            out += _reproducer(comp.reproducer, lines, self._command_lines(comp.reproducer))
         return out
+
+    def _command_lines(self, rep: Reproducer) -> list[str]:
+        """The shell lines that measure a row again whose reproducer is a measurement
+        (`Reproducer.command`): `detcheck run` with the run's own options (those results.json
+        recorded), both sides at the shas measured, and the row's own; every word quoted, the
+        repository read from `$REPO` (the run's own unless set)."""
+        if not rep.command:
+            return []
+        r = self.result
+        options = r.metadata.get("options") or {}
+        words: list[str] = ["detcheck", "run", "--repo", ShellText('"$REPO"')]
+        suite = options.get("suite") or r.metadata.get("suite_path")
+        if suite:
+            words += ["--suite", str(suite)]
+        words += ["--target", str(options.get("target") or r.target)]
+        for dest, flag in RUN_FLAGS:
+            value = options.get(dest)
+            for item in (value if isinstance(value, list) else [value] if value else []):
+                if flag == "--set" and any(str(item).startswith(f"{word.split('=')[0]}=") for word in rep.command):
+                    continue  # the row's own value of that parameter is given below
+                words += [flag, str(item)]
+        words += ["--base", str(r.base.sha or r.base.ref), "--candidate", str(r.candidate.sha or r.candidate.ref),
+                  *rep.command, "--out", f"detcheck-again-{safe_name(rep.command[1] if len(rep.command) > 1 else 'row')}"]
+        repo = options.get("repo")
+        return ["# the repository the run measured (set REPO to your checkout of it)",
+                f"REPO=${{REPO:-{shlex.quote(portable_path(str(repo))) if repo else ''}}}",
+                # portable() after the quoting: it rewrites paths within a word, never across quotes
+                portable(shell_join(words))]
 
     def _server_lines(self, base: CellResult | None, cand: CellResult | None) -> list[str]:
         """The shell lines that start each side's server for one row: that row's cells' own
@@ -123,6 +157,7 @@ class MarkdownReport:
                     f"candidate {revision[Role.CANDIDATE]})", started[0][2]]
         return [line for role, _, command in started
                 for line in (f"# the {role.value}, in a checkout of {revision[role]}", command)]
+
 
     def _facts(self, comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> list[str]:
         facts = [comp.facts(cell) if cell else {} for cell in (base, cand)]
@@ -162,6 +197,15 @@ class MarkdownReport:
         return out
 
 
+
+def _reference_config(comp: ProbeComparison) -> str:
+    """The configuration a row's reproducer is posted to besides its own (the reference
+    probe's, where it compares against one: its judged facts name it), else ""."""
+    if "diverging" not in comp.metrics:
+        return ""
+    return next((str(facts["reference"]) for facts in comp.judged.values() if facts.get("reference")), "")
+
+
 # Every shell block of a reproducer sets the port first: the reader's own, else SGLang's default.
 PORT_LINE = f"PORT=${{PORT:-{REPRODUCER_PORT}}}"
 # The recorded argv leaves out the interpreter (a path of the machine that ran it).
@@ -179,9 +223,17 @@ def server_line(argv: list) -> str:
     return portable(shell_join(words))
 
 
-def _reproducer(rep: Reproducer, server_lines: list[str]) -> list[str]:
+# The options of `detcheck run` that results.json records (commands/run.py, RUN_OPTIONS) and a
+# row's measurement again repeats, beside --repo, --suite and --target: what it measured with.
+RUN_FLAGS = (("python", "--python"), ("base_python", "--base-python"), ("candidate_python", "--candidate-python"),
+             ("server_arg", "--server-arg"), ("overrides", "--set"), ("env_file", "--env-file"),
+             ("env_pip_arg", "--env-pip-arg"))
+
+
+def _reproducer(rep: Reproducer, server_lines: list[str], command_lines: list[str] = ()) -> list[str]:
     """A *different* row's smallest request: the commands that start each side's server with
-    the row's own argv, each step's curl line, what to compare, how it was shrunk."""
+    the row's own argv, each step's curl line, what to compare, how it was shrunk; a row no
+    request shows (`command_lines`): the command that measures it again."""
     first = rep.first_divergent
     facts = [*([f"prompts {list(rep.prompts)}"] if rep.prompts else []),
              *([f"first divergent: {divergence_text(first)}"] if first else []),
@@ -190,7 +242,10 @@ def _reproducer(rep: Reproducer, server_lines: list[str]) -> list[str]:
            md_escape(verification_text(rep)), ""]
     if rep.position_range is not None:
         out += [f"State first diverges in positions [{rep.position_range[0]}, {rep.position_range[1]}).", ""]
-    if server_lines:
+    if command_lines:
+        out += ["Measure it again (from a checkout of detcheck; both sides' servers are started as this run "
+                "started them):", "", *md_fence(command_lines, "sh"), ""]
+    if server_lines and not command_lines:
         out += [f"Start each side's server with this row's configuration (its environment's `{SERVER_PYTHON}`; "
                 f"`PORT` is {REPRODUCER_PORT} unless set):", "", *md_fence([PORT_LINE, *server_lines], "sh"), ""]
     if rep.requests:
@@ -205,6 +260,9 @@ def verification_text(rep: Reproducer) -> str:
     """Whether the reproducer was posted to servers of both sides and showed the difference, in
     one sentence that leads with the outcome."""
     v = rep.verification
+    if v is None and rep.command:
+        return ("A measurement, not a request: no request shows it, so none was posted; the command below "
+                "measures the row again, both sides interleaved as this run measured them.")
     if v is None:
         return ("Not verified on servers: built from the stored samples alone (a run that verifies posts it to "
                 "both sides' servers first).")

@@ -210,10 +210,11 @@ def test_a_figure_nobody_declared_fails_its_cell_and_its_comparison():
 
 def test_the_pipeline_declares_what_it_adds_to_every_cell():
     """The facts the pipeline writes into every probe's cells (round placement, looks, the path
-    proof of harness/path_proof.py) are declared once, as descriptive: none decides by itself
-    (a path proof's `vacuous` is read by compare.py, as a probe's own)."""
+    proof of harness/path_proof.py, the foreign GPU processes of harness/runner.py) are declared
+    once, as descriptive: none decides by itself (a path proof's `vacuous` and the foreign
+    processes are read by compare.py, as a probe's own vacuity)."""
     from harness.probes.base import PIPELINE_FIGURES
 
     assert sorted((f.name, f.role.value) for f in PIPELINE_FIGURES) == [
         ("first_side", "descriptive"), ("path", "descriptive"), ("placement", "descriptive"),
-        ("placement_seed", "descriptive"), ("sequential", "descriptive")]
+        ("placement_seed", "descriptive"), ("runner_foreign", "descriptive"), ("sequential", "descriptive")]
