@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generator, Iterator, Sequence
 
 from harness.bounded import SERVER_ANSWER, TooLarge
-from harness.errors import ProbeNotApplicable, ServerError
+from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
 from harness.httpcall import Answer, AnswerBrokenOff, ConnectionFailed, DeadlinePassed, call, open_stream
 
 # SGLang answers a request it cannot serve with 400 and a sentence; these say "cannot", not "broken".
@@ -201,6 +201,20 @@ def _top_pairs(entries: list) -> list[tuple[float | None, int]]:
     return [(None if e[0] is None else float(e[0]), int(e[1])) for e in entries]
 
 
+def _require_a_logprob_per_token(answers: Sequence[Generation]) -> None:
+    """Asked for logprobs, every answer has one per generated token, or a ServerFinding that
+    says on how many answers and by how much: a probe that paired a short list with its replay
+    would otherwise fail inside the maths (SGLang 0.5.16 under forced retraction on the H200
+    answered 127 logprobs for 128 tokens, on both sides)."""
+    short = [{"answer": i, "output_tokens": len(g.output_ids), "output_logprobs": len(g.output_logprobs)}
+             for i, g in enumerate(answers) if len(g.output_logprobs) != len(g.output_ids)]
+    if short:
+        first = short[0]
+        raise ServerFinding(f"/generate returned {first['output_logprobs']} output logprobs for "
+                            f"{first['output_tokens']} generated tokens (answer {first['answer']} of "
+                            f"{len(answers)}; {len(short)} such)", tuple(short))
+
+
 def generate_body(input_ids: Sequence[int] | Sequence[Sequence[int]], *, max_new_tokens: int,
                   temperature: float = 0.0, ignore_eos: bool = True, logprobs: Logprobs | None = None,
                   sampling_seed: int | None = None) -> dict[str, Any]:
@@ -272,6 +286,8 @@ class SGLangClient:
             # A null output logprob is kept as None: the probes say, as a finding, on how many
             # prompts and where (harness.probes.common.require_output_logprobs).
             out.append(Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"]))
+        if body.get("return_logprob"):
+            _require_a_logprob_per_token(out)
         return out
 
     def generate_stream(self, input_ids: Sequence[int], *, max_new_tokens: int, rid: str,

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from harness.client import Generation, SGLangClient
-from harness.errors import ProbeNotApplicable, ServerError
+from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
 
 
 class Stub:
@@ -60,6 +60,24 @@ def test_abort_sends_the_rid_and_raises_on_an_error_status(stub):
     refused = stub((400, {"error": {"message": "no such thing"}}))
     with pytest.raises(ServerError, match=r"^/abort_request: HTTP 400: no such thing$"):
         refused.client.abort("a1b2")
+
+
+def test_asked_for_logprobs_an_answer_short_of_one_per_token_is_a_finding(stub):
+    """SGLang 0.5.16 under forced retraction (H200): 127 logprobs for 128 tokens. A finding that
+    says how many, never a length mismatch inside the maths."""
+    def answer(tokens: int, logprobs: int) -> dict:
+        return {"output_ids": list(range(tokens)),
+                "meta_info": {"output_token_logprobs": [[-0.5, t, None] for t in range(logprobs)]}}
+
+    from harness.client import Logprobs
+    whole = stub((200, [answer(4, 4), answer(4, 4)]))
+    assert [len(g.output_logprobs) for g in whole.client.generate([[1], [2]], max_new_tokens=4,
+                                                                   logprobs=Logprobs())] == [4, 4]
+    short = stub((200, [answer(4, 4), answer(4, 3)]))
+    with pytest.raises(ServerFinding, match=r"returned 3 output logprobs for 4 generated tokens \(answer 1 of 2; 1 such\)"):
+        short.client.generate([[1], [2]], max_new_tokens=4, logprobs=Logprobs())
+    # Not asked for: nothing to count.
+    assert len(stub((200, [answer(4, 0)])).client.generate([1], max_new_tokens=4)) == 1
 
 
 def test_generate_carries_the_rids_and_reads_an_abort(stub):
