@@ -341,6 +341,32 @@ def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
     return Verdict.NOTHING_MEASURED
 
 
+def leaning(result: RunResult) -> list[str]:
+    """The *unknown* rows whose data already lean to *different*: a deciding noisy metric whose
+    change is significant (p below the probe's alpha, as the run judged it) and whose estimate
+    lies beyond the floor, undecided only because its interval still reaches inside the floor.
+    Such a row is no pass (a large effect must never exit 0 as "unknown"); an A/A row leans so
+    at most alpha of the time."""
+    recorded = result.metadata.get("probe_params")
+    probe_params: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
+    out = []
+    for comp in result.comparisons:
+        if comp.verdict != Verdict.UNKNOWN:
+            continue
+        params = probe_params.get(comp.probe) or (PROBES[comp.probe].defaults() if comp.probe in PROBES else {})
+        alpha = params.get("alpha")
+        if alpha is None:
+            continue
+        for name in comp.deciding or ((comp.decided_by,) if comp.decided_by else ()):
+            m = comp.metrics.get(name)
+            if (m is not None and m.verdict == Verdict.UNKNOWN and m.p is not None and m.p < alpha
+                    and abs(m.effect) > m.floor):
+                out.append(f"{comp.config} / {comp.probe}: {name} moved {m.effect:+.3g} (p={m.p:.3g}), "
+                           f"beyond its floor ±{m.floor:.3g}")
+                break
+    return out
+
+
 def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
                  probe_params: dict, command: str = "") -> RunResult:
     """A RunResult whose base cells are `base_run`'s `side` cells, candidate cells `cand_run`'s."""

@@ -300,3 +300,29 @@ def test_compare_of_two_runs_reads_the_deciding_metrics_the_comparison_recorded(
     (comp,) = compare_runs(run_of(spread, "t1"), run_of(spread, "t2"), Role.CANDIDATE, {}).comparisons
     assert comp.verdict == Verdict.SAME and comp.decided_by == "settled", comp.note
     assert "measured in two runs" not in comp.note
+
+
+def test_an_unknown_that_already_leans_to_different_is_no_pass():
+    """A significant change whose estimate is beyond the floor, undecided only because its
+    interval reaches inside it: exit 1 and said in the headline, never exit 0 as "unknown"."""
+    from harness.commands.common_args import run_exit_code
+    from harness.compare import leaning
+    from harness.report.rows import headline
+    from harness.results import ProbeComparison, RevisionInfo, RunResult
+    from harness.stats import Comparison, Kind, Summary, Verdict
+
+    def row(effect: float, p: float, verdict: Verdict = Verdict.UNKNOWN) -> RunResult:
+        side = Summary(8, 100.0, 99.0, 101.0, 100.0, 90.0, 110.0)
+        metric = Comparison(Kind.NOISY, verdict, side, side, effect, (effect - 12.0, effect + 3.0), p, 10.0, None, "")
+        comp = ProbeComparison("det", "throughput", verdict, {"tok_s_c1": metric}, decided_by="tok_s_c1",
+                               deciding=("tok_s_c1",))
+        return RunResult("s", "refserver", RevisionInfo("a", "a" * 40), RevisionInfo("b", "b" * 40), (), (comp,), (),
+                         metadata={"probe_params": {"throughput": {"alpha": 0.05}}})
+
+    leans = row(-14.0, 0.01)
+    assert leaning(leans) == ["det / throughput: tok_s_c1 moved -14 (p=0.01), beyond its floor ±10"]
+    assert run_exit_code(leans) == 1
+    assert "leaning to different, so no pass (exit 1): det / throughput" in headline(leans)
+    for undecided in (row(-14.0, 0.2), row(-6.0, 0.01)):  # not significant; inside the floor
+        assert leaning(undecided) == [] and run_exit_code(undecided) == 0
+    assert leaning(row(-14.0, 0.01, Verdict.SAME)) == []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness import baseline
-from harness.compare import overall
+from harness.compare import leaning, overall
 from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.observer import QuietObserver, RunObserver
@@ -286,6 +286,13 @@ def exit_code(verdict: Verdict) -> int:
     return EXIT_NOTHING_MEASURED if verdict == Verdict.NOTHING_MEASURED else EXIT_SAME
 
 
+def run_exit_code(result: RunResult) -> int:
+    """A run's exit code: its verdict's, and 1 where an *unknown* row already leans to
+    *different* (`compare.leaning`), which is no pass."""
+    code = exit_code(overall(result.comparisons))
+    return EXIT_DIFFERENT if code == EXIT_SAME and leaning(result) else code
+
+
 def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:
     """Gate `result` on the baselines at `path`, print the checks; 1 when any fails."""
     code, lines = gate_result(path, result)
@@ -310,7 +317,7 @@ def check_baseline_file(path: Path | None) -> None:
 def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
     """Render `result` (JSON with the verdict and this exit code in it), gate it on a baselines
     file if one is given, and return the exit code."""
-    code, gate_lines = exit_code(overall(result.comparisons)), []
+    code, gate_lines = run_exit_code(result), []
     if baseline_file is not None:
         gated, gate_lines = gate_result(baseline_file, result)
         code = max(code, gated)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.commands.common_args import add_format_arg, conclude, exit_code
-from harness.compare import check_verdicts, overall
+from harness.commands.common_args import add_format_arg, conclude, run_exit_code
+from harness.compare import check_verdicts
 from harness.errors import UsageError
 from harness.report.combined import combined_markdown
 from harness.result_files import read_run
@@ -45,4 +45,4 @@ def combined(args: argparse.Namespace) -> int:
     for path, result in runs:
         check_verdicts(result, path, strict=args.check)
     print(combined_markdown(runs), end="")
-    return max(exit_code(overall(result.comparisons)) for _, result in runs) if args.check else 0
+    return max(run_exit_code(result) for _, result in runs) if args.check else 0

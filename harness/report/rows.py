@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness import path_proof
-from harness.compare import CHANGED_NOT_DECIDING, metric_pairs, overall, reference_of
+from harness.compare import CHANGED_NOT_DECIDING, leaning, metric_pairs, overall, reference_of
 from harness.logparse import last_exception
 from harness.probes import PROBES
 from harness.probes.base import Reference, ValueIndex
@@ -372,9 +372,11 @@ def headline(result: RunResult) -> str:
         counts[c.verdict] = counts.get(c.verdict, 0) + 1
     parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     cells = {status: sum(1 for c in result.cells if c.status == status) for status in Status}
+    leans = leaning(result)
     return (f"{verdict} ({parts or 'no comparisons'}); cells: {cells[Status.OK]} measured, "
             f"{cells[Status.NOT_APPLICABLE]} n/a, {cells[Status.ERROR]} error"
-            + (f", {cells[Status.FINDING]} finding" if cells[Status.FINDING] else ""))
+            + (f", {cells[Status.FINDING]} finding" if cells[Status.FINDING] else "")
+            + (f"; leaning to different, so no pass (exit 1): {'; '.join(leans)}" if leans else ""))
 
 
 def revision_label(info) -> str:
