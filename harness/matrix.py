@@ -1,10 +1,14 @@
 """The hardware matrix (matrix.toml): which suites run on which machines, with what flags.
 
 Each [[entry]] becomes one nox session `validate(<name>)` and one `detcheck matrix run
-<name>`. An entry with servers_per_gpu runs gpus × servers_per_gpu servers at once, each pinned
-to one GPU (harness.schedule turns an entry into server slots). Without it, an entry with two or
-more GPUs runs base and candidate servers at the same time, each on its own half of the GPUs
-(CUDA_VISIBLE_DEVICES per role); one GPU interleaves them.
+<name>`. How many GPUs one server spans is declared (`gpus_per_server`) or read from the
+configurations' own --tp-size/--dp-size/--pp-size/--ep-size and context-parallel flags
+(`configs.gpus_per_server`, the widest configuration of the entry's suites); the entry's GPUs fall into gpus ÷ that groups, each a fixed
+CUDA_VISIBLE_DEVICES set (`device_groups`), and harness.schedule turns the groups into server
+slots: servers_per_gpu servers on each group, or one. Two groups or more: base and candidate
+side by side; one: in turn (a one-GPU server on a one-GPU entry: both servers on the card).
+A refserver entry's GPUs are modelled (the reference server checks that it sees as many
+devices as its --tp-size asks): it needs no GPU on the machine.
 
 Loaded with the standard library only: noxfile.py imports this before anything is installed.
 Every error names the file and the field.
@@ -24,8 +28,8 @@ from harness.params import reject_unknown
 from harness.plan import check_reserved, read_toml
 from harness.targets import TARGET_NAMES
 
-_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "suites", "target", "server_args", "env",
-               "order_from", "first_per_model"}
+_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "gpus_per_server", "suites", "target",
+               "server_args", "env", "order_from", "first_per_model"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # More than any one host holds: bounds what an entry's slots and device lists are built from.
 MAX_GPUS = 64
@@ -50,15 +54,24 @@ class MatrixEntry:
     # first.
     order_from: tuple[Path, ...] = ()
     first_per_model: bool = False
+    # GPUs one server spans, where declared; None: read from the configurations' flags.
+    gpus_per_server: int | None = None
 
     @property
     def parallel(self) -> bool:
-        """Base and candidate at once: each on half of the GPUs, or two slots on the GPUs."""
-        return self.gpus >= 2 or (self.servers_per_gpu or 1) * self.gpus >= 2
+        """Base and candidate at once, at the declared GPUs per server (1 where undeclared): two
+        groups of GPUs or more, or two slots on the one group."""
+        groups = self.gpus // (self.gpus_per_server or 1)
+        return groups >= 2 or (self.servers_per_gpu or 1) * groups >= 2
+
+    @property
+    def modelled(self) -> bool:
+        """GPUs the reference server models (device labels it checks), none on the machine."""
+        return self.target == "refserver"
 
     def missing(self, gpu_names: list[str] | None) -> str | None:
         """Why this machine cannot run the entry (`gpu_names` None: no nvidia-smi); None if it can."""
-        if self.gpus == 0:
+        if self.gpus == 0 or self.modelled:
             return None
         if gpu_names is None:
             return f"needs {self.gpus}× {self.gpu or 'GPU'}; this machine has no nvidia-smi"
@@ -80,17 +93,15 @@ class MatrixEntry:
                              f"makes {len(devices)} visible")
         return devices[: self.gpus]
 
-    def gpu_env(self, visible: str | None = None) -> dict[str, dict[str, str]]:
-        """CUDA_VISIBLE_DEVICES per role ("base"/"candidate"); `visible` is the caller's own
-        CUDA_VISIBLE_DEVICES, whose devices are the ones split."""
+    def device_groups(self, per_server: int, visible: str | None = None) -> list[str]:
+        """The entry's GPUs in groups of `per_server`, each a CUDA_VISIBLE_DEVICES value, in
+        order (GPUs left over are unused); `visible` is the caller's own CUDA_VISIBLE_DEVICES.
+        A server wider than the entry is UsageError."""
         devices = self.devices(visible)
-        if not devices:
-            return {}
-        if not self.parallel:
-            return {role: {"CUDA_VISIBLE_DEVICES": ",".join(devices)} for role in ("base", "candidate")}
-        half = len(devices) // 2
-        return {"base": {"CUDA_VISIBLE_DEVICES": ",".join(devices[:half])},
-                "candidate": {"CUDA_VISIBLE_DEVICES": ",".join(devices[half:2 * half])}}
+        if per_server > len(devices):
+            raise UsageError(f"[[entry]] {self.name!r}: a server spans {per_server} GPUs and the entry has "
+                             f"{len(devices)} (gpus = {self.gpus})")
+        return [",".join(devices[i:i + per_server]) for i in range(0, len(devices) - per_server + 1, per_server)]
 
 
 @dataclass(frozen=True)
@@ -135,12 +146,17 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     gpus = raw.get("gpus", 0)
     if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= MAX_GPUS:
         raise UsageError(f"{where}.gpus: must be an integer from 0 to {MAX_GPUS}")
-    gpu = raw.get("gpu", "")
-    if not isinstance(gpu, str) or (gpus > 0 and not gpu):
-        raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
     target = raw.get("target")
     if target is not None and target not in TARGET_NAMES:
         raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGET_NAMES)}")
+    gpu = raw.get("gpu", "")
+    if not isinstance(gpu, str) or (gpus > 0 and not gpu and target != "refserver"):
+        raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
+    per_server = raw.get("gpus_per_server")
+    if per_server is not None and (not isinstance(per_server, int) or isinstance(per_server, bool)
+                                   or not 1 <= per_server <= max(gpus, 1) or gpus == 0):
+        raise UsageError(f"{where}.gpus_per_server: must be an integer from 1 to gpus ({gpus}), on an entry "
+                         f"with gpus >= 1")
     suites = _strings(where, raw, "suites")
     if not suites:
         raise UsageError(f"{where}.suites: list at least one suite file")
@@ -171,7 +187,7 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
                        server_args=server_args, servers_per_gpu=servers_per_gpu,
                        env={str(k): str(v) for k, v in env.items()}, description=description,
-                       order_from=order_from, first_per_model=first_per_model)
+                       order_from=order_from, first_per_model=first_per_model, gpus_per_server=per_server)
 
 
 def valid_servers_per_gpu(count: object, gpus: int) -> bool:

@@ -59,7 +59,7 @@ from harness.result_files import write_run
 from harness.compare import compare_pair
 from harness.results import CellResult, Launch, ProbeComparison, ProbeOutput, Reproducer, Role, RunResult, Status
 from harness.stats import Kind, Verdict
-from harness.schedule import Countdown, Slot, SlotPool, Unit
+from harness.schedule import Countdown, Slot, SlotPool, Unit, side_by_side
 from harness.sequential import WORKLOAD_GROWTH, Look, LookBudget, LookState
 from harness.start_order import ModelGates, StartOrder, longest_first
 from harness.server import ServerProcess, exit_text, launch, stop_all
@@ -802,8 +802,17 @@ def launch_server(run: Run, job: Job) -> bool:
 def run_probes(run: Run, job: Job) -> bool:
     client = open_client(run, job)
     for probe in job.todo:
-        record_cell(run, job, probe, probe_outcome(run, job, client, probe))
+        outcome = probe_outcome(run, job, client, probe)
+        if PROBES[probe].interleaved and outcome.status == Status.OK:  # its sides were not up together
+            outcome = dataclasses.replace(outcome, output=dataclasses.replace(
+                outcome.output, facts={**outcome.output.facts, **IN_TURN}))
+        record_cell(run, job, probe, outcome)
     return False
+
+
+# An interleaved probe measured on one side's server alone, the other side's before or after it
+# (one slot that holds one server: a server spanning every GPU of the entry): no rounds alternate.
+IN_TURN = {"placement": "in turn"}
 
 
 def open_client(run: Run, job: Job) -> SGLangClient:
@@ -941,10 +950,13 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
 
 def plan_units(run: Run) -> list[Unit]:
     """The jobs in plan order, sides alternating per configuration; a configuration with an
-    interleaved or a sequential probe is one unit of both jobs (its servers are up together)."""
+    interleaved or a sequential probe is one unit of both jobs (its servers are up together),
+    unless the run's slots hold only one server at a time (`schedule.side_by_side`): then its
+    sides run in turn, and its interleaved probes' cells say so (`IN_TURN`)."""
     units = []
+    together = side_by_side(run.req.slots)
     for i, cp in enumerate(run.plans):
-        if any(PROBES[p].interleaved for p in cp.probes) or sequential_probes(run, cp):
+        if together and (any(PROBES[p].interleaved for p in cp.probes) or sequential_probes(run, cp)):
             units.append(Unit(i, role_order(i)))
         else:
             units += [Unit(i, (role,)) for role in role_order(i)]

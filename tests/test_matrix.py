@@ -94,13 +94,37 @@ def entry(gpus: int, gpu: str = "H200") -> MatrixEntry:
     return MatrixEntry(name="e", gpu=gpu, gpus=gpus, suites=())
 
 
-def test_gpus_split_between_roles_when_there_are_two_or_more():
-    assert entry(2).gpu_env() == {"base": {"CUDA_VISIBLE_DEVICES": "0"}, "candidate": {"CUDA_VISIBLE_DEVICES": "1"}}
-    assert entry(4).gpu_env("4,5,6,7") == {"base": {"CUDA_VISIBLE_DEVICES": "4,5"},
-                                           "candidate": {"CUDA_VISIBLE_DEVICES": "6,7"}}
-    assert entry(1).gpu_env() == {"base": {"CUDA_VISIBLE_DEVICES": "0"}, "candidate": {"CUDA_VISIBLE_DEVICES": "0"}}
-    assert entry(0, "").gpu_env() == {}
+def test_gpus_fall_into_groups_as_wide_as_one_server():
+    assert entry(2).device_groups(1) == ["0", "1"]
+    assert entry(4).device_groups(2, "4,5,6,7") == ["4,5", "6,7"]
+    assert entry(4).device_groups(4) == ["0,1,2,3"]
+    assert entry(5).device_groups(2) == ["0,1", "2,3"]  # the fifth GPU holds no whole server
+    with pytest.raises(UsageError, match="a server spans 8 GPUs and the entry has 2"):
+        entry(2).device_groups(8)
     assert not entry(1).parallel and entry(2).parallel
+    assert not MatrixEntry(name="e", gpu="H200", gpus=2, suites=(), gpus_per_server=2).parallel
+
+
+def test_gpus_per_server_is_read_from_the_parallelism_flags():
+    from harness.configs import gpus_per_server
+    assert gpus_per_server(()) == 1
+    assert gpus_per_server(("--tp-size", "2")) == 2
+    assert gpus_per_server(("--tp=4", "--pp-size", "2")) == 8
+    assert gpus_per_server(("--tp", "2", "--dp-size", "2")) == 4  # DP replicas of TP=2 servers
+    assert gpus_per_server(("--tp", "4", "--dp", "4", "--enable-dp-attention")) == 4  # DP inside TP
+    assert gpus_per_server(("--tp-size", "8", "--attn-cp-size", "8")) == 8  # CP inside the TP group
+    assert gpus_per_server(("--tp-size", "2", "--ep-size", "2")) == 2
+    assert gpus_per_server(("--tp-size", "16", "--nnodes", "2")) == 8  # on each of two machines
+    for bad in (("--tp-size", "0"), ("--tp-size", "two"), ("--tp", "3", "--nnodes", "2")):
+        with pytest.raises(UsageError, match="cfg"):
+            gpus_per_server(bad, "cfg")
+
+
+def test_a_declared_gpus_per_server_is_checked(tmp_path):
+    entry = load_matrix(write(tmp_path, GOOD + "gpus_per_server = 2\n")).entry("h200x2")
+    assert entry.gpus_per_server == 2
+    with pytest.raises(UsageError, match="gpus_per_server: must be an integer from 1 to gpus"):
+        load_matrix(write(tmp_path, GOOD + "gpus_per_server = 3\n"))
 
 
 def test_why_a_machine_cannot_run_an_entry():

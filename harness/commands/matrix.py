@@ -29,7 +29,10 @@ from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, a
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
 from harness.run import RunRequest, execute_together
-from harness.schedule import Slot, entry_slots
+from harness.errors import UsageError
+from harness.matrix import MatrixEntry
+from harness.plan import load_suite
+from harness.schedule import Slot, entry_slots, suite_gpus_per_server
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 
@@ -68,27 +71,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_entry)
 
 
+def gpus_per_server(entry: MatrixEntry) -> int:
+    """GPUs one server of the entry spans: declared, else its widest configuration's flags
+    (the suites' own and the entry's server_args) at the entry's target."""
+    if entry.gpus_per_server is not None or entry.target is None:
+        return entry.gpus_per_server or 1
+    return suite_gpus_per_server([load_suite(path) for path in entry.suites], entry.target, entry.server_args)
+
+
 def placement(slots: tuple[Slot, ...]) -> str:
     """Where the servers go, for the log: each role on its GPUs, or N slots over the GPUs."""
     if all(slot.role is not None for slot in slots):
         sides = ", ".join(f"{s.role.value} on GPU {s.env['CUDA_VISIBLE_DEVICES']}" for s in slots)
         return f" ({sides}, at the same time)"
+    if len(slots) == 1 and slots[0].exclusive:
+        return (f" (one server at a time on GPU {slots[0].env['CUDA_VISIBLE_DEVICES']}: base and candidate "
+                f"in turn, noisy probes not interleaved)")
     gpus = ",".join(sorted({s.env["CUDA_VISIBLE_DEVICES"] for s in slots if "CUDA_VISIBLE_DEVICES" in s.env}))
     return f" ({len(slots)} server slots{f' on GPU {gpus}' if gpus else ''})"
 
 
 def run_list(args: argparse.Namespace) -> int:
     matrix, here = load_matrix(args.matrix), gpu_names()
-    rows = [{"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
-             "suites": [str(s) for s in e.suites], "parallel": e.parallel,
-             "slots": len(entry_slots(e, None)),  # how many the entry has, wherever its GPUs are
-             "runnable_here": e.missing(here) is None, "why_not": e.missing(here)} for e in matrix.entries]
+    rows = []
+    for e in matrix.entries:
+        try:
+            width = gpus_per_server(e)
+        except UsageError:  # a suite that does not load here (its models are on the GPU machine)
+            width = e.gpus_per_server or 1
+        try:
+            slots, why_not = entry_slots(e, None, per_server=width), e.missing(here)  # wherever its GPUs are
+        except UsageError as exc:  # a server wider than the entry: no machine runs it
+            slots, why_not = (), str(exc)
+        rows.append({"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
+                     "suites": [str(s) for s in e.suites], "parallel": len(slots) >= 2,
+                     "gpus_per_server": width, "slots": len(slots),
+                     "runnable_here": why_not is None, "why_not": why_not})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     for row in rows:
         where = "runs here" if row["runnable_here"] else f"skipped here: {row['why_not']}"
-        slots = f"{row['slots']} server slot{'s' if row['slots'] > 1 else ''}"
+        slots = f"{row['slots']} server slot{'s' if row['slots'] != 1 else ''}"
         target = row["target"] or "checkout"  # none named: what --repo holds
         print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {target:<9} {slots:<15} {where}")
     return 0
@@ -104,7 +128,7 @@ def run_entry(args: argparse.Namespace) -> int:
         entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}"))
     base, candidate = revisions_from(args)
     root = args.out or default_out(entry.name)
-    slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu)
+    slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu, gpus_per_server(entry))
     env_options = env_options_from(args)
     start_order = start_order_from(args, entry.order_from, entry.first_per_model)
     reqs = []
