@@ -23,13 +23,18 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import estimates
 from harness.errors import UsageError
 from harness.params import reject_unknown
 from harness.plan import check_reserved, read_toml
 from harness.targets import TARGET_NAMES
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "gpus_per_server", "suites", "target",
-               "server_args", "env", "order_from", "first_per_model"}
+               "server_args", "env", "order_from", "first_per_model", "runner", "est_time", "partitions"}
+# A CI runner label as SGLang's self-hosted runners are named ({n}-gpu-{hardware}: 2-gpu-h100).
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+CPU_RUNNER = "cpu"  # the label of an entry without GPUs (or whose GPUs the reference server models)
+MAX_PARTITIONS = 64
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # More than any one host holds: bounds what an entry's slots and device lists are built from.
 MAX_GPUS = 64
@@ -56,6 +61,53 @@ class MatrixEntry:
     first_per_model: bool = False
     # GPUs one server spans, where declared; None: read from the configurations' flags.
     gpus_per_server: int | None = None
+    # The CI job it is: the runner label it needs ("" : `default_runner`), its declared length in
+    # seconds (None: from its order_from runs, harness.estimates), and how many jobs its suites
+    # split into (longest-processing-time over the suites' estimates).
+    runner: str = ""
+    est_time: float | None = None
+    partitions: int = 1
+
+    @property
+    def runner_label(self) -> str:
+        """The runner label: declared, else SGLang's form `{gpus}-gpu-{gpu}` (`2-gpu-h200`), or
+        CPU_RUNNER for an entry without GPUs on the machine."""
+        if self.runner:
+            return self.runner
+        if self.gpus == 0 or self.modelled:
+            return CPU_RUNNER
+        return f"{self.gpus}-gpu-{re.sub(r'[^a-z0-9]+', '-', self.gpu.lower()).strip('-')}"
+
+    def estimate(self) -> float | None:
+        """Seconds the entry takes: declared, else its order_from runs' wall time; None: untimed."""
+        return self.est_time if self.est_time is not None else estimates.runs_seconds(self.order_from)
+
+    def suite_estimates(self) -> list[float | None]:
+        """Seconds each suite takes, from its order_from runs (by the suite file's stem, the
+        directory a matrix run writes it to); a declared est_time split over the suites alike."""
+        if self.est_time is not None:
+            return [self.est_time / len(self.suites)] * len(self.suites)
+        timed = estimates.suite_seconds(self.order_from) if self.order_from else {}
+        return [timed.get(s.stem) for s in self.suites]
+
+    def partition(self, index: int) -> tuple[Path, ...]:
+        """The suites of partition `index` (1-based) of `partitions`, longest first."""
+        groups = estimates.lpt_partition(list(self.suites), self.suite_estimates(), self.partitions)
+        if not 1 <= index <= len(groups):
+            raise UsageError(f"[[entry]] {self.name!r}: --partition {index}: it has {len(groups)} "
+                             f"(partitions = {self.partitions}, {len(self.suites)} suites)")
+        return tuple(groups[index - 1])
+
+    def jobs(self) -> list[tuple[str, int, float | None]]:
+        """Its CI jobs: (id, partition, seconds); id is the entry's name, or `name-KofN` when its
+        suites are split (partition 0: the whole entry)."""
+        if self.partitions == 1:
+            return [(self.name, 0, self.estimate())]
+        groups = estimates.lpt_partition(list(range(len(self.suites))), self.suite_estimates(), self.partitions)
+        times = self.suite_estimates()
+        return [(f"{self.name}-{k}of{len(groups)}", k,
+                 None if any(times[i] is None for i in g) else round(sum(times[i] for i in g), 1))
+                for k, g in enumerate(groups, start=1)]
 
     @property
     def parallel(self) -> bool:
@@ -184,7 +236,18 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     first_per_model = raw.get("first_per_model", False)
     if not isinstance(first_per_model, bool):
         raise UsageError(f"{where}.first_per_model: must be true or false")
+    runner = raw.get("runner", "")
+    if not isinstance(runner, str) or (runner and not _LABEL.match(runner)):
+        raise UsageError(f"{where}.runner: must be a runner label of letters, digits, '_', '.', '-' (e.g. \"2-gpu-h100\")")
+    est_time = raw.get("est_time")
+    if est_time is not None and (not isinstance(est_time, (int, float)) or isinstance(est_time, bool)
+                                 or not 0 < est_time < 7 * 86400):
+        raise UsageError(f"{where}.est_time: must be seconds, more than 0 and less than a week")
+    partitions = raw.get("partitions", 1)
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
+        raise UsageError(f"{where}.partitions: must be an integer from 1 to {MAX_PARTITIONS}")
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
+                       runner=runner, est_time=None if est_time is None else float(est_time), partitions=partitions,
                        server_args=server_args, servers_per_gpu=servers_per_gpu,
                        env={str(k): str(v) for k, v in env.items()}, description=description,
                        order_from=order_from, first_per_model=first_per_model, gpus_per_server=per_server)

@@ -9,7 +9,7 @@ import subprocess
 from conftest import ROOT
 
 STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.bounded", "harness.redaction", "harness.gitcmd", "harness.configs",
-               "harness.targets", "harness.plan", "harness.matrix", "harness.demo")
+               "harness.targets", "harness.plan", "harness.matrix", "harness.estimates", "harness.demo")
 
 
 def test_what_noxfile_imports_needs_only_the_standard_library(bare_python):

@@ -59,6 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--store", type=Path, default=None, help="result store (default: $DETCHECK_CACHE_DIR/store)")
     r.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
     r.add_argument("--force", action="store_true", help="replace the runs an existing --out holds")
+    r.add_argument("--partition", type=int, default=0, metavar="K",
+                   help="only the suites of the entry's K-th CI job (1-based) of its `partitions`, split "
+                        "longest-processing-time by each suite's est_time (`nox -l --json -t matrix` lists them)")
     r.add_argument("--servers-per-gpu", type=int, default=None, metavar="N",
                    help="servers at once on each GPU instead of the entry's servers_per_gpu "
                         "(fewer when host or GPU memory is short)")
@@ -105,7 +108,9 @@ def run_list(args: argparse.Namespace) -> int:
             slots, why_not = (), str(exc)
         rows.append({"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
                      "suites": [str(s) for s in e.suites], "parallel": len(slots) >= 2,
-                     "gpus_per_server": width, "slots": len(slots),
+                     "gpus_per_server": width, "slots": len(slots), "runner": e.runner_label,
+                     "est_time": e.estimate(), "jobs": [{"id": job, "partition": part, "est_time": est}
+                                                        for job, part, est in e.jobs()],
                      "runnable_here": why_not is None, "why_not": why_not})
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -131,6 +136,8 @@ def run_entry(args: argparse.Namespace) -> int:
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu, gpus_per_server(entry))
     env_options = env_options_from(args)
     start_order = start_order_from(args, entry.order_from, entry.first_per_model)
+    if args.partition:
+        entry = dataclasses.replace(entry, suites=entry.partition(args.partition))
     reqs = []
     for suite in entry.suites:
         claim_out_dir(root / suite.stem, force=args.force)
