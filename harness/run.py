@@ -305,7 +305,7 @@ def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
     helps = ThreadPoolExecutor(len(Role), thread_name_prefix="help")
     for role in Role:
         env = run.envs.get(role)
-        if (env is None or not env.error) and will_launch(run, role):
+        if (env is None or not env.error) and role in run.req.sides and will_launch(run, role):
             run.capabilities[role] = helps.submit(compiled_capabilities, run, role)
     return helps
 
@@ -361,7 +361,7 @@ def run_unit(queued: QueuedUnit, slots: tuple[int, ...], pool: SlotPool, countdo
 
 
 def finish(run: Run) -> RunResult:
-    return save(run, partial=False)
+    return save(run, partial=len(run.req.sides) < len(Role))  # one side: no pair to compare
 
 
 def save(run: Run, partial: bool) -> RunResult:
@@ -542,12 +542,13 @@ def reproducer_servers(run: Run, cp: ConfigPlan) -> Iterator[tuple[dict[Role, SG
             scrub_file(server.log_path, secrets)
 
 
-def sequential_probes(run: Run, cp: ConfigPlan) -> set[str]:
+def sequential_probes(run: Run | Suite, cp: ConfigPlan) -> set[str]:
     """The configuration's probes whose comparison may be looked at again: those with a noisy
     metric on it (by their plan), under a suite that allows more than one look."""
     out = set()
+    suite = run.suite if isinstance(run, Run) else run
     for probe in cp.probes:
-        kind, params = PROBES[probe], run.suite.probe_spec(probe).params
+        kind, params = PROBES[probe], suite.probe_spec(probe).params
         if kind.planned is None or params["max_looks"] < 2:
             continue
         if any(m.kind == Kind.NOISY for m in kind.planned(params, cp.workloads[probe].spec, cp.server.features.deterministic)):
@@ -956,11 +957,22 @@ def plan_units(run: Run) -> list[Unit]:
     units = []
     together = side_by_side(run.req.slots)
     for i, cp in enumerate(run.plans):
-        if together and (any(PROBES[p].interleaved for p in cp.probes) or sequential_probes(run, cp)):
+        if together and both_sides_together(run.suite, cp):
             units.append(Unit(i, role_order(i)))
         else:
             units += [Unit(i, (role,)) for role in role_order(i)]
+    if len(run.req.sides) < len(Role):  # one side's jobs only (a Slurm job, harness/slurm.py)
+        if pair := next((u for u in units if len(u.roles) > 1), None):
+            raise UsageError(f"config {run.plans[pair.config_index].spec.name!r}: its probes measure both sides "
+                             f"together; it cannot run one side alone")
+        units = [u for u in units if u.roles[0] in run.req.sides]
     return units
+
+
+def both_sides_together(suite: Suite, cp: ConfigPlan) -> bool:
+    """Whether a configuration's two servers are up together: an interleaved probe (its rounds
+    alternate sides) or a sequential one (its looks measure both again)."""
+    return any(PROBES[p].interleaved for p in cp.probes) or bool(sequential_probes(suite, cp))
 
 
 def cell_order(plans: tuple[ConfigPlan, ...]) -> tuple[tuple[str, Role, str], ...]:

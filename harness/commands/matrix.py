@@ -33,6 +33,9 @@ from harness.errors import UsageError
 from harness.matrix import MatrixEntry
 from harness.plan import load_suite
 from harness.schedule import Slot, entry_slots, suite_gpus_per_server
+from harness.slurm import add_slurm_args
+from harness.slurm import options_from as slurm_options_from
+from harness.slurm import run_entry as run_on_slurm
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 
@@ -69,6 +72,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_start_order_args(r)
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
+    add_slurm_args(r, "the entry's jobs (one per revision and configuration; one of both sides where its "
+                      "probes interleave)")
     add_format_arg(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.set_defaults(func=run_entry)
@@ -129,6 +134,7 @@ def run_entry(args: argparse.Namespace) -> int:
         print(f"matrix {entry.name}: skipped: {why_not}", file=sys.stderr)
         return EXIT_NOTHING_MEASURED
     check_baseline_file(args.baseline)
+    slurm = slurm_options_from(args)
     entry = dataclasses.replace(entry, target=chosen_target(
         entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}"))
     base, candidate = revisions_from(args)
@@ -148,7 +154,10 @@ def run_entry(args: argparse.Namespace) -> int:
             command_line=command_line()))
     print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
           f"in one pool{placement(slots)}", file=sys.stderr)
-    results = execute_together(tuple(reqs), observer_for(args))
+    if slurm is not None:
+        results = run_on_slurm(entry, args.matrix, tuple(reqs), slurm)
+    else:
+        results = execute_together(tuple(reqs), observer_for(args))
     code = max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))
     # On stderr: stdout may be the runs' JSON.
     print(f"matrix {entry.name}: results and reports in {root}/ "
