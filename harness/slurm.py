@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -77,15 +78,9 @@ def options_from(args: argparse.Namespace) -> SlurmOptions | None:
             raise UsageError("--slurm-arg needs --slurm")
         return None
     for tool in ("sbatch", "srun"):
-        if not _which(tool):
+        if shutil.which(tool) is None:
             raise UsageError(f"--slurm: `{tool}` is not on PATH (install Slurm's client, e.g. Debian's slurm-client)")
     return SlurmOptions(tuple(args.slurm_arg))
-
-
-def _which(tool: str) -> bool:
-    import shutil
-
-    return shutil.which(tool) is not None
 
 
 # -- submitting ---------------------------------------------------------------------------------
@@ -216,10 +211,8 @@ def merge(req: RunRequest, done: list[tuple[EntryJob, RunResult]]) -> RunResult:
         for cell in result.cells:
             if cell.config == job.config and cell.role in sides:
                 recorder.add(cell, reused=bool(cell.metadata.get("reused")), observer=quiet)
-        recorder.launches += [launch for launch in result.launches
-                              if launch.config == job.config and launch.role in sides]
-        if job.side == BOTH:
-            recorder._comparisons.update({(c.config, c.probe): c for c in result.comparisons if c.config == job.config})
+        recorder.adopt([launch for launch in result.launches if launch.config == job.config and launch.role in sides],
+                       [c for c in result.comparisons if c.config == job.config] if job.side == BOTH else [])
     merged = recorder.result(partial=False)
     return dataclasses.replace(merged, metadata={**merged.metadata, "slurm": {
         "jobs": [{"config": job.config, "side": job.side, "gpus": job.gpus, "results": str(job.out)} for job, _ in done],

@@ -11,56 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck
+from conftest import detcheck
 from harness.fixture_repo import FixtureRepo
+from test_schedule_e2e import TPUT_CONFIG, kl_suite, most_at_once
 
 pytestmark = pytest.mark.slow
 
-SUITE = f"""name = "tp2"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1234", "--tp-size", "2"]
-startup_timeout_s = 240
-request_timeout_s = 120
-[workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 4
-[[config]]
-name = "det"
-deterministic = true
-probes = ["kl"]
-[[config]]
-name = "tput"
-deterministic = false
-probes = ["throughput"]
-[probe.throughput]
-concurrency = [2]
-repeats = 4
-requests_per_client = 2
-warmup = 1
-floor_rel = 0.5
-alpha = 0.2
-max_looks = 1
-"""
-
-
 def matrix(tmp_path: Path) -> Path:
-    (tmp_path / "tp2.toml").write_text(SUITE)
+    """One suite (an exact kl configuration and an interleaved throughput one), its servers
+    TP=2 by the entries' server_args, on entries of 2, 4 and 1 "GPUs"."""
+    kl_suite(tmp_path / "tp2.toml", ("det",), extra=TPUT_CONFIG)
     path = tmp_path / "matrix.toml"
     path.write_text("".join(f'[[entry]]\nname = "{name}"\ngpus = {gpus}\ntarget = "refserver"\nsuites = ["tp2.toml"]\n'
-                            for name, gpus in (("two", 2), ("four", 4), ("one", 1))))
+                            f'server_args = ["--tp-size", "2"]\n' for name, gpus in (("two", 2), ("four", 4), ("one", 1))))
     return path
-
-
-def most_at_once(launches: list[dict]) -> int:
-    events = sorted([(l["started_at"], 1) for l in launches] + [(l["ended_at"], -1) for l in launches])
-    up = peak = 0
-    for _, change in events:
-        up += change
-        peak = max(peak, up)
-    return peak
 
 
 def devices_seen(log: Path) -> list[str]:

@@ -9,23 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, detcheck, planted
+from conftest import detcheck, planted
 from slurm_cluster import Cluster, why_not
+from test_schedule_e2e import TPUT_CONFIG, kl_suite
 
 pytestmark = pytest.mark.slow
 
-SUITE = f"""name = "spread"
-[models]
-refserver = "{ROOT / 'fixtures/refmodels/hybrid'}"
-[server]
-args = ["--random-seed", "1234"]
-startup_timeout_s = 240
-request_timeout_s = 120
-[workload]
-prompts = 3
-prompt_len = [40, 90]
-output_len = 16
-[[config]]
+# An exact configuration that catches the planted regression, a TP=2 one and an interleaved one:
+# jobs of one side each, and one of both.
+CONFIGS = """[[config]]
 name = "det"
 deterministic = true
 mamba_track_interval = 16
@@ -35,21 +27,14 @@ name = "tp2"
 deterministic = true
 args = ["--tp-size", "2"]
 probes = ["kl"]
-[[config]]
-name = "tput"
-deterministic = false
-probes = ["throughput"]
 [probe.prefill_cache_hit]
 min_hit_fraction = 0.5
-[probe.throughput]
-concurrency = [2]
-repeats = 4
-requests_per_client = 2
-warmup = 1
-floor_rel = 0.5
-alpha = 0.2
-max_looks = 1
 """
+WORKLOAD = "prompts = 3\nprompt_len = [40, 90]\noutput_len = 16"
+
+
+def spread_suite(path: Path, extra: str = TPUT_CONFIG) -> Path:
+    return kl_suite(path, (), CONFIGS + extra, WORKLOAD)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +53,7 @@ def planted_cache(tmp_path_factory):
 
 
 def entry_run(tmp: Path, repo, base: str, cand: str, name: str, *extra: str, env: dict | None = None):
-    (tmp / "spread.toml").write_text(SUITE)
+    spread_suite(tmp / "spread.toml")
     (tmp / "matrix.toml").write_text('[[entry]]\nname = "pair"\ngpus = 4\ntarget = "refserver"\nsuites = ["spread.toml"]\n')
     out = tmp / name
     proc = detcheck("matrix", "run", "pair", "--matrix", str(tmp / "matrix.toml"), "--repo", str(repo.path),
@@ -118,8 +103,7 @@ def test_a_bisect_through_slurm_finds_the_local_culprit(cluster, tmp_path):
     for i in range(2):
         repo.note(f"after {i}")
     bad = repo.head()
-    suite = tmp_path / "bisect.toml"
-    suite.write_text(SUITE.replace('probes = ["kl", "prefill_cache_hit"]', 'probes = ["prefill_cache_hit"]'))
+    suite = spread_suite(tmp_path / "bisect.toml", extra="")
     results = {}
     for name, extra, env in (("local", ("--slots", "2"), None), ("slurm", ("--slots", "2", "--slurm"), cluster.env)):
         proc = detcheck("bisect", "--repo", str(repo.path), "--good", good, "--bad", bad, "--suite", str(suite),
