@@ -1,7 +1,8 @@
 """nox sessions: validate(<entry>) per matrix.toml entry, plus tests, demo, lint, bench.
 
     nox                                         tests, lint, demo
-    nox -l --json -t matrix                     the hardware matrix for CI (validate sessions are
+    nox -l --json -t matrix                     the hardware matrix for CI, one session per job with
+                                                its runner label and est_time (validate sessions are
                                                 not default, so a bare `nox -l` marks them skipped)
     nox -s "validate(h200x1)" -- --repo ../sglang --base main --candidate HEAD [--baseline F]
 
@@ -31,18 +32,24 @@ USAGE = 'nox -s "validate(<entry>)" -- --repo PATH --base REF --candidate REF [-
 
 
 @nox.session(default=False)
-@nox.parametrize("entry", [
-    nox.param(e.name, id=e.name, tags=["matrix", "gpu" if e.gpus else "cpu", *([e.target] if e.target else [])])
-    for e in MATRIX.entries
+@nox.parametrize(("entry", "partition", "runner", "est_time"), [
+    # One session per CI job: an entry, or one partition of its suites (`partitions` in matrix.toml).
+    # `nox -l --json -t matrix` carries each one's runner label and estimated seconds in its
+    # call_spec: ci/github_matrix.py packs them into runners by estimated time.
+    nox.param(e.name, part, e.runner_label, est, id=job,
+              tags=["matrix", "gpu" if e.gpus and not e.modelled else "cpu", *([e.target] if e.target else []),
+                    f"runner:{e.runner_label}"])
+    for e in MATRIX.entries for job, part, est in e.jobs()
 ])
-def validate(session: nox.Session, entry: str) -> None:
-    """Base vs candidate over every suite of one matrix.toml entry."""
+def validate(session: nox.Session, entry: str, partition: int, runner: str, est_time: float | None) -> None:
+    """Base vs candidate over every suite of one matrix.toml entry (or one partition of them)."""
     reason = MATRIX.entry(entry).missing(gpu_names())
     if reason:
         session.skip(reason)
     if not session.posargs:
         session.error(f"which revisions? {USAGE}")
-    session.run(PY, "-m", "harness.cli", "matrix", "run", entry, "--no-progress", *session.posargs)
+    part = ["--partition", str(partition)] if partition else []
+    session.run(PY, "-m", "harness.cli", "matrix", "run", entry, *part, "--no-progress", *session.posargs)
 
 
 @nox.session

@@ -271,13 +271,29 @@ class Outcome:
         return self.first_bad is not None and self.confirmed is not False
 
 
+# (spec, commits, phase, slots of each) → their evaluations, in order: one round of the k-ary
+# driver, the endpoint, or the confirmation. Local (`local_round`): threads of this process;
+# harness.slurm.BisectRounds: one Slurm job of one task per commit.
+RoundEvaluator = Callable[[BisectSpec, list[str], str, int], list[Evaluation]]
+
+
+def local_round(spec: BisectSpec, shas: list[str], phase: str, slots: int = 1) -> list[Evaluation]:
+    if len(shas) == 1:
+        return [evaluate(spec, shas[0], phase, slots)]
+    with ThreadPoolExecutor(len(shas), thread_name_prefix="bisect-slot") as pool:
+        return list(pool.map(lambda sha: evaluate(spec, sha, phase, slots), shas))
+
+
 def session_dir_for(repo: Path, good: str, bad: str) -> Path:
     return cache_dir() / "bisect" / f"{safe_name(repo.name)}-{good[:8]}-{bad[:8]}"
 
 
-def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print, slots: int = 1) -> Outcome:
+def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print, slots: int = 1,
+           rounds: RoundEvaluator | None = None) -> Outcome:
     """One bisect of a repository at a time: two would share the session directory and the
-    worktree of a range (and git's worktree list), and end in each other's git errors."""
+    worktree of a range (and git's worktree list), and end in each other's git errors.
+    `rounds` evaluates each round elsewhere (harness.slurm); given, the k-ary driver runs at
+    any slot count (k = 1: a binary search), never `git bisect run`."""
     check_slot_count(slots)
     lock = repo_lock_path(spec.repo)
     with contextlib.ExitStack() as held:
@@ -286,7 +302,7 @@ def bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None] = print, s
         except BlockingIOError:
             raise UsageError(f"another bisect of {spec.repo} is running (it holds {lock}); "
                              f"wait for it to end") from None
-        return _bisect(spec, bad_ref, say, slots)
+        return _bisect(spec, bad_ref, say, slots, rounds)
 
 
 def repo_lock_path(repo: Path) -> Path:
@@ -296,7 +312,8 @@ def repo_lock_path(repo: Path) -> Path:
     return cache_dir() / "locks" / f"bisect-{safe_name(real.name)}-{digest}.lock"
 
 
-def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: int) -> Outcome:
+def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: int,
+            rounds: RoundEvaluator | None = None) -> Outcome:
     good = Revision.resolve(spec.repo, spec.good)
     bad = Revision.resolve(spec.repo, bad_ref)
     if good.sha == bad.sha:
@@ -306,7 +323,9 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
     suite = load_suite(spec.suite, known_probes())
     plan(suite, _request(spec, bad.sha, 1))  # bad input: exit 2 now
     n = int(git(spec.repo, "rev-list", "--count", f"{good.sha}..{bad.sha}"))
-    out = Outcome(good, bad, n, math.ceil(math.log2(n)) + 2 if slots == 1 else round_bound(n, slots), slots)
+    kary = slots > 1 or rounds is not None
+    evaluator = rounds or local_round
+    out = Outcome(good, bad, n, math.ceil(math.log2(n)) + 2 if not kary else round_bound(n, slots), slots)
     spec.save()
     (spec.session_dir / LOG_FILE).unlink(missing_ok=True)
     say(f"bisect {spec.repo.name}: {n} commits after good {good.short()} up to bad {bad.short()}; "
@@ -315,12 +334,14 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
     # Good and bad at once where there are slots; the first round's commits are checked out and
     # their `--help` read meanwhile.
     ahead = ThreadPoolExecutor(1, thread_name_prefix="bisect-prepare")
-    history = first_parent_history(spec, good.sha, bad.sha) if slots > 1 else []
-    for i in split_points(Span(0, len(history) - 1), slots) if slots > 1 else ():
+    history = first_parent_history(spec, good.sha, bad.sha) if kary else []
+    for i in split_points(Span(0, len(history) - 1), slots) if kary else ():
         ahead.submit(prepare, spec, history[i], suite.startup_timeout_s)
-    out.endpoint = evaluate(spec, bad.sha, phase="endpoint", slots=min(2, slots))
-    # Nothing to bisect: what was not prepared yet never will be needed.
-    ahead.shutdown(wait=True, cancel_futures=out.endpoint.exit_code != DIFFERENT)
+    out.endpoint = evaluator(spec, [bad.sha], "endpoint", min(2, slots))[0]
+    # Never waited for: the first round checks out what is still being prepared itself (one
+    # checkout per sha at a time, under its lock); with nothing to bisect, what was not prepared
+    # yet never will be needed.
+    ahead.shutdown(wait=False, cancel_futures=out.endpoint.exit_code != DIFFERENT)
     say(out.endpoint.line("endpoint"))
     if out.endpoint.exit_code != DIFFERENT:
         out.problem = {SAME: "the bad endpoint compares same to good: nothing to bisect"}.get(
@@ -329,12 +350,12 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
         return out
 
     with _worktree(spec, bad.sha) as wt:
-        if slots == 1:
+        if not kary:
             _bisect_run(spec, wt, good.sha, bad.sha, out, say)
         else:
-            _kary_run(spec, out, say, history, suite.startup_timeout_s)
+            _kary_run(spec, out, say, history, suite.startup_timeout_s, evaluator)
         if out.first_bad is not None:
-            _confirm(spec, wt, bad, out, say)
+            _confirm(spec, wt, bad, out, say, evaluator)
     return out
 
 
@@ -480,25 +501,29 @@ def prepare(spec: BisectSpec, sha: str, help_timeout_s: float) -> None:
 
 
 def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None], history: list[str],
-              help_timeout_s: float) -> None:
+              help_timeout_s: float, evaluator: RoundEvaluator = local_round) -> None:
     """`history`: the first-parent commits from good to bad (`first_parent_history`), read once
-    by the caller, whose endpoint run prepared this run's first round from it."""
+    by the caller, whose endpoint run prepared this run's first round from it. The checkouts of
+    what the next round may pick run beside each round and never hold up what follows: once the
+    culprit is known, those still queued are dropped and the confirmation starts at once."""
     span = Span(0, len(history) - 1)
     prepared: set[int] = set()
-    with ThreadPoolExecutor(out.slots, thread_name_prefix="bisect-slot") as pool, \
-            ThreadPoolExecutor(1, thread_name_prefix="bisect-prepare") as ahead:
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="bisect-prepare")
+    try:
         while points := split_points(span, out.slots):
             out.rounds += 1
             say(f"round {out.rounds}: {len(span.candidates())} candidates, evaluating {len(points)} at once")
-            running = [pool.submit(evaluate, spec, history[i], "step") for i in points]
             # While this round runs: the checkouts and `--help` of whatever the next one may pick.
             following = sorted(next_round_points(span, points, out.slots) - prepared)
             prepared.update(following)
-            for i in following:
-                ahead.submit(prepare, spec, history[i], help_timeout_s)
-            if following:
-                say(f"round {out.rounds}: checking out the {len(following)} commits the next round may pick, meanwhile")
-            evs = [f.result() for f in running]
+            with ThreadPoolExecutor(1, thread_name_prefix="bisect-round") as round_pool:
+                running = round_pool.submit(evaluator, spec, [history[i] for i in points], "step", 1)
+                for i in following:
+                    ahead.submit(prepare, spec, history[i], help_timeout_s)
+                if following:
+                    say(f"round {out.rounds}: checking out the {len(following)} commits the next round may pick, "
+                        f"meanwhile")
+                evs = running.result()
             out.steps.extend(evs)
             for ev in evs:
                 say(ev.line(f"round {out.rounds}"))
@@ -509,6 +534,9 @@ def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None], histor
             span = narrow(span, {i: e.exit_code for i, e in zip(points, evs)})
             say(f"round {out.rounds}: first bad is one of {len(span.candidates())} "
                 f"({history[span.lo][:12]}..{history[span.hi][:12]}); bound {_bound_text(out)}")
+    finally:
+        # Not waited for: the last round's guesses at a next round are never needed.
+        ahead.shutdown(wait=False, cancel_futures=True)
     if span.lo == span.hi:
         _found(spec, out, history[span.hi], say)
     else:
@@ -516,7 +544,8 @@ def _kary_run(spec: BisectSpec, out: Outcome, say: Callable[[str], None], histor
     _summary(out, say)
 
 
-def _confirm(spec: BisectSpec, wt: Path, bad: Revision, out: Outcome, say: Callable[[str], None]) -> None:
+def _confirm(spec: BisectSpec, wt: Path, bad: Revision, out: Outcome, say: Callable[[str], None],
+             evaluator: RoundEvaluator = local_round) -> None:
     """Revert the culprit on top of bad (a commit only this worktree sees) and compare."""
     assert out.first_bad is not None
     culprit = out.first_bad[0]
@@ -531,7 +560,7 @@ def _confirm(spec: BisectSpec, wt: Path, bad: Revision, out: Outcome, say: Calla
         say(out.confirm_note)
         return
     revert = git(wt, "rev-parse", "HEAD")
-    out.confirm = evaluate(spec, revert, phase="confirm")
+    out.confirm = evaluator(spec, [revert], "confirm", 1)[0]
     say(out.confirm.line("confirm"))
     if out.confirmed:
         out.confirm_note = f"confirmed: bad with {culprit[:12]} reverted compares same to good"

@@ -16,6 +16,16 @@ from typing import Any
 from harness.bounded import INPUT_FILE, TooLarge, read_file
 from harness.errors import UsageError
 
+# SGLang's parallelism flags, each with its short alias: how many GPUs one server spans.
+_TP, _DP, _PP, _EP = ("--tp-size", "--tp"), ("--dp-size", "--dp"), ("--pp-size", "--pp"), ("--ep-size", "--ep")
+# Context parallelism splits a request's sequence over ranks of the TP group (tp8 + CP8 is one
+# 8-GPU server): it spans max(tp, cp) GPUs, never tp × cp.
+_CP = ("--attn-cp-size", "--cp-size", "--context-parallel-size", "--prefill-cp-size")
+_DP_ATTENTION = "--enable-dp-attention"
+_NNODES = "--nnodes"
+# More than any one host holds: a flag asking for more is a typo, not a server.
+MAX_GPUS_PER_SERVER = 64
+
 
 @dataclass(frozen=True)
 class SpeculativeSpec:
@@ -71,6 +81,11 @@ class ServerConfig:
     draft_model: Path | None = None
 
     @property
+    def gpus(self) -> int:
+        """GPUs one server of this configuration spans on its machine (`gpus_per_server`)."""
+        return gpus_per_server(self.args, f"config {self.name!r}")
+
+    @property
     def fingerprint(self) -> str:
         """Hash of what determines the server's behaviour: model config, features, args, env."""
         h = hashlib.sha256()
@@ -90,6 +105,43 @@ class ServerConfig:
             sort_keys=True,
         ).encode())
         return h.hexdigest()[:16]
+
+
+def flag_value(args: tuple[str, ...], names: tuple[str, ...]) -> str | None:
+    """The last value `args` give any of `names` (`--tp 2`, `--tp-size=2`); None if unset."""
+    found = None
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return found
+
+
+def gpus_per_server(args: tuple[str, ...], where: str = "server args") -> int:
+    """How many GPUs one server started with `args` spans, from SGLang's own parallelism flags:
+    tensor (`--tp-size`) × pipeline (`--pp-size`) × data-parallel replicas (`--dp-size`, unless
+    `--enable-dp-attention` puts the DP ranks inside the TP group); expert (`--ep-size`) and
+    context parallelism (`--attn-cp-size` and its kin) run inside the TP group, so the group is
+    at least that wide. A server over `--nnodes N` machines spans that ÷ N GPUs on each.
+    UsageError for a value that is not a positive integer, names `where`."""
+    def size(names: tuple[str, ...]) -> int:
+        value = flag_value(args, names)
+        if value is None:
+            return 1
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_GPUS_PER_SERVER:
+            raise UsageError(f"{where}: {names[0]} {value!r}: must be an integer from 1 to {MAX_GPUS_PER_SERVER}")
+        return n
+
+    tp = max(size(_TP), size(_EP), size(_CP))
+    dp = 1 if _DP_ATTENTION in args else size(_DP)
+    total, nodes = tp * dp * size(_PP), size((_NNODES,))
+    if total % nodes:
+        raise UsageError(f"{where}: {total} GPUs per server do not split over {_NNODES} {nodes}")
+    return total // nodes
 
 
 def _features_dict(f: Features) -> dict[str, Any]:

@@ -69,6 +69,9 @@ class RunRequest:
     # Requests a *different* row's reproducer may post to verify and shrink it (harness/verify.py,
     # both sides together); 0: published from the samples alone, unverified (bisect's steps).
     reproducer_budget: int = REPRODUCER_BUDGET
+    # The sides this run measures: both, or one (a Slurm job of one (revision, configuration),
+    # harness/slurm.py): a one-side run records its cells, and the run that collects them compares.
+    sides: tuple[Role, ...] = (Role.BASE, Role.CANDIDATE)
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate

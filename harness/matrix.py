@@ -1,10 +1,14 @@
 """The hardware matrix (matrix.toml): which suites run on which machines, with what flags.
 
 Each [[entry]] becomes one nox session `validate(<name>)` and one `detcheck matrix run
-<name>`. An entry with servers_per_gpu runs gpus × servers_per_gpu servers at once, each pinned
-to one GPU (harness.schedule turns an entry into server slots). Without it, an entry with two or
-more GPUs runs base and candidate servers at the same time, each on its own half of the GPUs
-(CUDA_VISIBLE_DEVICES per role); one GPU interleaves them.
+<name>`. How many GPUs one server spans is declared (`gpus_per_server`) or read from the
+configurations' own --tp-size/--dp-size/--pp-size/--ep-size and context-parallel flags
+(`configs.gpus_per_server`, the widest configuration of the entry's suites); the entry's GPUs fall into gpus ÷ that groups, each a fixed
+CUDA_VISIBLE_DEVICES set (`device_groups`), and harness.schedule turns the groups into server
+slots: servers_per_gpu servers on each group, or one. Two groups or more: base and candidate
+side by side; one: in turn (a one-GPU server on a one-GPU entry: both servers on the card).
+A refserver entry's GPUs are modelled (the reference server checks that it sees as many
+devices as its --tp-size asks): it needs no GPU on the machine.
 
 Loaded with the standard library only: noxfile.py imports this before anything is installed.
 Every error names the file and the field.
@@ -19,13 +23,18 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import estimates
 from harness.errors import UsageError
 from harness.params import reject_unknown
 from harness.plan import check_reserved, read_toml
 from harness.targets import TARGET_NAMES
 
-_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "suites", "target", "server_args", "env",
-               "order_from", "first_per_model"}
+_ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "gpus_per_server", "suites", "target",
+               "server_args", "env", "order_from", "first_per_model", "runner", "est_time", "partitions"}
+# A CI runner label as SGLang's self-hosted runners are named ({n}-gpu-{hardware}: 2-gpu-h100).
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+CPU_RUNNER = "cpu"  # the label of an entry without GPUs (or whose GPUs the reference server models)
+MAX_PARTITIONS = 64
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # More than any one host holds: bounds what an entry's slots and device lists are built from.
 MAX_GPUS = 64
@@ -50,15 +59,71 @@ class MatrixEntry:
     # first.
     order_from: tuple[Path, ...] = ()
     first_per_model: bool = False
+    # GPUs one server spans, where declared; None: read from the configurations' flags.
+    gpus_per_server: int | None = None
+    # The CI job it is: the runner label it needs ("" : `default_runner`), its declared length in
+    # seconds (None: from its order_from runs, harness.estimates), and how many jobs its suites
+    # split into (longest-processing-time over the suites' estimates).
+    runner: str = ""
+    est_time: float | None = None
+    partitions: int = 1
+
+    @property
+    def runner_label(self) -> str:
+        """The runner label: declared, else SGLang's form `{gpus}-gpu-{gpu}` (`2-gpu-h200`), or
+        CPU_RUNNER for an entry without GPUs on the machine."""
+        if self.runner:
+            return self.runner
+        if self.gpus == 0 or self.modelled:
+            return CPU_RUNNER
+        return f"{self.gpus}-gpu-{re.sub(r'[^a-z0-9]+', '-', self.gpu.lower()).strip('-')}"
+
+    def estimate(self) -> float | None:
+        """Seconds the entry takes: declared, else its order_from runs' wall time; None: untimed."""
+        return self.est_time if self.est_time is not None else estimates.runs_seconds(self.order_from)
+
+    def suite_estimates(self) -> list[float | None]:
+        """Seconds each suite takes, from its order_from runs (by the suite file's stem, the
+        directory a matrix run writes it to); a declared est_time split over the suites alike."""
+        if self.est_time is not None:
+            return [self.est_time / len(self.suites)] * len(self.suites)
+        timed = estimates.suite_seconds(self.order_from) if self.order_from else {}
+        return [timed.get(s.stem) for s in self.suites]
+
+    def partition(self, index: int) -> tuple[Path, ...]:
+        """The suites of partition `index` (1-based) of `partitions`, longest first."""
+        groups = estimates.lpt_partition(list(self.suites), self.suite_estimates(), self.partitions)
+        if not 1 <= index <= len(groups):
+            raise UsageError(f"[[entry]] {self.name!r}: --partition {index}: it has {len(groups)} "
+                             f"(partitions = {self.partitions}, {len(self.suites)} suites)")
+        return tuple(groups[index - 1])
+
+    def jobs(self) -> list[tuple[str, int, float | None]]:
+        """Its CI jobs: (id, partition, seconds); id is the entry's name, or `name-KofN` when its
+        suites are split (partition 0: the whole entry)."""
+        if self.partitions == 1:
+            return [(self.name, 0, self.estimate())]
+        groups = estimates.lpt_partition(list(range(len(self.suites))), self.suite_estimates(), self.partitions)
+        times = self.suite_estimates()
+        return [(f"{self.name}-{k}of{len(groups)}", k,
+                 None if any(times[i] is None for i in g) else round(sum(times[i] for i in g), 1))
+                for k, g in enumerate(groups, start=1)]
 
     @property
     def parallel(self) -> bool:
-        """Base and candidate at once: each on half of the GPUs, or two slots on the GPUs."""
-        return self.gpus >= 2 or (self.servers_per_gpu or 1) * self.gpus >= 2
+        """Base and candidate at once, at the declared GPUs per server (1 where undeclared): two
+        groups of GPUs or more, or two slots on the one group."""
+        groups = self.gpus // (self.gpus_per_server or 1)
+        return groups >= 2 or (self.servers_per_gpu or 1) * groups >= 2
+
+    @property
+    def modelled(self) -> bool:
+        """GPUs the reference server models (device labels it checks), none on the machine."""
+        return self.target == "refserver"
 
     def missing(self, gpu_names: list[str] | None) -> str | None:
         """Why this machine cannot run the entry (`gpu_names` None: no nvidia-smi); None if it can."""
-        if self.gpus == 0:
+        if self.gpus == 0 or self.modelled:
             return None
         if gpu_names is None:
             return f"needs {self.gpus}× {self.gpu or 'GPU'}; this machine has no nvidia-smi"
@@ -80,17 +145,15 @@ class MatrixEntry:
                              f"makes {len(devices)} visible")
         return devices[: self.gpus]
 
-    def gpu_env(self, visible: str | None = None) -> dict[str, dict[str, str]]:
-        """CUDA_VISIBLE_DEVICES per role ("base"/"candidate"); `visible` is the caller's own
-        CUDA_VISIBLE_DEVICES, whose devices are the ones split."""
+    def device_groups(self, per_server: int, visible: str | None = None) -> list[str]:
+        """The entry's GPUs in groups of `per_server`, each a CUDA_VISIBLE_DEVICES value, in
+        order (GPUs left over are unused); `visible` is the caller's own CUDA_VISIBLE_DEVICES.
+        A server wider than the entry is UsageError."""
         devices = self.devices(visible)
-        if not devices:
-            return {}
-        if not self.parallel:
-            return {role: {"CUDA_VISIBLE_DEVICES": ",".join(devices)} for role in ("base", "candidate")}
-        half = len(devices) // 2
-        return {"base": {"CUDA_VISIBLE_DEVICES": ",".join(devices[:half])},
-                "candidate": {"CUDA_VISIBLE_DEVICES": ",".join(devices[half:2 * half])}}
+        if per_server > len(devices):
+            raise UsageError(f"[[entry]] {self.name!r}: a server spans {per_server} GPUs and the entry has "
+                             f"{len(devices)} (gpus = {self.gpus})")
+        return [",".join(devices[i:i + per_server]) for i in range(0, len(devices) - per_server + 1, per_server)]
 
 
 @dataclass(frozen=True)
@@ -135,12 +198,17 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     gpus = raw.get("gpus", 0)
     if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= MAX_GPUS:
         raise UsageError(f"{where}.gpus: must be an integer from 0 to {MAX_GPUS}")
-    gpu = raw.get("gpu", "")
-    if not isinstance(gpu, str) or (gpus > 0 and not gpu):
-        raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
     target = raw.get("target")
     if target is not None and target not in TARGET_NAMES:
         raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGET_NAMES)}")
+    gpu = raw.get("gpu", "")
+    if not isinstance(gpu, str) or (gpus > 0 and not gpu and target != "refserver"):
+        raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
+    per_server = raw.get("gpus_per_server")
+    if per_server is not None and (not isinstance(per_server, int) or isinstance(per_server, bool)
+                                   or not 1 <= per_server <= max(gpus, 1) or gpus == 0):
+        raise UsageError(f"{where}.gpus_per_server: must be an integer from 1 to gpus ({gpus}), on an entry "
+                         f"with gpus >= 1")
     suites = _strings(where, raw, "suites")
     if not suites:
         raise UsageError(f"{where}.suites: list at least one suite file")
@@ -168,10 +236,21 @@ def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
     first_per_model = raw.get("first_per_model", False)
     if not isinstance(first_per_model, bool):
         raise UsageError(f"{where}.first_per_model: must be true or false")
+    runner = raw.get("runner", "")
+    if not isinstance(runner, str) or (runner and not _LABEL.match(runner)):
+        raise UsageError(f"{where}.runner: must be a runner label of letters, digits, '_', '.', '-' (e.g. \"2-gpu-h100\")")
+    est_time = raw.get("est_time")
+    if est_time is not None and (not isinstance(est_time, (int, float)) or isinstance(est_time, bool)
+                                 or not 0 < est_time < 7 * 86400):
+        raise UsageError(f"{where}.est_time: must be seconds, more than 0 and less than a week")
+    partitions = raw.get("partitions", 1)
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
+        raise UsageError(f"{where}.partitions: must be an integer from 1 to {MAX_PARTITIONS}")
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
+                       runner=runner, est_time=None if est_time is None else float(est_time), partitions=partitions,
                        server_args=server_args, servers_per_gpu=servers_per_gpu,
                        env={str(k): str(v) for k, v in env.items()}, description=description,
-                       order_from=order_from, first_per_model=first_per_model)
+                       order_from=order_from, first_per_model=first_per_model, gpus_per_server=per_server)
 
 
 def valid_servers_per_gpu(count: object, gpus: int) -> bool:

@@ -151,6 +151,13 @@ class RunRecorder:
         with self._lock:
             return self._comparisons.setdefault((config, probe), comparison)
 
+    def adopt(self, launches: list[Launch], comparisons: list[ProbeComparison]) -> None:
+        """Launches and comparisons another run made (a Slurm job of harness/slurm.py): its
+        comparisons are kept as made (with their reproducers' verification), not made again."""
+        with self._lock:
+            self.launches += launches
+            self._comparisons.update({(c.config, c.probe): c for c in comparisons})
+
     def verified(self, config: str, probe: str, reproducer: Reproducer) -> None:
         """The pair's reproducer as its verification on the servers left it (harness/verify.py)."""
         with self._lock:

@@ -59,7 +59,7 @@ from harness.result_files import write_run
 from harness.compare import compare_pair
 from harness.results import CellResult, Launch, ProbeComparison, ProbeOutput, Reproducer, Role, RunResult, Status
 from harness.stats import Kind, Verdict
-from harness.schedule import Countdown, Slot, SlotPool, Unit
+from harness.schedule import Countdown, Slot, SlotPool, Unit, side_by_side
 from harness.sequential import WORKLOAD_GROWTH, Look, LookBudget, LookState
 from harness.start_order import ModelGates, StartOrder, longest_first
 from harness.server import ServerProcess, exit_text, launch, stop_all
@@ -305,7 +305,7 @@ def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
     helps = ThreadPoolExecutor(len(Role), thread_name_prefix="help")
     for role in Role:
         env = run.envs.get(role)
-        if (env is None or not env.error) and will_launch(run, role):
+        if (env is None or not env.error) and role in run.req.sides and will_launch(run, role):
             run.capabilities[role] = helps.submit(compiled_capabilities, run, role)
     return helps
 
@@ -361,7 +361,7 @@ def run_unit(queued: QueuedUnit, slots: tuple[int, ...], pool: SlotPool, countdo
 
 
 def finish(run: Run) -> RunResult:
-    return save(run, partial=False)
+    return save(run, partial=len(run.req.sides) < len(Role))  # one side: no pair to compare
 
 
 def save(run: Run, partial: bool) -> RunResult:
@@ -572,11 +572,12 @@ def reproducer_servers(run: Run, cp: ConfigPlan, label: str = "", first_slot: in
             scrub_file(server.log_path, secrets)
 
 
-def sequential_probes(run: Run, cp: ConfigPlan) -> set[str]:
+def sequential_probes(run: Run | Suite, cp: ConfigPlan) -> set[str]:
     """The configuration's probes whose comparison may be looked at again: those with a noisy
     metric on it (by their plan), under a suite that allows more than one look."""
+    suite = run.suite if isinstance(run, Run) else run
     return {probe for probe in cp.probes
-            if run.suite.probe_spec(probe).params["max_looks"] >= 2 and noisy_on(run, cp, probe)}
+            if suite.probe_spec(probe).params["max_looks"] >= 2 and noisy_on(suite, cp, probe)}
 
 
 def looks(run: Run, jobs: list[Job], clients: dict[Role, SGLangClient], probe: str,
@@ -667,12 +668,13 @@ def with_path(output: ProbeOutput, parts: list[ProbeOutput]) -> ProbeOutput:
     return dataclasses.replace(output, facts=facts)
 
 
-def noisy_on(run: Run, cp: ConfigPlan, probe: str) -> bool:
+def noisy_on(run: Run | Suite, cp: ConfigPlan, probe: str) -> bool:
     """Whether the probe measures a noisy metric on this configuration (by its plan)."""
     kind = PROBES[probe]
     if kind.planned is None:
         return False
-    planned = kind.planned(run.suite.probe_spec(probe).params, cp.workloads[probe].spec,
+    suite = run.suite if isinstance(run, Run) else run
+    planned = kind.planned(suite.probe_spec(probe).params, cp.workloads[probe].spec,
                            cp.server.features.deterministic)
     return any(m.kind == Kind.NOISY for m in planned)
 
@@ -840,8 +842,17 @@ def launch_server(run: Run, job: Job) -> bool:
 def run_probes(run: Run, job: Job) -> bool:
     client = open_client(run, job)
     for probe in job.todo:
-        record_cell(run, job, probe, probe_outcome(run, job, client, probe))
+        outcome = probe_outcome(run, job, client, probe)
+        if PROBES[probe].interleaved and outcome.status == Status.OK:  # its sides were not up together
+            outcome = dataclasses.replace(outcome, output=dataclasses.replace(
+                outcome.output, facts={**outcome.output.facts, **IN_TURN}))
+        record_cell(run, job, probe, outcome)
     return False
+
+
+# An interleaved probe measured on one side's server alone, the other side's before or after it
+# (one slot that holds one server: a server spanning every GPU of the entry): no rounds alternate.
+IN_TURN = {"placement": "in turn"}
 
 
 def open_client(run: Run, job: Job) -> SGLangClient:
@@ -986,14 +997,28 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
 
 def plan_units(run: Run) -> list[Unit]:
     """The jobs in plan order, sides alternating per configuration; a configuration with an
-    interleaved or a sequential probe is one unit of both jobs (its servers are up together)."""
+    interleaved or a sequential probe is one unit of both jobs (its servers are up together),
+    unless the run's slots hold only one server at a time (`schedule.side_by_side`): then its
+    sides run in turn, and its interleaved probes' cells say so (`IN_TURN`)."""
     units = []
+    together = side_by_side(run.req.slots)
     for i, cp in enumerate(run.plans):
-        if any(PROBES[p].interleaved for p in cp.probes) or sequential_probes(run, cp):
+        if together and both_sides_together(run.suite, cp):
             units.append(Unit(i, role_order(i)))
         else:
             units += [Unit(i, (role,)) for role in role_order(i)]
+    if len(run.req.sides) < len(Role):  # one side's jobs only (a Slurm job, harness/slurm.py)
+        if pair := next((u for u in units if len(u.roles) > 1), None):
+            raise UsageError(f"config {run.plans[pair.config_index].spec.name!r}: its probes measure both sides "
+                             f"together; it cannot run one side alone")
+        units = [u for u in units if u.roles[0] in run.req.sides]
     return units
+
+
+def both_sides_together(suite: Suite, cp: ConfigPlan) -> bool:
+    """Whether a configuration's two servers are up together: an interleaved probe (its rounds
+    alternate sides) or a sequential one (its looks measure both again)."""
+    return any(PROBES[p].interleaved for p in cp.probes) or bool(sequential_probes(suite, cp))
 
 
 def cell_order(plans: tuple[ConfigPlan, ...]) -> tuple[tuple[str, Role, str], ...]:

@@ -6,8 +6,15 @@ pool's order (harness.start_order: the plan's, or longest first), each as soon a
 free (`SlotPool.acquire_next`), so with N slots up to N servers launch, probe and stop at once;
 with one slot the run is today's sequential one.
 
-A `Slot` carries the environment that pins its server (CUDA_VISIBLE_DEVICES of one GPU, or of
-one role's half of a multi-GPU entry) and, for a role-bound slot, the role it serves.
+A `Slot` carries the environment that pins its server (CUDA_VISIBLE_DEVICES: a fixed set of
+GPUs per server, `MatrixEntry.device_groups`) and, for a role-bound slot, the role it serves.
+A matrix entry's slots (`entry_slots`): its GPUs in groups as wide as one server
+(`configs.gpus_per_server`, the widest configuration: `suite_gpus_per_server`), each group
+servers_per_gpu slots or one. Where two slots fit, base and candidate run side by side; where
+only one does and its server spans several GPUs (an exclusive slot), they run in turn: a
+configuration that would have both servers up together (an interleaved noisy probe, a
+sequential one) runs as two jobs one after the other instead (`side_by_side`), its noisy cells
+marked `placement: in turn` (no round-by-round alternation between the sides).
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, TypeVar
+from typing import Callable, Iterable, Protocol, TypeVar
 
+from harness.configs import gpus_per_server
 from harness.errors import UsageError
 from harness.matrix import MAX_SERVERS_PER_GPU, MatrixEntry, valid_servers_per_gpu
+from harness.plan import Suite
 from harness.results import Role
 
 # Servers a run may have up at once: far more than any host holds (a server is a process with
@@ -36,9 +45,24 @@ class Slot:
 
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES
     role: Role | None = None  # a slot of one role's GPUs serves that role only
+    # Holds one server at a time: the only slot of an entry whose servers span several GPUs
+    # (two of them would not fit). A shared one (a CPU slot, one GPU) takes both servers of a
+    # configuration when it is the run's only slot.
+    exclusive: bool = False
 
     def serves(self, role: Role) -> bool:
         return self.role is None or self.role == role
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The GPUs its server sees (CUDA_VISIBLE_DEVICES), none for a CPU slot."""
+        visible = self.env.get("CUDA_VISIBLE_DEVICES", "")
+        return tuple(d for d in visible.split(",") if d)
+
+
+def side_by_side(slots: tuple[Slot, ...]) -> bool:
+    """Whether a configuration's two servers can be up at once: two slots, or one shared."""
+    return len(slots) >= 2 or not slots[0].exclusive
 
 
 @dataclass(frozen=True)
@@ -76,27 +100,49 @@ def default_slot_count(target: str) -> int:
     return 2
 
 
-def entry_slots(entry: MatrixEntry, visible: str | None, servers_per_gpu: int | None = None) -> tuple[Slot, ...]:
-    """A matrix entry's slots. With servers_per_gpu (the entry's, or `servers_per_gpu` given
-    for this run): that many per GPU, each pinned to its GPU. Without: a CPU entry gets the
-    target's default; two or more GPUs, one slot per role on its half of them; one GPU, one
-    slot (base and candidate in turn, or interleaved)."""
+def entry_slots(entry: MatrixEntry, visible: str | None, servers_per_gpu: int | None = None,
+                per_server: int | None = None) -> tuple[Slot, ...]:
+    """A matrix entry's slots, its GPUs grouped `per_server` wide (the entry's declared
+    gpus_per_server wins; else `per_server`, read from its configurations; else 1). With
+    servers_per_gpu (the entry's, or `servers_per_gpu` given for this run): that many per group,
+    each pinned to its group. Without: a CPU entry gets the target's default; two groups, one
+    slot per role (base and candidate side by side, each on its own GPUs); more, one slot per
+    group; one group, one slot, exclusive where a server spans several GPUs (base and candidate
+    in turn), shared on one GPU (in turn, or an interleaved configuration's two servers on the
+    card)."""
     per_gpu = servers_per_gpu or entry.servers_per_gpu
     if servers_per_gpu is not None and not valid_servers_per_gpu(servers_per_gpu, entry.gpus):
         raise UsageError(f"--servers-per-gpu {servers_per_gpu}: needs an entry with GPUs and a count "
                          f"from 1 to {MAX_SERVERS_PER_GPU}")
-    if per_gpu is not None:
-        return gpu_slots(entry.devices(visible), per_gpu)
     if entry.gpus == 0:
         return cpu_slots(default_slot_count(entry.target))
-    role_env = {Role(role): env for role, env in entry.gpu_env(visible).items()}
-    return role_slots(role_env) if entry.parallel else (Slot(role_env.get(Role.BASE, {})),)
+    width = entry.gpus_per_server or per_server or 1
+    groups = entry.device_groups(width, visible)
+    if per_gpu is not None:
+        return gpu_slots(groups, per_gpu)
+    if len(groups) == 2:
+        return role_slots({Role.BASE: _pinned(groups[0]), Role.CANDIDATE: _pinned(groups[1])})
+    if len(groups) > 2:
+        return tuple(Slot(_pinned(group)) for group in groups)
+    return (Slot(_pinned(groups[0]), exclusive=width > 1),)
 
 
-def gpu_slots(devices: list[str], servers_per_gpu: int) -> tuple[Slot, ...]:
-    """`servers_per_gpu` slots per GPU, each pinned to its GPU, GPUs taken in turn so that the
-    first slots spread over the cards."""
-    return tuple(Slot({"CUDA_VISIBLE_DEVICES": d}) for _ in range(servers_per_gpu) for d in devices)
+def _pinned(group: str) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": group}
+
+
+def suite_gpus_per_server(suites: Iterable[Suite], target: str, extra_args: tuple[str, ...] = ()) -> int:
+    """GPUs per server of the suites' configurations at `target` (each with the entry's server
+    args after its own): the widest, so that every one fits its slot; 1 for none."""
+    return max((gpus_per_server((*suite.server_args, *suite.target_args.get(target, ()), *spec.args,
+                                 *spec.target_args.get(target, ()), *extra_args), f"{suite.path}: config {spec.name!r}")
+                for suite in suites for spec in suite.configs), default=1)
+
+
+def gpu_slots(groups: list[str], servers_per_gpu: int) -> tuple[Slot, ...]:
+    """`servers_per_gpu` slots per group of GPUs, each pinned to its group, groups taken in
+    turn so that the first slots spread over the cards."""
+    return tuple(Slot(_pinned(g)) for _ in range(servers_per_gpu) for g in groups)
 
 
 def role_slots(role_env: dict[Role, dict[str, str]]) -> tuple[Slot, ...]:

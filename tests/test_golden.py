@@ -185,3 +185,20 @@ def test_a_throughput_rows_command_runs_only_what_it_says(tmp_path):
         shown[shown.index("--config"):shown.index("--config") + 6]
     assert ["--set", f"throughput.warmup=0 {hostile}"] == shown[shown.index("--target") + 2:shown.index("--target") + 4]
     assert shlex.split(block.splitlines()[-1])[shlex.split(block.splitlines()[-1]).index("--config") + 1] == f"det {hostile}"
+
+
+def test_combined_report_over_two_matrix_entries_golden(tmp_path):
+    """The CI example's last job (ci/github-actions-matrix.yml): one table for every entry, from
+    each entry's run directories as the artifacts lay them out. entry-two.json and
+    entry-four.json are `detcheck matrix run` of one TP=2 suite (kl, and an interleaved
+    throughput) on a 2-"GPU" entry (sides in turn: its row says so) and a 4-"GPU" one (side by
+    side), from tests/test_gpus_per_server_e2e.py, paths scrubbed."""
+    runs = []
+    for entry in ("two", "four"):
+        (tmp_path / entry / "tp2").mkdir(parents=True)
+        (tmp_path / entry / "tp2" / "results.json").write_text((DATA / f"entry-{entry}.json").read_text())
+        runs.append(f"{entry}/tp2")
+    proc = detcheck("report", *runs, "--format", "md", "--check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    check_golden(DATA / "combined-entries.md", proc.stdout)
+    assert "sides measured in turn" in proc.stdout.split("### ")[1] and "in turn" not in proc.stdout.split("### ")[2]

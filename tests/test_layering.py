@@ -9,7 +9,8 @@ import subprocess
 from conftest import ROOT
 
 STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.bounded", "harness.redaction", "harness.gitcmd", "harness.configs",
-               "harness.targets", "harness.plan", "harness.matrix", "harness.demo", "harness.nvidia_smi")
+               "harness.targets", "harness.plan", "harness.matrix", "harness.estimates", "harness.demo",
+               "harness.nvidia_smi")
 
 
 def test_what_noxfile_imports_needs_only_the_standard_library(bare_python):

@@ -94,13 +94,37 @@ def entry(gpus: int, gpu: str = "H200") -> MatrixEntry:
     return MatrixEntry(name="e", gpu=gpu, gpus=gpus, suites=())
 
 
-def test_gpus_split_between_roles_when_there_are_two_or_more():
-    assert entry(2).gpu_env() == {"base": {"CUDA_VISIBLE_DEVICES": "0"}, "candidate": {"CUDA_VISIBLE_DEVICES": "1"}}
-    assert entry(4).gpu_env("4,5,6,7") == {"base": {"CUDA_VISIBLE_DEVICES": "4,5"},
-                                           "candidate": {"CUDA_VISIBLE_DEVICES": "6,7"}}
-    assert entry(1).gpu_env() == {"base": {"CUDA_VISIBLE_DEVICES": "0"}, "candidate": {"CUDA_VISIBLE_DEVICES": "0"}}
-    assert entry(0, "").gpu_env() == {}
+def test_gpus_fall_into_groups_as_wide_as_one_server():
+    assert entry(2).device_groups(1) == ["0", "1"]
+    assert entry(4).device_groups(2, "4,5,6,7") == ["4,5", "6,7"]
+    assert entry(4).device_groups(4) == ["0,1,2,3"]
+    assert entry(5).device_groups(2) == ["0,1", "2,3"]  # the fifth GPU holds no whole server
+    with pytest.raises(UsageError, match="a server spans 8 GPUs and the entry has 2"):
+        entry(2).device_groups(8)
     assert not entry(1).parallel and entry(2).parallel
+    assert not MatrixEntry(name="e", gpu="H200", gpus=2, suites=(), gpus_per_server=2).parallel
+
+
+def test_gpus_per_server_is_read_from_the_parallelism_flags():
+    from harness.configs import gpus_per_server
+    assert gpus_per_server(()) == 1
+    assert gpus_per_server(("--tp-size", "2")) == 2
+    assert gpus_per_server(("--tp=4", "--pp-size", "2")) == 8
+    assert gpus_per_server(("--tp", "2", "--dp-size", "2")) == 4  # DP replicas of TP=2 servers
+    assert gpus_per_server(("--tp", "4", "--dp", "4", "--enable-dp-attention")) == 4  # DP inside TP
+    assert gpus_per_server(("--tp-size", "8", "--attn-cp-size", "8")) == 8  # CP inside the TP group
+    assert gpus_per_server(("--tp-size", "2", "--ep-size", "2")) == 2
+    assert gpus_per_server(("--tp-size", "16", "--nnodes", "2")) == 8  # on each of two machines
+    for bad in (("--tp-size", "0"), ("--tp-size", "two"), ("--tp", "3", "--nnodes", "2")):
+        with pytest.raises(UsageError, match="cfg"):
+            gpus_per_server(bad, "cfg")
+
+
+def test_a_declared_gpus_per_server_is_checked(tmp_path):
+    entry = load_matrix(write(tmp_path, GOOD + "gpus_per_server = 2\n")).entry("h200x2")
+    assert entry.gpus_per_server == 2
+    with pytest.raises(UsageError, match="gpus_per_server: must be an integer from 1 to gpus"):
+        load_matrix(write(tmp_path, GOOD + "gpus_per_server = 3\n"))
 
 
 def test_why_a_machine_cannot_run_an_entry():
@@ -196,3 +220,81 @@ def test_the_ci_example_turns_nox_sessions_into_one_job_per_entry():
     rows = github_matrix.rows(json.loads(listed.stdout))
     assert {r["entry"] for r in rows} == {e.name for e in load_matrix(ROOT / "matrix.toml").entries}
     assert {r["entry"]: r["runner"] for r in rows}["refserver-cpu"] == "ubuntu-latest"
+
+
+# -- entries as CI jobs (issue 36): runner labels, est_time, partitions ------------------------
+
+def test_runner_labels_are_declared_or_sglangs_form(tmp_path):
+    assert entry(2).runner_label == "2-gpu-h200" and entry(8, "H100 80GB").runner_label == "8-gpu-h100-80gb"
+    assert entry(0, "").runner_label == "cpu"
+    assert MatrixEntry(name="e", gpu="", gpus=2, suites=(), target="refserver").runner_label == "cpu"  # modelled
+    declared = load_matrix(write(tmp_path, GOOD + 'runner = "2-gpu-h100"\n')).entry("h200x2")
+    assert declared.runner_label == "2-gpu-h100"
+    for bad, message in (('runner = "a b"', "runner: must be a runner label"),
+                         ("est_time = -1", "est_time: must be seconds"), ("partitions = 0", "partitions: must be")):
+        with pytest.raises(UsageError, match=message):
+            load_matrix(write(tmp_path, GOOD + bad + "\n"))
+
+
+def test_est_time_is_the_stored_runs_wall_time():
+    """h200x1's order_from is the pool run of its three suites: their servers' windows, once."""
+    h200 = load_matrix(ROOT / "matrix.toml").entry("h200x1")
+    assert 400 < h200.estimate() < 450  # results/h200/pool-order: 425 s, launch to last teardown
+    pools, speculative, inkling = h200.suite_estimates()
+    assert all(300 < t <= h200.estimate() for t in (pools, speculative, inkling))
+    assert load_matrix(ROOT / "matrix.toml").entry("refserver-cpu").estimate() is None  # never timed
+
+
+def test_union_of_windows_and_longest_processing_time_partitions():
+    from harness.estimates import filled, lpt_partition, union_seconds
+    assert union_seconds([(0, 10), (5, 20), (30, 40)]) == 30
+    assert union_seconds([]) == 0
+    assert lpt_partition(["a", "b", "c", "d", "e"], [7, 5, 4, 3, 3], 2) == [["a", "d"], ["b", "c", "e"]]  # 10, 12
+    assert lpt_partition(["a", "b"], [1, 2], 5) == [["b"], ["a"]]  # no empty jobs
+    assert filled([None, 10, 20]) == [15, 10, 20] and filled([None]) == [600.0]
+
+
+def test_an_entrys_suites_split_into_partitions_by_est_time(tmp_path):
+    for name in ("long", "mid", "short"):
+        (tmp_path / f"{name}.toml").write_text("")
+    path = tmp_path / "matrix.toml"
+    path.write_text('[[entry]]\nname = "split"\ngpu = "H200"\ngpus = 1\nest_time = 90\npartitions = 2\n'
+                    'suites = ["long.toml", "mid.toml", "short.toml"]\n')
+    split = load_matrix(path).entry("split")
+    assert [job for job, _, _ in split.jobs()] == ["split-1of2", "split-2of2"]
+    assert [len(split.partition(k)) for k in (1, 2)] == [2, 1]
+    assert sorted(s.stem for k in (1, 2) for s in split.partition(k)) == ["long", "mid", "short"]
+    with pytest.raises(UsageError, match="--partition 3: it has 2"):
+        split.partition(3)
+
+
+def test_nox_lists_each_jobs_runner_and_est_time():
+    sessions = {s["session"]: s for s in json.loads(nox("-l", "--json", "-t", "matrix").stdout)}
+    h200 = sessions["validate(h200x1)"]["call_spec"]
+    assert (h200["runner"], h200["partition"]) == ("1-gpu-h200", 0) and 400 < h200["est_time"] < 450
+    assert "runner:1-gpu-h200" in sessions["validate(h200x1)"]["tags"]
+    assert sessions["validate(refserver-cpu)"]["call_spec"]["runner"] == "cpu"
+
+
+def _github_matrix():
+    spec = importlib.util.spec_from_file_location("github_matrix", ROOT / "ci" / "github_matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_ci_example_packs_a_labels_jobs_longest_processing_time_first():
+    def session(job: str, label: str, est: float | None) -> dict:
+        return {"session": f"validate({job})", "tags": ["matrix", "gpu"],
+                "call_spec": {"entry": job.split("-")[0], "partition": 0, "runner": label, "est_time": est}}
+
+    sessions = [session("a", "8-gpu-h200", 300), session("b", "8-gpu-h200", 200), session("c", "8-gpu-h200", 150),
+                session("d", "8-gpu-h200", 100), session("e", "1-gpu-h100", None)]
+    packed = _github_matrix().rows(sessions, {"8-gpu-h200": 2})
+    assert [(r["jobs"], r["est_time"]) for r in packed] == [(["a", "d"], 400), (["b", "c"], 350), (["e"], None)]
+    assert packed[0]["runner"] == ["self-hosted", "8-gpu-h200"]
+    assert [r["jobs"] for r in _github_matrix().rows(sessions)] == [["a"], ["b"], ["c"], ["d"], ["e"]]
+    proc = subprocess.run([sys.executable, str(ROOT / "ci" / "github_matrix.py"), "--jobs", "8-gpu-h200=1"],
+                          input=json.dumps(sessions), capture_output=True, text=True, check=True)
+    rows = json.loads(proc.stdout.removeprefix("matrix="))["include"]
+    assert rows[0]["jobs"] == ["a", "b", "c", "d"] and rows[0]["est_time"] == 750

@@ -20,9 +20,8 @@ pytestmark = pytest.mark.slow
 KL_CONFIGS = ("a", "b", "c", "d")
 
 
-def concurrent_suite(path: Path) -> Path:
-    """Four kl configurations (exact) and one throughput configuration (interleaved)."""
-    return kl_suite(path, KL_CONFIGS, extra="""[[config]]
+# One throughput configuration (interleaved: its two servers up together), small and quick.
+TPUT_CONFIG = """[[config]]
 name = "tput"
 deterministic = false
 probes = ["throughput"]
@@ -34,11 +33,17 @@ warmup = 1
 floor_rel = 0.5
 alpha = 0.2  # four rounds (min p 0.125): a schedule test, not a judgement
 max_looks = 1
-""")
+"""
 
 
-def kl_suite(path: Path, configs: tuple[str, ...], extra: str = "") -> Path:
-    """A suite of exact kl configurations, and `extra` TOML after them."""
+def concurrent_suite(path: Path) -> Path:
+    """Four kl configurations (exact) and one throughput configuration (interleaved)."""
+    return kl_suite(path, KL_CONFIGS, extra=TPUT_CONFIG)
+
+
+def kl_suite(path: Path, configs: tuple[str, ...], extra: str = "",
+             workload: str = "prompts = 2\nprompt_len = [12, 16]\noutput_len = 4") -> Path:
+    """A suite of exact kl configurations, and `extra` TOML after them; `workload`: its table's lines."""
     body = "".join(f'[[config]]\nname = "{name}"\ndeterministic = true\nprobes = ["kl"]\n' for name in configs)
     path.write_text(f"""name = "{path.stem}"
 [models]
@@ -48,9 +53,7 @@ args = ["--random-seed", "1234"]
 startup_timeout_s = 240
 request_timeout_s = 120
 [workload]
-prompts = 2
-prompt_len = [12, 16]
-output_len = 4
+{workload}
 {body}{extra}""")
     return path
 

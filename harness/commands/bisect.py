@@ -23,6 +23,8 @@ from harness.bisect import ABORT, BisectSpec, bisect, session_dir_for, step
 from harness.commands.common_args import add_env_args, add_target_arg, chosen_target, env_options_from
 from harness.paths import cache_dir
 from harness.revisions import Revision
+from harness.slurm import BisectRounds, add_slurm_args
+from harness.slurm import options_from as slurm_options_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", type=int, default=1, metavar="K",
                    help="commits evaluated at once: K > 1 splits the range into K + 1 parts per "
                         "round, at most ⌈log_(K+1) N⌉ + 1 rounds (default 1: git bisect run)")
+    add_slurm_args(p, "each round as one job (one task per commit; the endpoint and the confirmation too)")
     p.set_defaults(func=run)
 
     s = sub.add_parser("bisect-step", help="the predicate `bisect` hands to git bisect run",
@@ -66,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
                       store_root=(args.store or cache_dir() / "store").resolve(),
                       session_dir=session_dir_for(good.repo, good.sha, bad.sha),
                       max_scale=args.max_scale, python=args.python, env_options=env_options_from(args))
-    out = bisect(spec, bad.sha, slots=args.slots)
+    slurm = slurm_options_from(args)
+    out = bisect(spec, bad.sha, slots=args.slots, rounds=BisectRounds(slurm) if slurm else None)
     print(f"servers launched: {out.launches}")
     return 0 if out.ok else 1
 

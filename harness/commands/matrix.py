@@ -29,7 +29,13 @@ from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, a
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
 from harness.run import RunRequest, execute_together
-from harness.schedule import Slot, entry_slots
+from harness.errors import UsageError
+from harness.matrix import MatrixEntry
+from harness.plan import load_suite
+from harness.schedule import Slot, entry_slots, suite_gpus_per_server
+from harness.slurm import add_slurm_args
+from harness.slurm import options_from as slurm_options_from
+from harness.slurm import run_entry as run_on_slurm
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 
@@ -56,6 +62,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--store", type=Path, default=None, help="result store (default: $DETCHECK_CACHE_DIR/store)")
     r.add_argument("--fresh", action="store_true", help="ignore stored cells and measure again")
     r.add_argument("--force", action="store_true", help="replace the runs an existing --out holds")
+    r.add_argument("--partition", type=int, default=0, metavar="K",
+                   help="only the suites of the entry's K-th CI job (1-based) of its `partitions`, split "
+                        "longest-processing-time by each suite's est_time (`nox -l --json -t matrix` lists them)")
     r.add_argument("--servers-per-gpu", type=int, default=None, metavar="N",
                    help="servers at once on each GPU instead of the entry's servers_per_gpu "
                         "(fewer when host or GPU memory is short)")
@@ -63,9 +72,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_start_order_args(r)
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
+    add_slurm_args(r, "the entry's jobs (one per revision and configuration; one of both sides where its "
+                      "probes interleave)")
     add_format_arg(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.set_defaults(func=run_entry)
+
+
+def gpus_per_server(entry: MatrixEntry) -> int:
+    """GPUs one server of the entry spans: declared, else its widest configuration's flags
+    (the suites' own and the entry's server_args) at the entry's target."""
+    if entry.gpus_per_server is not None or entry.target is None:
+        return entry.gpus_per_server or 1
+    return suite_gpus_per_server([load_suite(path) for path in entry.suites], entry.target, entry.server_args)
 
 
 def placement(slots: tuple[Slot, ...]) -> str:
@@ -73,22 +92,37 @@ def placement(slots: tuple[Slot, ...]) -> str:
     if all(slot.role is not None for slot in slots):
         sides = ", ".join(f"{s.role.value} on GPU {s.env['CUDA_VISIBLE_DEVICES']}" for s in slots)
         return f" ({sides}, at the same time)"
+    if len(slots) == 1 and slots[0].exclusive:
+        return (f" (one server at a time on GPU {slots[0].env['CUDA_VISIBLE_DEVICES']}: base and candidate "
+                f"in turn, noisy probes not interleaved)")
     gpus = ",".join(sorted({s.env["CUDA_VISIBLE_DEVICES"] for s in slots if "CUDA_VISIBLE_DEVICES" in s.env}))
     return f" ({len(slots)} server slots{f' on GPU {gpus}' if gpus else ''})"
 
 
 def run_list(args: argparse.Namespace) -> int:
     matrix, here = load_matrix(args.matrix), gpu_names()
-    rows = [{"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
-             "suites": [str(s) for s in e.suites], "parallel": e.parallel,
-             "slots": len(entry_slots(e, None)),  # how many the entry has, wherever its GPUs are
-             "runnable_here": e.missing(here) is None, "why_not": e.missing(here)} for e in matrix.entries]
+    rows = []
+    for e in matrix.entries:
+        try:
+            width = gpus_per_server(e)
+        except UsageError:  # a suite that does not load here (its models are on the GPU machine)
+            width = e.gpus_per_server or 1
+        try:
+            slots, why_not = entry_slots(e, None, per_server=width), e.missing(here)  # wherever its GPUs are
+        except UsageError as exc:  # a server wider than the entry: no machine runs it
+            slots, why_not = (), str(exc)
+        rows.append({"name": e.name, "gpu": e.gpu, "gpus": e.gpus, "target": e.target,
+                     "suites": [str(s) for s in e.suites], "parallel": len(slots) >= 2,
+                     "gpus_per_server": width, "slots": len(slots), "runner": e.runner_label,
+                     "est_time": e.estimate(), "jobs": [{"id": job, "partition": part, "est_time": est}
+                                                        for job, part, est in e.jobs()],
+                     "runnable_here": why_not is None, "why_not": why_not})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     for row in rows:
         where = "runs here" if row["runnable_here"] else f"skipped here: {row['why_not']}"
-        slots = f"{row['slots']} server slot{'s' if row['slots'] > 1 else ''}"
+        slots = f"{row['slots']} server slot{'s' if row['slots'] != 1 else ''}"
         target = row["target"] or "checkout"  # none named: what --repo holds
         print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {target:<9} {slots:<15} {where}")
     return 0
@@ -100,13 +134,16 @@ def run_entry(args: argparse.Namespace) -> int:
         print(f"matrix {entry.name}: skipped: {why_not}", file=sys.stderr)
         return EXIT_NOTHING_MEASURED
     check_baseline_file(args.baseline)
+    slurm = slurm_options_from(args)
     entry = dataclasses.replace(entry, target=chosen_target(
         entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}"))
     base, candidate = revisions_from(args)
     root = args.out or default_out(entry.name)
-    slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu)
+    slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu, gpus_per_server(entry))
     env_options = env_options_from(args)
     start_order = start_order_from(args, entry.order_from, entry.first_per_model)
+    if args.partition:
+        entry = dataclasses.replace(entry, suites=entry.partition(args.partition))
     reqs = []
     for suite in entry.suites:
         claim_out_dir(root / suite.stem, force=args.force)
@@ -117,7 +154,10 @@ def run_entry(args: argparse.Namespace) -> int:
             command_line=command_line()))
     print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
           f"in one pool{placement(slots)}", file=sys.stderr)
-    results = execute_together(tuple(reqs), observer_for(args))
+    if slurm is not None:
+        results = run_on_slurm(entry, args.matrix, tuple(reqs), slurm)
+    else:
+        results = execute_together(tuple(reqs), observer_for(args))
     code = max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))
     # On stderr: stdout may be the runs' JSON.
     print(f"matrix {entry.name}: results and reports in {root}/ "

@@ -193,8 +193,16 @@ def dummy_weights_text(base: CellResult | None, cand: CellResult | None) -> str:
 
 def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult | None, sides: Sides) -> str:
     notes = [_verdict_note(comp, base, cand, sides), changed_not_deciding_text(comp, base, cand, sides),
-             dummy_weights_text(base, cand), provenance_text(base, cand)]
+             dummy_weights_text(base, cand), in_turn_text(base, cand), provenance_text(base, cand)]
     return "; ".join(n for n in notes if n)
+
+
+def in_turn_text(base: CellResult | None, cand: CellResult | None) -> str:
+    """An interleaved probe whose sides could not be up together (one slot holding one server:
+    harness/schedule.py): each side's rounds ran on its own server, one side after the other."""
+    if any(c is not None and c.facts.get("placement") == "in turn" for c in (base, cand)):
+        return "sides measured in turn, not in alternating rounds (one server fits at a time)"
+    return ""
 
 
 def all_metric_sides(result: RunResult) -> dict[tuple[str, str], Sides]:
