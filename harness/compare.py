@@ -341,12 +341,16 @@ def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
     return Verdict.NOTHING_MEASURED
 
 
+# The significance an *unknown* row must reach to lean to *different* (`leaning`).
+LEANING_ALPHA = 0.05
+
+
 def leaning(result: RunResult) -> list[str]:
     """The *unknown* rows whose data already lean to *different*: a deciding noisy metric whose
-    change is significant (p below the probe's alpha, as the run judged it) and whose estimate
-    lies beyond the floor, undecided only because its interval still reaches inside the floor.
-    Such a row is no pass (a large effect must never exit 0 as "unknown"); an A/A row leans so
-    at most alpha of the time."""
+    change is significant (p below LEANING_ALPHA, or the probe's alpha where that is stricter)
+    and whose estimate lies beyond the floor, undecided only because its interval still reaches
+    inside the floor. Such a row is no pass (a large effect must never exit 0 as "unknown"); an
+    A/A row leans so at most 5% of the time, whatever alpha a suite chose to decide quickly."""
     recorded = result.metadata.get("probe_params")
     probe_params: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
     out = []
@@ -354,9 +358,7 @@ def leaning(result: RunResult) -> list[str]:
         if comp.verdict != Verdict.UNKNOWN:
             continue
         params = probe_params.get(comp.probe) or (PROBES[comp.probe].defaults() if comp.probe in PROBES else {})
-        alpha = params.get("alpha")
-        if alpha is None:
-            continue
+        alpha = min(float(params.get("alpha") or LEANING_ALPHA), LEANING_ALPHA)
         for name in comp.deciding or ((comp.decided_by,) if comp.decided_by else ()):
             m = comp.metrics.get(name)
             if (m is not None and m.verdict == Verdict.UNKNOWN and m.p is not None and m.p < alpha
