@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 from _common import scratch, throughput_suite, two_commits, wilson_interval
+from harness.results import Status
 from harness.revisions import Revision
 from harness.run import RunRequest, execute
 from harness.schedule import cpu_slots
@@ -56,6 +57,9 @@ class Figures:
     runs: int
     different: int
     errors: int
+    # Runs with a cell that is a finding (a late or ignored abort, a non-positive duration): each
+    # is also a false *different*; their reasons' openings, so a printout says which.
+    findings: tuple[str, ...]
     candidate_faster: int  # runs whose deciding level read the candidate faster
     judged: int  # runs with a deciding effect (not an error)
     wall_s: float
@@ -85,8 +89,9 @@ def burners(count: int) -> Iterator[None]:
             proc.wait()
 
 
-def measure(runs: int, alpha: float, measurements: list[Measurement]) -> dict[tuple[str, str], Figures]:
-    figures = {}
+def measure(runs: int, alpha: float, measurements: list[Measurement]) -> Iterator[tuple[str, str, Figures]]:
+    """Each (measurement, placement mode)'s figures as soon as its runs are done: a long
+    benchmark cut short still printed what it finished."""
     keep = os.environ.get("DETCHECK_AA_OUT")
     deciding = f"tok_s_c{max(LEVELS)}"
     with scratch() as tmp:
@@ -104,12 +109,13 @@ def measure(runs: int, alpha: float, measurements: list[Measurement]) -> dict[tu
                 result = execute(req)
                 wall = time.perf_counter() - t0
                 comps = [c for c in result.comparisons if c.probe == "throughput"]
+                found = [cell for cell in result.cells if cell.status == Status.FINDING]
                 effects = [c.metrics[deciding].effect for c in comps if deciding in c.metrics]
-                figures[measurement.name, mode] = Figures(
+                yield measurement.name, mode, Figures(
                     runs=len(comps), different=sum(c.verdict == "different" for c in comps),
                     errors=sum(c.verdict == "error" for c in comps),
+                    findings=tuple(f"{cell.config} {cell.role.value}: {cell.reason[:160]}" for cell in found),
                     candidate_faster=sum(e > 0 for e in effects), judged=len(effects), wall_s=wall)
-    return figures
 
 
 def main(argv: list[str]) -> None:
@@ -125,17 +131,21 @@ def main(argv: list[str]) -> None:
                     if args.measure in ("both", "windowed" if m.window_s else "unwindowed")]
     print(f"A/A on the reference server: {args.runs} runs per placement mode and measurement, "
           f"{ROUNDS} paired rounds, levels {list(LEVELS)} (c{max(LEVELS)} for the side bias), no floor, "
-          f"alpha {args.alpha}, {args.burners} CPU burners beside it ({os.cpu_count()} cores)")
+          f"alpha {args.alpha}, {args.burners} CPU burners beside it ({os.cpu_count()} cores)", flush=True)
     with burners(args.burners):
-        figures = measure(args.runs, args.alpha, measurements)
-    for (measurement, mode), f in figures.items():
-        low, high = wilson_interval(f.candidate_faster, f.judged)
-        share = f.candidate_faster / f.judged if f.judged else float("nan")
-        print(f"  {measurement:12s} {mode:12s} false different {f.different}/{f.runs} ({f.different_rate:.1%}, "
-              f"{'within' if f.different_rate <= args.alpha else 'ABOVE'} alpha); errors {f.errors}; "
-              f"candidate faster in {f.candidate_faster}/{f.judged} ({share:.0%}, 95% CI {low:.0%}-{high:.0%}); "
-              f"{f.wall_s:.0f} s")
+        for measurement, mode, f in measure(args.runs, args.alpha, measurements):
+            show(measurement, mode, f, args.alpha)
 
+
+def show(measurement: str, mode: str, f: Figures, alpha: float) -> None:
+    low, high = wilson_interval(f.candidate_faster, f.judged)
+    share = f.candidate_faster / f.judged if f.judged else float("nan")
+    print(f"  {measurement:12s} {mode:12s} false different {f.different}/{f.runs} ({f.different_rate:.1%}, "
+          f"{'within' if f.different_rate <= alpha else 'ABOVE'} alpha); errors {f.errors}; "
+          f"candidate faster in {f.candidate_faster}/{f.judged} ({share:.0%}, 95% CI {low:.0%}-{high:.0%}); "
+          f"{f.wall_s:.0f} s", flush=True)
+    print(f"  {'':12s} {'':12s} findings {len(f.findings)}" + "".join(f"\n      {line}" for line in f.findings),
+          flush=True)
 
 if __name__ == "__main__":
     main(sys.argv[1:])
