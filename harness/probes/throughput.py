@@ -29,10 +29,13 @@ aborted (SGLang's /abort_request). tok/s = tokens streamed within the window / t
 the level's wall time, when every request ended sooner); a request's `req_tok_s_c<c>` = its
 tokens in the window / its own time in it. A request cut by the window is neither an error nor a
 finding; one the server aborted itself counts as it always did. A cut request whose stream ends
-later than about one decode step after its abort reached it (ABORT_GRACE_STEPS × the level's
-longest gap between events, at least ABORT_GRACE_MIN_S), or still streams ABORT_GIVE_UP_S after
-the close (then the harness closes it), is a finding for the cell, saying how late: the server
-does not honour aborts in time. Its tokens after the window would not have counted anyway, so a
+later than about one decode step after the server answered the abort that reached it
+(ABORT_GRACE_STEPS × the level's longest gap between events, at least ABORT_GRACE_MIN_S), or
+still streams ABORT_GIVE_UP_S after the close (then the harness closes it), is a finding for the
+cell, saying how late: the server does not honour aborts in time. The abort's own round trip is
+not part of it: on a loaded host /abort_request itself may take longer than a step to be answered
+(the host's doing, not the server's), and a server that answers it at once but applies it late
+is still late by the time it took after its answer. Its tokens after the window would not have counted anyway, so a
 late abort never makes a side read faster.
 SGLang 0.5.16 answers a cut request in one of two ways: a running one finishes after one more
 step (its tokens so far, as usual); one cut in the waiting queue (a retracted request waiting to
@@ -81,9 +84,10 @@ ABORT_RETRY_S = 1.0
 # An abort may take effect this many decode steps after it reached its request (the step running
 # when it arrives, then the one after which SGLang ends the request), a step being the longest
 # gap between two events of any stream of the level before the window's end, and never less than
-# ABORT_GRACE_MIN_S: the abort's own round trip and handling on a loaded host (a healthy reference
-# server answered in up to 0.34 s on the CI machine with two CPU burners beside it; 0.25 s made
-# one false finding in 26 A/A cells there).
+# ABORT_GRACE_MIN_S: on a loaded host the client reads a stream's last event late (a healthy
+# reference server's aborts, timed from when they were sent, answered in up to 0.34 s on the CI
+# machine with two CPU burners beside it, once 0.85 s; 0.25 s made one false finding in 26 A/A
+# cells there). The lateness is timed from the abort's answer, so its round trip is not in it.
 ABORT_GRACE_STEPS = 2
 ABORT_GRACE_MIN_S = 0.5
 # After the close, how long a cut request's stream is read for its abort's answer (at least twice
@@ -91,6 +95,22 @@ ABORT_GRACE_MIN_S = 0.5
 ABORT_GIVE_UP_S = 3.0
 
 Clock = Callable[[], float]
+
+
+@dataclasses.dataclass
+class AbortCall:
+    """One /abort_request sent for a rid, on the window's clock: when it was sent, and when the
+    server answered it (None while the call is still out)."""
+
+    sent: float
+    answered: float | None = None
+
+    def ended_after_answer(self, ended: float) -> float:
+        """How long after this abort's answer its request's stream ended (at `ended`): 0 when it
+        ended first (the answer still out, or read after the stream's end on a loaded client)."""
+        answered = self.answered  # read once: the closing thread may set it meanwhile
+        return 0.0 if answered is None else max(0.0, ended - answered)
+
 # Request i of a level, sent with its rid: the server's streamed events, as they arrive.
 Streamer = Callable[[int, str], Generator[Generation, None, None]]
 
@@ -103,8 +123,9 @@ class RequestResult:
     seconds: float  # from its admission to its answer, or to the window's end when it ran past it
     cut: bool  # still running at the window's end
     retractions: int
-    # Cut, after an abort reached it (its first event came before the abort): how long after that
-    # abort its stream ended; None when no abort is known to have reached it.
+    # Cut, after an abort reached it (its first event came before the abort was sent): how long
+    # after the server answered that abort its stream ended (0 when it ended before the answer
+    # came back); None when no abort is known to have reached it.
     abort_answer_s: float | None = None
     tokens_after_window: int = 0  # streamed after the window's end: never counted in it
     given_up: bool = False  # still streaming when the harness gave up on its abort
@@ -128,7 +149,7 @@ class MeasurementWindow:
         self._lock = threading.Lock()
         self._closed = False
         self._in_flight: set[str] = set()
-        self._abort_times: dict[str, list[float]] = {}  # rid -> when each abort was sent it
+        self._aborts: dict[str, list[AbortCall]] = {}  # rid -> each abort sent for it
         self._last_event: dict[str, float] = {}
         self._longest_step_s = 0.0
         self.allowed_s: float | None = None  # how late an abort may be answered: set at the close
@@ -158,12 +179,12 @@ class MeasurementWindow:
     def now(self) -> float:
         return self._clock()
 
-    def answered(self, rid: str) -> list[float]:
-        """Unregister an answered request: when each abort was sent it (none: it ended first)."""
+    def answered(self, rid: str) -> list[AbortCall]:
+        """Unregister an answered request: each abort sent for it (none: it ended first)."""
         with self._lock:
             self._in_flight.discard(rid)
             self._last_event.pop(rid, None)
-            return self._abort_times.pop(rid, [])
+            return self._aborts.pop(rid, [])
 
     def close_when_due(self, futures: list[Future]) -> None:
         """Wait for the requests or the window's end, whichever comes first; then close and
@@ -186,11 +207,15 @@ class MeasurementWindow:
         with self._lock:
             rids = sorted(self._in_flight)
         for rid in rids:
-            # Noted before its abort (its answer may come back at once), each when it is sent: the
-            # aborts go one after another, and on a loaded host the last may leave much later.
+            # Noted before its abort (the stream may end before the call returns), each when it is
+            # sent: the aborts go one after another, and on a loaded host the last may leave much
+            # later; and when it was answered, which the stream's lateness is timed from.
             with self._lock:
-                self._abort_times.setdefault(rid, []).append(self._clock())
+                call = AbortCall(self._clock())
+                self._aborts.setdefault(rid, []).append(call)
             self._abort(rid)
+            with self._lock:
+                call.answered = self._clock()
 
     def stream(self, rid: str, events: Generator[Generation, None, None], started: float) -> RequestResult:
         """Read one admitted request's events: the tokens streamed before the window's end count;
@@ -208,15 +233,16 @@ class MeasurementWindow:
                     given_up = True
                     break
         ended = self._clock()
-        abort_times = self.answered(rid)
+        calls = self.answered(rid)
         # An abort sent before the request's first event may have reached the server before the
         # request did (SGLang then ignores it): the first one after that event surely reached it.
-        reached = [t for t in abort_times if first_event_at is not None and t >= first_event_at]
+        reached = next((c for c in calls if first_event_at is not None and c.sent >= first_event_at), None)
         total = last.completion_tokens if last is not None else 0
         return RequestResult(in_window, min(ended, self.ends_at) - started, cut=ended >= self.ends_at,
                              retractions=int((last.meta.get("num_retractions", 0) if last else 0) or 0),
-                             abort_answer_s=ended - reached[0] if reached else None,
+                             abort_answer_s=None if reached is None else reached.ended_after_answer(ended),
                              tokens_after_window=total - in_window, given_up=given_up)
+
 
 
 def run_window(window: MeasurementWindow, streamer: Streamer, n: int, workers: int) -> list[RequestResult]:
@@ -292,7 +318,7 @@ def level_rates(answered: list[RequestResult], wall: float, window_s: float | No
                 abort_allowed_s: float | None = None) -> dict[str, Any]:
     """A level's tokens and rates. With a window: the tokens streamed before its end over the
     window (or the level's wall time, if every request ended sooner), vacuous when there are none;
-    an abort answered later than `abort_allowed_s` after it reached its request is a finding."""
+    a request that ended later than `abort_allowed_s` after its abort was answered is a finding."""
     not_positive = [r for r in answered if r.seconds <= 0]
     if not_positive:
         # A request starts inside the window by construction: a duration that is not positive
@@ -322,8 +348,8 @@ def level_rates(answered: list[RequestResult], wall: float, window_s: float | No
 
 
 def _check_aborts(answered: list[RequestResult], window_s: float, allowed_s: float | None) -> None:
-    """A cut request still streaming when the harness gave up, or answered later than allowed
-    after its abort, is a finding for the cell, whatever it carried: the server does not honour
+    """A cut request still streaming when the harness gave up, or ended later than allowed after
+    its abort was answered, is a finding for the cell, whatever it carried: the server does not honour
     /abort_request (in time). Its tokens after the window were not counted either way."""
     cut = [r for r in answered if r.cut]
     given_up = [r for r in cut if r.given_up]
@@ -338,7 +364,7 @@ def _check_aborts(answered: list[RequestResult], window_s: float, allowed_s: flo
         answer = [r.abort_answer_s for r in late]
         raise ServerFinding(
             f"the server honoured /abort_request late: {len(late)} of {len(cut)} requests cut by the "
-            f"{window_s:g} s window answered {min(answer):.2f}-{max(answer):.2f} s after their abort "
+            f"{window_s:g} s window ended {min(answer):.2f}-{max(answer):.2f} s after their abort was answered "
             f"(allowed {allowed_s:.2f} s, about one decode step), carrying "
             f"{sum(r.tokens_after_window for r in late)} tokens made after the window (not counted)",
             tuple(dataclasses.asdict(r) for r in late))

@@ -15,7 +15,7 @@ from harness.client import Generation
 from harness.demo import SCENARIOS, build_repo
 from harness.errors import ServerFinding, VacuousResult
 from harness.probes import PROBES, throughput
-from harness.probes.throughput import (ABORT_GIVE_UP_S, MeasurementWindow, RequestResult, level_rates,
+from harness.probes.throughput import (ABORT_GIVE_UP_S, AbortCall, MeasurementWindow, RequestResult, level_rates,
                                        run_window)
 
 
@@ -120,12 +120,18 @@ def test_concurrent_clients_never_start_a_request_at_or_after_the_end():
     assert all(r.seconds > 0 for r in answered), answered
 
 
-def aborted_late(delay_s: float) -> tuple[RequestResult, MeasurementWindow]:
+def aborted_late(delay_s: float, round_trip_s: float = 0.0) -> tuple[RequestResult, MeasurementWindow]:
     """One request streaming past a 1 s window whose close (at the end, on the stream's own
-    clock) sends the abort; the server ends the request `delay_s` after the abort, one step on."""
+    clock) sends the abort, answered `round_trip_s` later (a loaded host's /abort_request); the
+    server ends the request `delay_s` after it answered the abort, one step on."""
     clock = FakeClock()
-    aborts: list[float] = []
-    window = MeasurementWindow(lambda rid: aborts.append(clock()), 1.0, clock=clock)
+    aborts: list[float] = []  # when each abort was answered
+
+    def abort(rid: str) -> None:
+        clock.advance(round_trip_s)
+        aborts.append(clock())
+
+    window = MeasurementWindow(abort, 1.0, clock=clock)
     rid = "r"
     started = window.admit(rid)
 
@@ -156,7 +162,8 @@ def test_an_abort_answered_late_is_a_finding_and_never_counts_its_tokens():
     result, window = late
     assert result.abort_answer_s == 1.0 + STEP and result.tokens_after_window == 10
     with pytest.raises(ServerFinding, match=r"honoured /abort_request late: 1 of 1 requests cut by the 1 s "
-                                            r"window answered 1.12-1.12 s after their abort \(allowed 0.50 s"):
+                                            r"window ended 1.12-1.12 s after their abort was answered "
+                                            r"\(allowed 0.50 s"):
         level_rates([result], wall=2.2, window_s=1.0, abort_allowed_s=window.allowed_s)
     result, window = ignored
     assert result.given_up and window.give_up_at == 1.0 + ABORT_GIVE_UP_S
@@ -165,15 +172,31 @@ def test_an_abort_answered_late_is_a_finding_and_never_counts_its_tokens():
         level_rates([result], wall=4.1, window_s=1.0, abort_allowed_s=window.allowed_s)
 
 
-def test_each_abort_is_timed_when_it_is_sent():
+def test_a_slow_abort_round_trip_is_the_hosts_not_the_servers():
+    """On a loaded host /abort_request itself took 0.6 s to be answered, longer than the 0.5 s
+    grace: a server that ends the request one step after its answer is not late (timed from the
+    abort's sending, it read 0.72 s: a false finding); one that ends it 1 s after is, and says so."""
+    result, window = aborted_late(0.0, round_trip_s=0.6)
+    assert result.abort_answer_s == STEP and result.completion_tokens == 7
+    assert level_rates([result], wall=1.8, window_s=1.0, abort_allowed_s=window.allowed_s)["tok_s"] == 7.0
+    result, window = aborted_late(1.0, round_trip_s=0.6)
+    assert result.abort_answer_s == 1.0 + STEP and result.completion_tokens == 7
+    with pytest.raises(ServerFinding, match=r"window ended 1.12-1.12 s after their abort was answered"):
+        level_rates([result], wall=2.8, window_s=1.0, abort_allowed_s=window.allowed_s)
+
+
+def test_each_abort_is_timed_when_it_is_sent_and_answered():
     """Aborts go one after another: on a loaded host each /abort_request may take 0.3 s, and the
-    second request's abort then leaves 0.3 s after the first; its answer is timed from then."""
+    second request's abort then leaves 0.3 s after the first; each is timed from then to its
+    answer. A stream that ended before its abort was answered was not late at all."""
     clock = FakeClock()
     window = MeasurementWindow(lambda rid: clock.advance(0.3), 1.0, clock=clock)
     assert window.admit("a") == 0.0 and window.admit("b") == 0.0
     clock.advance(1.0)
     window.close()
-    assert window.answered("a") == [1.0] and window.answered("b") == [1.3]
+    assert window.answered("a") == [AbortCall(1.0, 1.3)] and window.answered("b") == [AbortCall(1.3, 1.6)]
+    assert AbortCall(1.0, None).ended_after_answer(1.1) == 0.0
+    assert AbortCall(1.0, 1.3).ended_after_answer(1.2) == 0.0
 
 
 def test_a_duration_that_is_not_positive_is_a_finding_never_a_sample():
