@@ -120,7 +120,7 @@ def test_matrix_run_skips_an_entry_whose_gpus_are_not_there(tmp_path, gpus_here,
 
     suite = refserver_suite(tmp_path / "s.toml", ["kl"])
     (tmp_path / "m.toml").write_text(
-        f'[[entry]]\nname = "h200x2"\ngpu = "H200"\ngpus = 2\ntarget = "refserver"\nsuites = ["{suite}"]\n')
+        f'[[entry]]\nname = "h200x2"\ngpu = "H200"\ngpus = 2\ntarget = "sglang"\nsuites = ["{suite}"]\n')
     repo = FixtureRepo.create(tmp_path / "repo")
     proc = detcheck("matrix", "run", "h200x2", "--matrix", str(tmp_path / "m.toml"), "--repo", str(repo.path),
                     "--base", repo.head(), "--candidate", repo.head(), "--out", str(tmp_path / "out"),

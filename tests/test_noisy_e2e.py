@@ -18,12 +18,15 @@ from conftest import ROOT, detcheck, refserver_suite
 from harness.fixture_repo import FixtureRepo
 
 
-def spec_suite(path: Path, extra: str = "", floor: float = 0.05) -> Path:
+def spec_suite(path: Path, extra: str = "", floor: float = 0.05, deterministic: bool = True) -> Path:
     """suites/demo-spec.toml's EAGLE configuration, accept length only, paths made absolute,
-    with a 5% floor (the ~10% drop of `spec-accept-mild` is beyond it) and `extra` keys."""
+    with a 5% floor (the ~10% drop of `spec-accept-mild` is beyond it) and `extra` keys; off
+    deterministic mode, where the accept length is a noisy metric."""
     text = (ROOT / "suites/demo-spec.toml").read_text().replace('"../fixtures', f'"{ROOT}/fixtures')
     text = text.replace('probes = ["accept_length", "kl"]', 'probes = ["accept_length"]')
     text = text.replace("floor_rel = 0.1\n", f"floor_rel = {floor}\n{extra}")
+    if not deterministic:
+        text = text.replace("deterministic = true", "deterministic = false")
     path.write_text(text)
     return path
 
@@ -49,7 +52,7 @@ def test_eagle_accept_drop_of_ten_percent_reads_different_and_identical_reads_sa
     harmless = repo.note("a harmless commit")
     repo.edit("spec-accept-mild")
     degraded = repo.commit("degrade the draft mildly")
-    suite = spec_suite(tmp_path / "spec.toml")
+    suite = spec_suite(tmp_path / "spec.toml", deterministic=False)
     args = ("--config", "eagle", "--probe", "accept_length")
 
     same = run(repo, base, harmless, suite, tmp_path / "same", *args)
@@ -77,7 +80,7 @@ def test_an_unknown_row_states_a_prompt_count_that_decides_it(tmp_path):
 
     # 3 prompts: 6 paired values, the fewest whose signed-rank test can reach p < 0.05 (2 prompts
     # are refused by the design check); against an 8% floor the ~10% drop's CI straddles it
-    small = run(repo, base, degraded, spec_suite(tmp_path / "small.toml", "prompts = 3\n", floor=0.08),
+    small = run(repo, base, degraded, spec_suite(tmp_path / "small.toml", "prompts = 3\n", floor=0.08, deterministic=False),
                 tmp_path / "small", *args)
     comp, metric = accept(small)
     assert comp["verdict"] == "unknown" and "straddles the floor" in comp["note"], comp
@@ -88,7 +91,7 @@ def test_an_unknown_row_states_a_prompt_count_that_decides_it(tmp_path):
     # measured again with that many values per side (prompts scaled as bisect does), the CI is
     # narrow enough that a 10% drop can no longer read as inside an 8% floor
     prompts = 3 * math.ceil(needed / metric["base"]["n"])
-    big = run(repo, base, degraded, spec_suite(tmp_path / "big.toml", f"prompts = {prompts}\n", floor=0.08),
+    big = run(repo, base, degraded, spec_suite(tmp_path / "big.toml", f"prompts = {prompts}\n", floor=0.08, deterministic=False),
               tmp_path / "big", *args)
     comp, metric = accept(big)
     assert comp["verdict"] != "same" and metric["ci"][0] < -metric["floor"], (needed, prompts, comp)

@@ -75,10 +75,14 @@ def test_run_then_rerun_reuses_every_cell(tmp_path):
         path.unlink()
     again = detcheck(*args, "--out", str(tmp_path / "b"), env={"DETCHECK_CACHE_DIR": str(cache)})
     assert again.returncode == 1
-    assert list((cache / "help").iterdir()) == []  # nothing to launch: no revision's `--help` read
     one = json.loads((tmp_path / "a" / "results.json").read_text())
     two = json.loads((tmp_path / "b" / "results.json").read_text())
+    # No cell measured again: each is the first run's, as it was collected. Only the *different*
+    # rows' reproducers are posted again, to relaunched servers (a stored verdict is re-verified,
+    # never trusted), which reads the revisions' `--help` once more.
+    assert [c["metadata"]["collected_at"] for c in two["cells"]] == [c["metadata"]["collected_at"] for c in one["cells"]]
     assert len(one["launches"]) == 2 and two["launches"] == []
+    assert all(c["reproducer"]["verification"] for c in two["comparisons"] if c["verdict"] == "different")
     assert [c["verdict"] for c in one["comparisons"]] == [c["verdict"] for c in two["comparisons"]]
     assert (tmp_path / "b" / "report.md").read_text().count("❌ different") == 2
 

@@ -41,7 +41,7 @@ def test_each_registered_fix_is_reverted_and_the_misses_are_the_false_same_rate(
     assert by_fix[9002]["caught"] and "det/kl" in by_fix[9002]["different"], by_fix[9002]
     assert not by_fix[9003]["caught"] and by_fix[9003]["verdict"] == "same", by_fix[9003]
     assert result["caught"] == 2 and result["false_same_rate"] == pytest.approx(1 / 3)
-    assert "Caught 2 of 3 registered fixes" in proc.stdout and "**missed**" in proc.stdout
+    assert "Caught 2 of 3 applied fixes (3 registered, 0 not applied)" in proc.stdout and "**missed**" in proc.stdout
     # the reverted side's servers got the toggle, the base's did not; each run has its report
     cells = json.loads((out / "revert-9001" / "results.json").read_text())["cells"]
     envs = {c["role"]: c["metadata"]["server_env"] for c in cells}
