@@ -11,6 +11,7 @@
 #                                                            # packs $OUT/h200-main.tgz when it ends or at HOLD s
 #                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
 #                e.g. main upstream                          # issue 35: selftest of 0.5.16 beside fa4 vs Triton
+#                e.g. main upstream2                         # issue 35's last items: chunked-prefill selftest, vacuity, retraction logprobs
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
 # kit2 (torch 2.13, SGLang 0.5.20 and 0.5.21; ../shared/gpu-kit/kit2, bundles from its build-kit2.sh):
@@ -360,6 +361,26 @@ upstream() {
   echo "session done" >> "$DEST/summary.txt"
 }
 
+# Issue 35's last items on 0.5.16, side by side: the selftest's chunked-prefill row (26329 bites
+# only on a non-final prefill chunk; 25015 beside it as the positive control), a graphs-on row
+# whose decode graph never replays (suites/h200/vacuity.toml: must read vacuous, not same), and
+# which generated token loses its logprob under forced retraction (retract_logprobs.py).
+upstream2() {
+  export PYTHONPATH=$SITE:$FA4_PATH
+  local cli=("$PY" -m harness.cli)
+  record selftest-chunked "${LIMIT_SELFTEST:-500}" "${cli[@]}" selftest --target sglang --repo "$REPO" --rev 0.5.16 \
+    --suite suites/h200/selftest.toml --config standalone-chunked-prefill --fix 26329 --fix 25015 \
+    --slots 6 --out "$DEST/selftest-chunked/run" --no-progress &
+  local selftest=$!
+  record vacuity "${LIMIT_VACUITY:-450}" "${cli[@]}" run --target sglang --repo "$REPO" --base 0.5.16 --candidate 0.5.16 \
+    --suite suites/h200/vacuity.toml --slots 4 --out "$DEST/vacuity/run" --no-progress --format md &
+  local vacuity=$!
+  record retract-logprobs 400 "$PY" results/h200/retract_logprobs.py --suite suites/h200/selftest.toml \
+    --config retract-pressure --repo "$REPO" --ref 0.5.16 --out "$DEST/retract-logprobs/run"
+  wait $selftest $vacuity
+  echo "session done" >> "$DEST/summary.txt"
+}
+
 # pool NAME [FLAGS]: validate(h200x1), 0.5.16 vs 0.5.17, alone on the machine, into $DEST/NAME,
 # with FLAGS added to its `matrix run` (--first-per-model, --order-from …). Each such run starts
 # from a copy of the JIT caches as the kit's install left them (~/.triton, ~/.cache: the smoke
@@ -431,6 +452,7 @@ case "${1:-}" in
   seed2) kit2_env; seed2 ;;
   session) session ;;
   upstream) upstream ;;
+  upstream2) upstream2 ;;
   pool) shift; pool "$@" ;;
   finish)
     export PYTHONPATH=$SITE
