@@ -7,7 +7,7 @@ one server of a suite's configuration (started as a detcheck run starts it; the 
 
 On 0.5.16 with forced retraction, detcheck's kl probe got 127 output logprobs for 128 generated
 tokens. Here, on the suite's `kl` prompts, each as the kl probe sends them (one batched request,
-greedy, `return_logprob`, with and without `top_logprobs_num` 8) and once one prompt alone:
+greedy, `return_logprob`, with and without `top_logprobs_num` 8; three rounds) and once one prompt alone:
 per prompt, the number of generated tokens and of output logprobs, and where the logprob entries'
 own token ids first stop matching the generated ids (the dropped position: the entry there
 carries the next token's id) — with the retraction lines the server logged meanwhile. Writes
@@ -60,6 +60,8 @@ def per_prompt(answers: list[dict]) -> list[dict]:
         rows.append({"prompt": k, "generated": len(answer["output_ids"]), "logprobs": len(entries),
                      "top_logprobs": len(meta.get("output_top_logprobs") or []),
                      "dropped": dropped_positions(answer["output_ids"], entries),
+                     "num_retractions": meta.get("num_retractions"),
+                     "cached_tokens": meta.get("cached_tokens"),
                      "finish_reason": meta.get("finish_reason"),
                      "meta_keys": sorted(meta)})
     return rows
@@ -91,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         workload = build(started.suite.workload.with_overrides(started.suite.probe_spec("kl").params))
         prompts = [list(x) for x in workload.prompts]
         greedy = {"temperature": 0.0, "max_new_tokens": workload.output_len, "ignore_eos": True}
-        for name, inputs, extra in (("batch, logprobs", prompts, {}),
-                                    ("batch, logprobs + top-8", prompts, {"top_logprobs_num": 8}),
-                                    ("prompt 0 alone, logprobs + top-8", prompts[:1], {"top_logprobs_num": 8})):
+        # Three rounds of each batch: which prompt is retracted when varies from round to round.
+        asked = [(f"batch {r}, logprobs{suffix}", prompts, extra) for r in (1, 2, 3)
+                 for suffix, extra in (("", {}), (" + top-8", {"top_logprobs_num": 8}))]
+        for name, inputs, extra in (*asked, ("prompt 0 alone, logprobs + top-8", prompts[:1], {"top_logprobs_num": 8})):
             post(server.url, "/flush_cache")
             before = len(retractions(log.read_text(errors="replace")))
             counted = retracted_requests(server.url)
@@ -118,12 +121,13 @@ def write(out: Path, record: dict) -> None:
     lines = [f"`{record['config']}` of `{record['suite']}` at {record['ref']} (env {record['env']}): raw "
              "`/generate`, the server's arguments those of a detcheck run:", "",
              f"    {' '.join(record['argv'])}", "",
-             "| request | prompt | generated | logprobs | top logprobs | dropped positions | finish |",
-             "|---|---|---|---|---|---|---|"]
+             "| request | prompt | generated | logprobs | top logprobs | dropped positions | retractions | cached tokens |",
+             "|---|---|---|---|---|---|---|---|"]
     for req in record["requests"]:
         for row in req["prompts"]:
             lines.append(f"| {req['request']} | {row['prompt']} | {row['generated']} | {row['logprobs']} | "
-                         f"{row['top_logprobs']} | {row['dropped'] or '–'} | {row['finish_reason']} |")
+                         f"{row['top_logprobs']} | {row['dropped'] or '–'} | {row.get('num_retractions', '–')} | "
+                         f"{row.get('cached_tokens', '–')} |")
     lines += ["", "Retractions per request (log lines / the retracted-requests counter): "
               + ", ".join(f"{r['request']}: {r['retraction_lines']} / {r['retracted_requests_counter']}"
                           for r in record["requests"])
