@@ -27,6 +27,7 @@ hooks is refused before anything starts (exit 2); a side whose server wrote no d
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -308,7 +309,9 @@ def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeou
 
 def compare(target: Target, base: Path, cand: Path) -> dict[str, Any]:
     """harness/dumpdiff.py's answer, run by the servers' interpreter (it has torch)."""
-    env = target.env(None, {"PYTHONPATH": str(PROJECT_ROOT)})
+    # the harness in front of what the interpreter already imports (SGLang's site: its torch)
+    inherited = os.environ.get("PYTHONPATH")
+    env = target.env(None, {"PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), *([inherited] if inherited else [])])})
     proc = subprocess.run([target.python, "-m", "harness.dumpdiff", str(base), str(cand)], capture_output=True,
                           text=True, env=env, cwd=PROJECT_ROOT, timeout=COMPARE_TIMEOUT_S)
     if proc.returncode != 0:
