@@ -12,6 +12,7 @@
 #                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
 #                e.g. main upstream                          # issue 35: selftest of 0.5.16 beside fa4 vs Triton
 #                e.g. main upstream2                         # issue 35's last items: chunked-prefill selftest, vacuity, retraction logprobs
+#                bash results/h200/gpu-run.sh localize       # issue 31: planted-bug run, then localize
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
 # kit2 (torch 2.13, SGLang 0.5.20 and 0.5.21; ../shared/gpu-kit/kit2, bundles from its build-kit2.sh):
@@ -418,6 +419,25 @@ followups() {
   wait
 }
 
+# localize (issue 31): 0.5.16 vs branch planted-mlp = 0.5.16 + patches/localize-planted-mlp.patch
+# (decoder layer 1's MLP output x 1.01) on tiny Llama (suites/h200/localize.toml): the run
+# (revision_kl different, its reproducer verified), then `detcheck localize` with SGLang's dumper
+# on both sides. After install + setup (tag 0.5.16 in $REPO, .models/tiny-llama: MODELS=tiny-llama
+# is all it reads). DRY_RUN=1: the reference server, on a $REPO that already holds both refs.
+localize_run() {
+  local G=(git -C "$REPO" -c user.name=detcheck -c user.email=detcheck@localhost) target=sglang
+  [ "${DRY_RUN:-0}" = 1 ] && target=refserver
+  "${G[@]}" rev-parse -q --verify planted-mlp > /dev/null || { "${G[@]}" checkout -q -b planted-mlp 0.5.16 \
+    && "${G[@]}" apply "$HERE/patches/localize-planted-mlp.patch" \
+    && "${G[@]}" commit -qam "planted: decoder layer 1's MLP output x 1.01 (on 0.5.16)" && "${G[@]}" checkout -q main; } \
+    || return 1
+  record localize-run "${LIMIT_LOCALIZE_RUN:-300}" "$PY" -m harness.cli run --target $target --repo "$REPO" \
+    --base 0.5.16 --candidate planted-mlp --suite suites/h200/localize.toml --out "$DEST/localize/run" \
+    --no-progress --format md
+  record localize "${LIMIT_LOCALIZE:-180}" "$PY" -m harness.cli localize --out "$DEST/localize/run" \
+    --row deterministic/revision_kl --repo "$REPO"
+}
+
 # hold NAME VERB [ARGS]: this script's VERB in the background (detached, so the call's end does
 # not end it), the call held until it ends or HOLD s have passed, then everything packed as NAME.
 hold() {
@@ -451,6 +471,8 @@ case "${1:-}" in
   setup2) setup2 ;;
   seed2) kit2_env; seed2 ;;
   session) session ;;
+  localize)  # device, after install + setup (or DRY_RUN=1 here): into $DEST/localize, packed as $OUT/h200-localize.tgz
+    export PYTHONPATH=$SITE; mkdir -p "$DEST"; localize_run; pack h200-localize ;;
   upstream) upstream ;;
   upstream2) upstream2 ;;
   pool) shift; pool "$@" ;;
@@ -470,5 +492,5 @@ case "${1:-}" in
     export LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300}
     if [ -n "${DRY_SESSION:-}" ]; then $DRY_SESSION; else session; followups; fi  # DRY_SESSION: e.g. "pool NAME FLAGS"
     pack h200-dry ;;
-  *) sed -n 2,20p "$0"; exit 2 ;;
+  *) sed -n 2,21p "$0"; exit 2 ;;
 esac

@@ -1,0 +1,56 @@
+"""detcheck localize: the first module whose inputs agree and whose output differs, for an exact
+*different* row of a stored run, from both sides' tensor dumps on its reproducer."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from harness.commands.common_args import chosen_target
+from harness.errors import LaunchError, UsageError
+from harness.localize import LOCALIZE_FILE, SECTION_FILE, localize, markdown, record
+from harness.result_files import read_run
+from harness.targets import get_target
+
+# Exit status when a side's server wrote no dump: nothing was compared (README, exit 3).
+NOTHING_DUMPED = 3
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("localize", help="name the module where an exact different row's sides first differ "
+                                         "(SGLang's tensor dumper on its reproducer)", description=__doc__)
+    p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="the run (its results.json)")
+    p.add_argument("--row", required=True, metavar="CONFIG/PROBE", help="the exact different row to localize")
+    p.add_argument("--repo", type=Path, required=True, help="the checkout the run's revisions are in")
+    p.add_argument("--python", default=None,
+                   help="the interpreter that runs the servers and reads the dumps (it needs torch; "
+                        "default: this one)")
+    p.add_argument("--startup-timeout", type=float, default=900.0, metavar="S",
+                   help="seconds a dumping server may take to start (default 900)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="seconds one request may take, its tensors dumped (default 600)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.python and shutil.which(args.python) is None:
+        raise UsageError(f"--python {args.python}: no such executable")
+    result = read_run(args.out)
+    named = chosen_target(result.target, args.repo, named_by="the run's results.json")
+    try:
+        loc = localize(args.out, args.row, args.repo, get_target(named, args.python), args.startup_timeout,
+                       args.request_timeout)
+    except LaunchError as exc:
+        print(f"detcheck: localize: {exc}\n{exc.log_tail}", file=sys.stderr)
+        return 1
+    empty = [s for s in loc.sides if not s.files]
+    if empty:
+        print(f"detcheck: localize: the {empty[0].role.value}'s server wrote no tensor dump under "
+              f"{args.out / empty[0].dumps}: its dumper did not run, nothing compared", file=sys.stderr)
+        return NOTHING_DUMPED
+    record(args.out, loc)
+    print(markdown(loc), end="")
+    print(f"recorded in {args.out / LOCALIZE_FILE} and {args.out / SECTION_FILE}", file=sys.stderr)
+    return 0

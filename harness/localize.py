@@ -1,0 +1,334 @@
+"""Localize an exact *different* row: the first module whose inputs agree and whose output differs.
+
+`detcheck localize --out RUN_DIR --repo R --row CONFIG/PROBE` takes the row's verified reproducer
+from the run's results.json and, per side in turn, starts one server from the cell's recorded
+argv with SGLang's tensor dumper switched on through its environment (SGLang 0.5.16's
+`sglang.srt.debug_utils.dumper`: `DUMPER_ENABLE=1`, `DUMPER_DIR`, `DUMPER_EXP_NAME` = the side,
+`DUMPER_NON_INTRUSIVE_MODE=all`: forward hooks on every module of the model, registered by
+`ModelRunner` at load; `DUMPER_ENABLE_OUTPUT_CONSOLE=0`: no log line per tensor), posts the
+reproducer's requests (`verify.post_all`), and stops it. SGLang's hooks do not fire when a CUDA
+graph replays, so its servers get `--disable-cuda-graph`. The dumps (one file per tensor, see
+`harness/dumpdiff.py`) are compared in forward order by the servers' interpreter; `culprit`
+reads the answer:
+
+* the first tensor that differs is a module's output: that module, its dumped inputs all agreed
+  (they came before it);
+* it is a module's input: the code of the module around it (its own code between its
+  submodules) — that module's inputs agreed, what it computed inline did not;
+* it is the forward batch (`input_ids`, `positions`, …): the model was fed differently, so the
+  difference is before it (the scheduler, the cache);
+* nothing differs: the difference is after the last dumped module (sampling?).
+
+The record is `localize.json` in the run directory (versioned: `SCHEMA`), one entry per row
+localized, and `localize.md`, the section (`markdown`). A revision without the dumper's module
+hooks is refused before anything starts (exit 2); a side whose server wrote no dumps is exit 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.client import SGLangClient
+from harness.errors import LaunchError, UsageError
+from harness.paths import PROJECT_ROOT, safe_name
+from harness.result_files import atomic_write_json, atomic_write_text, read_json, read_run
+from harness.results import REPRODUCER_PORT, ProbeComparison, Role, RunResult
+from harness.revisions import Revision
+from harness.server import launch
+from harness.stats import Kind, Verdict
+from harness.targets import TRANSIENT_LAUNCH_FAILURES, Target
+from harness.textfmt import fmt, md_code, md_table, plural
+from harness.verify import post_all
+
+SCHEMA = 1
+LOCALIZE_FILE = "localize.json"
+SECTION_FILE = "localize.md"
+# Where each target's dumper lives in a checkout, and the text that says it hooks modules.
+DUMPER_SOURCE = {"sglang": ("python/sglang/srt/debug_utils/dumper.py", "register_non_intrusive_dumper"),
+                 "refserver": ("python/refserver/dumper.py", "DUMPER_NON_INTRUSIVE_MODE")}
+# Server flags a dumping server needs that the row's argv may lack (hooks never run in a replay).
+DUMPING_FLAGS = {"sglang": ("--disable-cuda-graph",), "refserver": ()}
+# SGLang's non-intrusive dump names: `non_intrusive__<module>.inputs.<i>` / `...output[.<k>]`,
+# the root model's without a module.
+_HOOKED = re.compile(r"non_intrusive__(?:(?P<module>.+)\.)?(?P<part>inputs|output)(?:\.(?P<key>.+))?")
+# How many agreeing tensors before the difference the record keeps.
+AGREED_SHOWN = 8
+COMPARE_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One dumped tensor pair as compared: its dump name, forward pass and decoder layer."""
+
+    name: str
+    step: int
+    layer_id: int | None
+    equal: bool
+    max_abs_diff: float | None = None
+    why: str = ""
+
+    @property
+    def module(self) -> str | None:
+        """The hooked module (`""`: the root model); None for a forward-batch field."""
+        m = _HOOKED.fullmatch(self.name)
+        return None if m is None else m["module"] or ""
+
+    @property
+    def is_output(self) -> bool:
+        m = _HOOKED.fullmatch(self.name)
+        return m is not None and m["part"] == "output"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "step": self.step, "layer_id": self.layer_id, "equal": self.equal,
+                "max_abs_diff": self.max_abs_diff, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Tensor:
+        return cls(d["name"], int(d["step"]), d.get("layer_id"), bool(d["equal"]), d.get("max_abs_diff"),
+                   d.get("why", ""))
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """What the first difference says: `kind` is module, inline, batch, one-side or agree."""
+
+    kind: str
+    module: str | None  # the module named (module, inline); None otherwise
+    inputs: tuple[str, ...]  # its dumped inputs, all agreeing
+
+
+def culprit(entries: list[Tensor]) -> Culprit:
+    """The innermost module whose inputs agree and whose output differs, from the deciding
+    forward pass's tensors in order (the last of them the first that differs, if any does)."""
+    if not entries or entries[-1].equal:
+        return Culprit("agree", None, ())
+    *before, first = entries
+    if first.why:
+        return Culprit("one-side", None, ())
+    open_calls: list[tuple[str, list[str]]] = []  # modules entered and not yet left, their inputs
+    for t in before:
+        if t.module is None:
+            continue
+        if t.is_output:
+            while open_calls and open_calls.pop()[0] != t.module:
+                pass
+        elif not open_calls or open_calls[-1][0] != t.module:
+            open_calls.append((t.module, [t.name]))
+        else:
+            open_calls[-1][1].append(t.name)
+    if first.is_output:
+        inputs = next((names for m, names in reversed(open_calls) if m == first.module), [])
+        return Culprit("module", first.module, tuple(inputs))
+    if first.module is None or not open_calls:  # the batch itself, or the root model's own inputs
+        return Culprit("batch", None, ())
+    around, inputs = open_calls[-1]
+    return Culprit("inline", around, tuple(inputs))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's dumping server: its revision, argv, log and dump directory (run-relative)."""
+
+    role: Role
+    sha: str
+    argv: tuple[str, ...]
+    log: str
+    dumps: str
+    files: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role.value, "sha": self.sha, "argv": list(self.argv), "log": self.log,
+                "dumps": self.dumps, "files": self.files}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Side:
+        return cls(Role(d["role"]), d["sha"], tuple(d["argv"]), d["log"], d["dumps"], int(d["files"]))
+
+
+@dataclass(frozen=True)
+class Localization:
+    """One row localized: both sides' servers, what was compared, and the culprit."""
+
+    config: str
+    probe: str
+    target: str
+    requests: int
+    sides: tuple[Side, ...]
+    compared: int
+    not_tensors: int
+    entries: tuple[Tensor, ...]  # the deciding forward pass, up to the first difference
+
+    @property
+    def row(self) -> str:
+        return f"{self.config}/{self.probe}"
+
+    @property
+    def culprit(self) -> Culprit:
+        return culprit(list(self.entries))
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.culprit
+        return {"config": self.config, "probe": self.probe, "target": self.target, "requests": self.requests,
+                "sides": [s.to_dict() for s in self.sides], "compared": self.compared,
+                "not_tensors": self.not_tensors, "outcome": c.kind, "module": c.module,
+                "inputs_agreed": list(c.inputs), "summary": summary(self),
+                "entries": [t.to_dict() for t in self.entries]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Localization:
+        return cls(d["config"], d["probe"], d["target"], int(d["requests"]),
+                   tuple(Side.from_dict(s) for s in d["sides"]), int(d["compared"]), int(d["not_tensors"]),
+                   tuple(Tensor.from_dict(t) for t in d["entries"]))
+
+
+def _where(t: Tensor) -> str:
+    layer = "" if t.layer_id is None else f", layer {t.layer_id}"
+    return f"forward pass {t.step}{layer}"
+
+
+def summary(loc: Localization) -> str:
+    """The finding in one sentence."""
+    c, first = loc.culprit, loc.entries[-1] if loc.entries else None
+    if c.kind == "agree" or first is None:
+        return (f"the dumps agree ({plural(loc.compared, 'tensor')} compared): the difference is after the last "
+                f"dumped module (sampling?)")
+    diff = "" if first.max_abs_diff is None else f", max abs diff {fmt(first.max_abs_diff)}"
+    if c.kind == "module":
+        agreed = f"its inputs agree ({', '.join(c.inputs)})" if c.inputs else "it has no dumped tensor inputs"
+        return f"{c.module or '(root model)'}: {agreed}, its output {first.name} differs ({_where(first)}{diff})"
+    if c.kind == "inline":
+        return (f"{c.module}'s own code: its inputs agree ({', '.join(c.inputs)}), {first.name}, computed inside it, "
+                f"differs ({_where(first)}{diff})")
+    if c.kind == "batch":
+        return f"the model's inputs differ ({first.name}, {_where(first)}{diff}): the difference is before the model"
+    return f"the sides dumped different tensors: {first.name} was {first.why} ({_where(first)})"
+
+
+def markdown(loc: Localization) -> str:
+    """The Markdown section of one localized row (localize.md)."""
+    c = loc.culprit
+    lines = [f"### Localized: {md_code(loc.row)}", "",
+             f"The row's reproducer ({plural(loc.requests, 'request')}) posted to one server of each side with "
+             f"SGLang's tensor dumper on (`DUMPER_NON_INTRUSIVE_MODE=all`); {plural(loc.compared, 'tensor')} "
+             f"compared in forward order, bit for bit.", "",
+             f"**{'Named' if c.kind in ('module', 'inline') else 'Not localized to a module'}:** {summary(loc)}.", ""]
+    agreed = [t for t in loc.entries if t.equal][-AGREED_SHOWN:]
+    if agreed and c.kind != "agree":
+        lines += ["Agreed just before it:", "",
+                  *md_table(["tensor", "forward pass", "layer"],
+                            [[md_code(t.name), t.step, "" if t.layer_id is None else t.layer_id] for t in agreed]), ""]
+    lines += md_table(["side", "revision", "dumped tensors", "server"],
+                      [[s.role.value, md_code(s.sha[:12]), s.files, md_code(shlex.join(s.argv))] for s in loc.sides])
+    return "\n".join(lines) + "\n"
+
+
+def exact_different_row(result: RunResult, row: str) -> ProbeComparison:
+    """The comparison `row` (CONFIG/PROBE) names, if it is an exact *different* with a verified
+    reproducer (UsageError otherwise: nothing to localize)."""
+    config, _, probe = row.partition("/")
+    comp = next((c for c in result.comparisons if c.config == config and c.probe == probe), None)
+    if comp is None:
+        known = ", ".join(f"{c.config}/{c.probe}" for c in result.comparisons)
+        raise UsageError(f"--row {row}: no such row in this run (rows: {known})")
+    decided = comp.metrics.get(comp.decided_by or "")
+    if comp.verdict != Verdict.DIFFERENT or decided is None or decided.kind != Kind.EXACT:
+        raise UsageError(f"--row {row}: reads {comp.verdict.value}, not an exact different: nothing to localize")
+    rep = comp.reproducer
+    if rep is None or not rep.requests:
+        raise UsageError(f"--row {row}: its reproducer has no request to post")
+    if rep.verification is None or not rep.verification.shows:
+        said = rep.verification.error or rep.verification.observed if rep.verification else "never posted"
+        raise UsageError(f"--row {row}: its reproducer was not verified on servers ({said}): run it again first")
+    return comp
+
+
+def check_dumper(target: Target, worktree: Path | None, role: Role, sha: str) -> None:
+    """UsageError unless the revision's dumper hooks modules (SGLang 0.5.16 has it)."""
+    path, mark = DUMPER_SOURCE[target.name]
+    source = worktree / path if worktree is not None else None
+    if source is None or not source.is_file() or mark not in source.read_text(errors="replace"):
+        raise UsageError(f"the {role.value} ({sha[:12]}) has no tensor dumper with module hooks ({path}, "
+                         f"{mark}): nothing can be localized there")
+
+
+def dumping_argv(target: Target, argv: list[str], port: int) -> list[str]:
+    """The cell's recorded server argv on `port`, with the flags dumping needs."""
+    argv = [*argv]
+    argv[argv.index("--port") + 1] = str(port)
+    return [target.python, *argv, *(f for f in DUMPING_FLAGS[target.name] if f not in argv)]
+
+
+def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeout_s: float,
+             request_timeout_s: float) -> Localization:
+    """Dump both sides' forward passes on the row's reproducer and compare them."""
+    result = read_run(out_dir)
+    comp = exact_different_row(result, row)
+    rep = comp.reproducer
+    assert rep is not None
+    revisions = {Role.BASE: result.base, Role.CANDIDATE: result.candidate}
+    worktrees = {}
+    for role, info in revisions.items():
+        worktrees[role] = Revision.resolve(repo, info.sha or info.ref).checkout()
+        check_dumper(target, worktrees[role], role, info.sha or info.ref)
+    here = out_dir / "localize" / safe_name(f"{comp.config}-{comp.probe}")
+    shutil.rmtree(here, ignore_errors=True)  # this row's dumps of an earlier localize
+    sides = []
+    for role, info in revisions.items():
+        cell = next(c for c in result.cells if c.config == comp.config and c.probe == comp.probe and c.role == role)
+        recorded = list(cell.metadata.get("server_argv") or [])
+        env = {**{k: str(v) for k, v in (cell.metadata.get("server_env") or {}).items()},
+               "DUMPER_ENABLE": "1", "DUMPER_DIR": str(here), "DUMPER_EXP_NAME": role.value,
+               "DUMPER_NON_INTRUSIVE_MODE": "all", "DUMPER_ENABLE_OUTPUT_CONSOLE": "0"}
+        log = here / f"{role.value}.log"
+        launched = launch(lambda port: dumping_argv(target, recorded, port), target.env(worktrees[role], env), log,
+                          worktrees[role], startup_timeout_s, TRANSIENT_LAUNCH_FAILURES)
+        if launched.failure is not None:
+            raise LaunchError(f"the {role.value}'s dumping server did not start: {launched.failure}",
+                              launched.failure.log_tail, launched.failure.exit_code)
+        try:
+            post_all(SGLangClient(launched.server.url, timeout_s=request_timeout_s), rep.requests)
+        finally:
+            launched.server.stop()
+        dumps = here / role.value
+        sides.append(Side(role, info.sha or info.ref, tuple(dumping_argv(target, recorded, REPRODUCER_PORT)[1:]),
+                          str(log.relative_to(out_dir)), str(dumps.relative_to(out_dir)),
+                          len(list(dumps.glob("*.pt"))) if dumps.is_dir() else 0))
+    compared = compare(target, here / Role.BASE.value, here / Role.CANDIDATE.value)
+    return Localization(comp.config, comp.probe, target.name, len(rep.requests), tuple(sides),
+                        int(compared["compared"]), int(compared["not_tensors"]),
+                        tuple(Tensor.from_dict(e) for e in compared["entries"]))
+
+
+def compare(target: Target, base: Path, cand: Path) -> dict[str, Any]:
+    """harness/dumpdiff.py's answer, run by the servers' interpreter (it has torch)."""
+    # the harness in front of what the interpreter already imports (SGLang's site: its torch)
+    inherited = os.environ.get("PYTHONPATH")
+    env = target.env(None, {"PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), *([inherited] if inherited else [])])})
+    proc = subprocess.run([target.python, "-m", "harness.dumpdiff", str(base), str(cand)], capture_output=True,
+                          text=True, env=env, cwd=PROJECT_ROOT, timeout=COMPARE_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise LaunchError(f"comparing the dumps failed (exit {proc.returncode})", proc.stderr[-3000:])
+    return json.loads(proc.stdout)
+
+
+def record(out_dir: Path, loc: Localization) -> None:
+    """localize.json (this row's entry replaced, others kept) and localize.md."""
+    path = out_dir / LOCALIZE_FILE
+    rows = {}
+    if path.exists():
+        stored = read_json(path, "localize")
+        if stored.get("schema") != SCHEMA:
+            raise UsageError(f"{path}: schema {stored.get('schema')}, this detcheck writes {SCHEMA}")
+        rows = {f"{r['config']}/{r['probe']}": r for r in stored["rows"]}
+    rows[loc.row] = loc.to_dict()
+    atomic_write_json(path, {"schema": SCHEMA, "rows": list(rows.values())})
+    sections = [markdown(Localization.from_dict(r)) for r in rows.values()]
+    atomic_write_text(out_dir / SECTION_FILE, "\n".join(sections))
