@@ -12,6 +12,7 @@
 #                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
 #                e.g. main upstream                          # issue 35: selftest of 0.5.16 beside fa4 vs Triton
 #                e.g. main upstream2                         # issue 35's last items: chunked-prefill selftest, vacuity, retraction logprobs
+#                e.g. main upstream3                         # issues 31 + 35: localize beside the chunked stall and the dropped logprob
 #                bash results/h200/gpu-run.sh localize       # issue 31: planted-bug run, then localize
 #                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
@@ -382,6 +383,22 @@ upstream2() {
   echo "session done" >> "$DEST/summary.txt"
 }
 
+# Issues 31 and 35, side by side on 0.5.16: localize a planted bug (localize_run, below), the
+# chunked-prefill stall taken apart (suites/h200/chunked.toml), and the dropped logprob again with
+# each answer's num_retractions (retract_logprobs.py, three rounds).
+upstream3() {
+  export PYTHONPATH=$SITE:$FA4_PATH
+  record chunked "${LIMIT_CHUNKED:-420}" "$PY" -m harness.cli run --target sglang --repo "$REPO" --base 0.5.16 \
+    --candidate 0.5.16 --suite suites/h200/chunked.toml --slots 4 --out "$DEST/chunked/run" --no-progress --format md &
+  local chunked=$!
+  record retract-logprobs-again 400 "$PY" results/h200/retract_logprobs.py --suite suites/h200/selftest.toml \
+    --config retract-pressure --repo "$REPO" --ref 0.5.16 --out "$DEST/retract-logprobs-again/run" &
+  local retract=$!
+  localize_run
+  wait $chunked $retract
+  echo "session done" >> "$DEST/summary.txt"
+}
+
 # pool NAME [FLAGS]: validate(h200x1), 0.5.16 vs 0.5.17, alone on the machine, into $DEST/NAME,
 # with FLAGS added to its `matrix run` (--first-per-model, --order-from …). Each such run starts
 # from a copy of the JIT caches as the kit's install left them (~/.triton, ~/.cache: the smoke
@@ -475,6 +492,7 @@ case "${1:-}" in
     export PYTHONPATH=$SITE; mkdir -p "$DEST"; localize_run; pack h200-localize ;;
   upstream) upstream ;;
   upstream2) upstream2 ;;
+  upstream3) upstream3 ;;
   pool) shift; pool "$@" ;;
   finish)
     export PYTHONPATH=$SITE
