@@ -34,7 +34,7 @@ from harness.probes.common import value_label
 from harness.probes.determinism import batch as determinism_batch
 from harness.probes.throughput import metric_name, request_metric_name
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request, Status
-from harness.stats import Kind, Verdict
+from harness.verdict_stats import Kind, Verdict
 from harness.textfmt import fmt_pair, plural
 from harness.workloads import build
 

@@ -12,7 +12,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness import stats
+from harness import verdict_stats
 from harness.client import SGLangClient
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
@@ -20,7 +20,7 @@ from harness.plan import ServerConfig, WorkloadSpec
 from harness.results import CellResult, Metric, ProbeOutput, Role
 from harness.sequential import WORKLOAD_GROWTH, look_alpha
 from harness.server import ServerProcess
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.workloads import Workload
 
 
@@ -307,10 +307,10 @@ class ProbeKind:
         alpha = look_alpha(params["alpha"], looks, looks) / max(1, len(noisy))
         for m in noisy:
             n = m.samples(params, workload, looks)
-            least = stats.least_samples(alpha, m.paired)
+            least = verdict_stats.least_samples(alpha, m.paired)
             if n >= least:
                 continue
-            lowest_p = stats.min_wilcoxon_p(n) if m.paired else stats.min_mann_whitney_p(n, n)
+            lowest_p = verdict_stats.min_wilcoxon_p(n) if m.paired else verdict_stats.min_mann_whitney_p(n, n)
             value = _param_or_workload(params, workload, m.key)
             unit = "pairs" if m.paired else m.counts or "samples per side"
             at_most = f"at most {n} {unit}" if m.counts else f"{n} {unit}"

@@ -20,7 +20,7 @@ from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl
                                    require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
 from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.workloads import suffix_token
 
 

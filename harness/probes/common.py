@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from harness import stats
+from harness import divergence
 from harness.client import Logprobs, SGLangClient
 from harness.errors import ServerFinding
 from harness.logparse import by_dp_rank, parse_batch_lines
 from harness.probes.base import Figure, descriptive, locator, metric, parameter, summary
 from harness.results import Metric
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.textfmt import fmt
 
 
@@ -138,9 +138,9 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
     `paired`: value i is prompt i on both sides (every prompt kept, not a subset). `prompts`:
     the workload prompt each (ref, test) pair answers (a cache probe's hits), else pair i's.
     The metrics: k3, then under deterministic mode `first_divergent` (divergence_metric)."""
-    per_prompt = [stats.k3(r, t) for r, t in zip(refs, tests)]
-    tails = stats.pooled_tails([stats.k3_per_token(r, t) for r, t in zip(refs, tests)], tau)
-    firsts = [stats.kl_tails(r, t, tau).first_divergent for r, t in zip(refs, tests)]
+    per_prompt = [divergence.k3(r, t) for r, t in zip(refs, tests)]
+    tails = divergence.pooled_tails([divergence.k3_per_token(r, t) for r, t in zip(refs, tests)], tau)
+    firsts = [divergence.kl_tails(r, t, tau).first_divergent for r, t in zip(refs, tests)]
     diverged = [f for f in firsts if f is not None]
     answered = list(prompts) if prompts is not None else list(range(len(firsts)))
     mean = sum(per_prompt) / len(per_prompt) if per_prompt else 0.0

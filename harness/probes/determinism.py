@@ -20,7 +20,7 @@ from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIn
 from harness.probes.common import value_label
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
 from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 
 def batch_sizes(ctx: ProbeContext) -> list[int]:

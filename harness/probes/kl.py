@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from harness import stats
+from harness import divergence
 from harness.client import Logprobs
 from harness.params import Param
 from harness.plan import WorkloadSpec
@@ -23,7 +23,8 @@ from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_
                                    require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.results import Metric, ProbeOutput
-from harness.stats import Kind, TopLogprobs
+from harness.divergence import TopLogprobs
+from harness.verdict_stats import Kind
 
 TOP_K = Param("top_k", int, 8, "top logprobs per position on both sides (0: sampled token only)",
               MEASURED, low=0, high=1000)
@@ -74,10 +75,10 @@ def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[
                 deterministic: bool, tau: float) -> tuple[Metric, dict[str, Any], list[dict[str, Any]]]:
     """Per-prompt mean top-k KL as a metric (exact under deterministic mode), pooled tails and
     the top-1 agreement as facts."""
-    per_token = [stats.topk_kl_per_token(r, t) for r, t in zip(refs, tests)]
+    per_token = [divergence.topk_kl_per_token(r, t) for r, t in zip(refs, tests)]
     per_prompt = [sum(terms) / len(terms) for terms in per_token]
-    tails = stats.pooled_tails(per_token, tau)
-    agree = [stats.top1_agreement(r, t) for r, t in zip(refs, tests)]
+    tails = divergence.pooled_tails(per_token, tau)
+    agree = [divergence.top1_agreement(r, t) for r, t in zip(refs, tests)]
     facts = {
         "top_k": k,
         "topk_kl_mean": sum(per_prompt) / len(per_prompt),

@@ -39,7 +39,7 @@ from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind,
 from harness.probes.common import batches, degenerate_outputs, require_output_logprobs, require_top_logprobs
 from harness.probes.shared_params import BATCH_SIZE, JUDGED, JUDGING, MEASURED, WORKLOAD
 from harness.results import CellResult, Metric, ProbeOutput, Status
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 PHASES = ("cold", "hit", "multiturn", "multiturn_cold", "single")
 # A request's value where it is bit-identical to the reference's answer.

@@ -25,7 +25,7 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from harness import stats
+from harness import divergence
 from harness.client import Logprobs
 from harness.params import Param
 from harness.plan import WorkloadSpec
@@ -35,7 +35,7 @@ from harness.probes.common import (Replayed, batches, cold_replay, degenerate_ou
                                    require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.results import CellResult, Metric, ProbeOutput
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.textfmt import fmt
 
 # The exact metrics (deterministic mode) and the noisy ones (otherwise): all decide by default.
@@ -183,10 +183,10 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
     if len(b) != len(c) or any(x["input_ids"] != y["input_ids"] for x, y in zip(b, c)):
         return Across((), {"not_comparable": "the two sides scored different sequences"})
     tau = params["tau"]
-    kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
-    k3 = [stats.k3_per_token(x["scored_logprobs"], y["scored_logprobs"]) for x, y in zip(b, c)]
-    agree = [stats.top1_agreement(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
-    kl_tails, k3_tails = stats.pooled_tails(kl, tau), stats.pooled_tails(k3, tau)
+    kl = [divergence.topk_kl_per_token(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    k3 = [divergence.k3_per_token(x["scored_logprobs"], y["scored_logprobs"]) for x, y in zip(b, c)]
+    agree = [divergence.top1_agreement(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    kl_tails, k3_tails = divergence.pooled_tails(kl, tau), divergence.pooled_tails(k3, tau)
     diverged = first_divergence(b, c)
     kl_per_prompt = [sum(t) / len(t) for t in kl]
     facts: dict[str, Any] = {
@@ -217,8 +217,8 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
     if not all("rescored_top_logprobs" in x for x in b):
         return Across((), {**facts, "not_comparable": "the base scored once: no run-to-run reference"})
     # The base against its own second pass: what the noise alone gives, prompt by prompt.
-    self_kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
-    self_agree = [stats.top1_agreement(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    self_kl = [divergence.topk_kl_per_token(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    self_agree = [divergence.top1_agreement(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
     self_per_prompt = [sum(t) / len(t) for t in self_kl]
     facts["base_self_kl_mean"] = sum(self_per_prompt) / len(self_per_prompt)
     # An infinite KL (one side puts all the top-k mass where the other leaves some out) has no
@@ -246,7 +246,7 @@ def greedy_metrics(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]
     def against(ref: dict[str, Any], ids: Sequence[int], lps: Sequence[float]) -> tuple[float, float]:
         common = next((j for j, (x, y) in enumerate(zip(ref["output_ids"], ids)) if x != y),
                       min(len(ref["output_ids"]), len(ids)))
-        k3 = stats.k3(ref["output_logprobs"][:common], list(lps)[:common]) if common else 0.0
+        k3 = divergence.k3(ref["output_logprobs"][:common], list(lps)[:common]) if common else 0.0
         return common / max(1, len(ref["output_ids"])), k3
 
     own = [against(x, x["redecoded_ids"], x["redecoded_logprobs"]) for x in base]

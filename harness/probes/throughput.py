@@ -65,7 +65,7 @@ from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIn
 from harness.probes.common import swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, PLACEMENT_SEED, SIDES_AT_ONCE, WORKLOAD, non_empty
 from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.textfmt import fmt
 
 

@@ -57,7 +57,7 @@ from harness.probes import register
 from harness.probes.base import ProbeKind, descriptive, metric
 from harness.probes.shared_params import JUDGING, WORKLOAD
 from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 
 def run(ctx):
@@ -191,7 +191,7 @@ def test_every_probe_declares_its_figures_and_each_belongs_to_a_metric(name):
 def test_a_figure_nobody_declared_fails_its_cell_and_its_comparison():
     from harness.compare import compare_cells
     from harness.results import CellResult, Metric, ProbeOutput, RevisionInfo, Role, Status
-    from harness.stats import Kind
+    from harness.verdict_stats import Kind
 
     kl = PROBES["kl"]
     assert kl.undeclared(ProbeOutput((), (Metric("k3", Kind.EXACT, (0.0,)),), {"k3_mean": 0.0})) == []
