@@ -23,7 +23,7 @@ from harness import verdict_stats as stats
 from harness.errors import CorruptResult
 from harness.probes import PROBES
 from harness.probes.base import Across, Reference, deciding_metrics
-from harness.reproducer import reproducer
+from harness.reproduce import reproducer
 from harness.sequential import LookState
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunResult, Status
 from harness.verdict_stats import Floor, Kind, Verdict

@@ -13,8 +13,8 @@ from harness.errors import ServerFinding
 from harness.logparse import by_dp_rank, parse_batch_lines
 from harness.probes.base import Figure, descriptive, locator, metric, parameter, summary
 from harness.results import Metric
+from harness.textfmt import fmt, value_label
 from harness.verdict_stats import Kind
-from harness.textfmt import fmt
 
 
 def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
@@ -66,13 +66,6 @@ def degenerate_outputs(outputs: Sequence[Sequence[int]], min_len: int = 8) -> in
     """How many outputs are one token over and over: what a server with broken state (or
     dummy weights) decodes. A fact shown beside the KL, not a failure."""
     return sum(1 for o in outputs if len(o) >= min_len and len(set(o)) == 1)
-
-
-def value_label(value: float | None) -> str:
-    """What is wrong with a logprob no answer may hold: null, NaN or inf."""
-    if value is None:
-        return "null"
-    return "NaN" if value != value else ("inf" if value > 0 else "-inf")
 
 
 def _unusable(value: float | None, allow_neg_inf: bool = False) -> bool:

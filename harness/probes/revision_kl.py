@@ -29,14 +29,16 @@ from harness import divergence
 from harness.client import Logprobs
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, locator,
-                                 metric, parameter, register, summary)
-from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs,
-                                   require_output_logprobs, require_top_logprobs)
+from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
+                                 locator, metric, parameter, register, summary)
+from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs, require_output_logprobs,
+                                   require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
-from harness.results import CellResult, Metric, ProbeOutput
-from harness.verdict_stats import Kind
+from harness.reproducer import (FLUSH, Form, across_form, across_sides, cell_top_k, decode_request, noisy_decode,
+                                score_request, with_form)
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
 from harness.textfmt import fmt
+from harness.verdict_stats import Kind
 
 # The exact metrics (deterministic mode) and the noisy ones (otherwise): all decide by default.
 # Off deterministic mode the greedy decode decides too (greedy_match, greedy_k3, against the base's
@@ -339,7 +341,68 @@ FIGURES = (
     *descriptive("why the sides could not be compared (the row reads error)", "not_comparable"),
 )
 
+# --------------------------------------------------------------------------- reproducer
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    facts = comp.judged.get("candidate", {})
+    top_k, n = cell_top_k(cand), len(cand.samples)
+    scored, greedy = facts.get("first_divergent"), facts.get("decode_first_divergent")
+    if scored:
+        i, j = scored["prompt"], scored["position"]
+        seq = cand.samples[i]["input_ids"]
+
+        def score(size: int) -> tuple[Request, ...]:
+            return (score_request("teacher-forced score, cut after the first divergent position" if size == j + 1
+                           else f"teacher-forced score, the first {size} of {len(seq)} tokens", seq[:size], top_k),)
+        return with_form(Reproducer(
+            prompts=(i,), first_divergent={**scored, "what": "teacher-forced logprob"},
+            requests=score(j + 1),
+            expect=(f"the last input position ({j}): input_token_logprobs[{j}] or input_top_logprobs[{j}] "
+                    f"differ between base and candidate; every earlier position is equal; "
+                    + across_sides("logprob", base, cand, i, "scored_logprobs", j - 1,
+                                    f"at prompt {i}, input position {j}")),
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}, the first that differs); its "
+                    f"scored sequence {len(seq)} → {j + 1} tokens (a position's logprob depends only on the "
+                    f"tokens before it)")),
+            across_form(score, 0, "input_token_logprobs", "input position {}", j + 1, len(seq), "scored sequence"))
+    if greedy:
+        i, j = greedy["prompt"], greedy["position"]
+        prompt = cand.samples[i]["input_ids"][:cand.samples[i]["prompt_len"]]
+        full = len(cand.samples[i]["output_ids"])
+
+        def decode(size: int) -> tuple[Request, ...]:
+            return (FLUSH, decode_request("greedy decode, up to the first divergent token" if size == j + 1
+                                   else f"greedy decode, {size} tokens", prompt, size, top_k))
+        return with_form(Reproducer(
+            prompts=(i,), first_divergent={**greedy, "what": "greedy output"},
+            requests=decode(j + 1),
+            expect=(f"output token {j}: its id, logprob or top-{top_k} differ between base and candidate; "
+                    + across_sides("token", base, cand, i, "output_ids", j, f"at prompt {i}, output position {j}")
+                    + "; " + across_sides("logprob", base, cand, i, "output_logprobs", j, "there")),
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}); max_new_tokens "
+                    f"{len(cand.samples[i]['output_ids'])} → {j + 1}; the prompt kept whole (the "
+                    f"teacher-forced score agrees, and shortening the prompt would need the servers)")),
+            across_form(decode, 1, "output_token_logprobs", "output position {}", j + 1, full, "max_new_tokens",
+                         ids=True))
+    return None
+
+def _largest_effect_requests(comp: ProbeComparison, cand: CellResult, i: int,
+                             sign: float) -> tuple[tuple[Request, ...], Form | None]:
+    """A noisy verdict's prompt i: the candidate's decode, then the teacher-forced score both
+    sides are compared on."""
+    found = noisy_decode(cand, i)
+    if found is None:
+        return (), None
+    output, decode = found
+    requests = (*decode, score_request("teacher-forced score", cand.samples[i]["input_ids"], cell_top_k(cand)))
+    return requests, across_form(lambda _size: requests, 3, "input_token_logprobs", "input position {}",
+                                 len(output), len(output), "")
+
+
+REPRODUCTION = Reproduction(exact=_exact_reproducer, paired_effect=_largest_effect_requests)
+
 PROBE = register(ProbeKind(
     "revision_kl", run,
     "base vs candidate on the same tokens: greedy decode + teacher-forced score, KL(base ‖ candidate)",
-    params=PARAMS, describe=describe, across=across, planned=planned, values=VALUES.get, figures=FIGURES))
+    params=PARAMS, describe=describe, across=across, planned=planned, values=VALUES.get, figures=FIGURES, reproduction=REPRODUCTION))
