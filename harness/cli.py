@@ -18,11 +18,11 @@ import signal
 import sys
 
 from harness import __version__
-from harness.commands import baseline, bisect, compare, demo, make_model, matrix, report, run, selftest
+from harness.commands import baseline, bisect, compare, demo, make_model, matrix, probes, report, run, selftest
 from harness.errors import CorruptResult, UsageError
 from harness.server import stop_all
 
-COMMANDS = (run, compare, report, demo, bisect, matrix, baseline, make_model, selftest)
+COMMANDS = (run, compare, report, demo, bisect, matrix, baseline, make_model, selftest, probes)
 
 
 def build_parser() -> argparse.ArgumentParser:

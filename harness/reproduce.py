@@ -14,7 +14,7 @@ from harness.probes.base import Reproduction
 from harness.reproducer import FLUSH, decode_request, finite_form, with_form, workload_prompts
 from harness.results import CellResult, Metric, ProbeComparison, Reproducer, Request, Status
 from harness.textfmt import fmt_pair
-from harness.verdict_stats import Kind, Verdict
+from harness.verdict_stats import Comparison, Kind, Verdict
 
 Pairs = Sequence[tuple[Metric, Metric | None]]
 
@@ -30,7 +30,7 @@ def reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs:
         return how.measurement(comp, base, cand)
     if how is not None and how.exact is not None and decided is not None and base.samples and cand.samples:
         if decided.kind == Kind.NOISY:
-            return _largest_effect(comp, base, cand, pairs, how)
+            return _largest_effect(comp, decided, base, cand, pairs, how)
         built = how.exact(comp, base, cand)
         if built is not None:
             return built
@@ -101,20 +101,18 @@ def _exact_differences(comp: ProbeComparison, base: CellResult, pairs: Pairs) ->
     return out
 
 
-def _largest_effect(comp: ProbeComparison, base: CellResult, cand: CellResult, pairs: Pairs,
+def _largest_effect(comp: ProbeComparison, decided: Comparison, base: CellResult, cand: CellResult, pairs: Pairs,
                     how: Reproduction) -> Reproducer:
     """A noisy verdict: the prompt whose paired difference is largest in the effect's direction,
     with the requests its probe builds for it (`paired_effect`); unpaired (a cache probe's k3 over
     each side's own hits), the sample its probe picks on the side the effect points to
     (`unpaired_effect`)."""
     b, c = next((m, o) for m, o in pairs if m.name == comp.decided_by)
-    effect = comp.metrics[comp.decided_by].effect
-    sign = 1.0 if effect >= 0 else -1.0
+    sign = 1.0 if decided.effect >= 0 else -1.0
     if how.unpaired_effect is not None and c is not None:
-        return how.unpaired_effect(comp, base, cand, (b, c), sign) or _located(comp, comp.metrics[comp.decided_by],
-                                                                               base, pairs)
+        return how.unpaired_effect(comp, base, cand, (b, c), sign) or _located(comp, decided, base, pairs)
     if not (b.paired and c is not None and len(b.values) == len(c.values)):
-        return _located(comp, comp.metrics[comp.decided_by], base, pairs)
+        return _located(comp, decided, base, pairs)
     i = max(range(len(b.values)), key=lambda k: sign * (c.values[k] - b.values[k]))
     requests, form = how.paired_effect(comp, cand, i, sign) if how.paired_effect is not None else ((), None)
     return dataclasses.replace(Reproducer(
