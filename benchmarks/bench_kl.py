@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from _common import best_of
-from harness import stats
+from harness import divergence
 from harness.probes.common import kl_metric
 
 
@@ -24,9 +24,9 @@ def main(argv: list[str]) -> None:
     print(f"KL maths, {prompts} prompts × {tokens:,} tokens ({prompts * tokens:,} logprob pairs), best of 3")
     for label, test in (("identical (deterministic pass)", equal), ("perturbed (every token differs)", noisy)):
         full = best_of(3, lambda: kl_metric(ref, test, deterministic=True, tau=1e-6, paired=True))
-        k3 = best_of(3, lambda: [stats.k3(r, t) for r, t in zip(ref, test)])
-        per_token = [stats.k3_per_token(r, t) for r, t in zip(ref, test)]
-        pooled = best_of(3, lambda: stats.pooled_tails(per_token, 1e-6))
+        k3 = best_of(3, lambda: [divergence.k3(r, t) for r, t in zip(ref, test)])
+        per_token = [divergence.k3_per_token(r, t) for r, t in zip(ref, test)]
+        pooled = best_of(3, lambda: divergence.pooled_tails(per_token, 1e-6))
         print(f"  {label:<32} kl_metric {full:6.3f} s   k3 per prompt {k3:6.3f} s   pooled_tails {pooled:6.3f} s")
 
 

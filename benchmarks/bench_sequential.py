@@ -32,7 +32,7 @@ from harness.revisions import Revision
 from harness.run import RunRequest, execute
 from harness.schedule import cpu_slots
 from harness.sequential import Look, LookState
-from harness.stats import Kind, Verdict
+from harness.verdict_stats import Kind, Verdict
 
 MODES = {"alternating": False, "at once": True}
 METRIC = "tok_s_c1"

@@ -28,7 +28,7 @@ from typing import Iterable
 from harness.errors import UsageError
 from harness.params import reject_unknown
 from harness.results import CellResult, Role, RunResult, Status
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.result_files import atomic_write_json, read_json
 
 FORMAT_VERSION = 1

@@ -53,7 +53,7 @@ from harness.plan import load_suite
 from harness.probes import known_probes
 from harness.run import RunRequest, execute, plan
 from harness.schedule import check_slot_count, cpu_slots
-from harness.stats import Verdict, combine_verdicts
+from harness.verdict_stats import Verdict, combine_verdicts
 from harness.targets import get_target
 from harness.textfmt import fmt_pair
 

@@ -18,11 +18,12 @@ import signal
 import sys
 
 from harness import __version__
-from harness.commands import baseline, bisect, compare, demo, localize, make_model, matrix, report, run, selftest
+from harness.commands import (baseline, bisect, compare, demo, localize, make_model, matrix, probes, report, run,
+                              selftest)
 from harness.errors import CorruptResult, UsageError
 from harness.server import stop_all
 
-COMMANDS = (run, compare, report, demo, bisect, matrix, baseline, make_model, selftest, localize)
+COMMANDS = (run, compare, report, demo, bisect, matrix, baseline, make_model, selftest, localize, probes)
 
 
 def build_parser() -> argparse.ArgumentParser:

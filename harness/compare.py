@@ -18,14 +18,15 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness import __version__, path_proof, runner, stats
+from harness import __version__, path_proof, runner
+from harness import verdict_stats as stats
 from harness.errors import CorruptResult
 from harness.probes import PROBES
 from harness.probes.base import Across, Reference, deciding_metrics
-from harness.reproducer import reproducer
+from harness.reproduce import reproducer
 from harness.sequential import LookState
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunResult, Status
-from harness.stats import Floor, Kind, Verdict
+from harness.verdict_stats import Floor, Kind, Verdict
 
 # Where a comparison's note names the metrics that changed without deciding (recorded in
 # `ProbeComparison.changed_not_deciding`): a report that words them itself cuts the note here.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from harness.stats import Comparison, Kind, Verdict
+from harness.verdict_stats import Comparison, Kind, Verdict
 from harness.textfmt import ShellText, shell_join
 
 SCHEMA_VERSION = 3  # history and upgraders: harness/result_files.py

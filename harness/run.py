@@ -58,7 +58,7 @@ from harness.redaction import environment_secrets, redact_argv, redact_env, scru
 from harness.result_files import write_run
 from harness.compare import compare_pair
 from harness.results import CellResult, Launch, ProbeComparison, ProbeOutput, Reproducer, Role, RunResult, Status
-from harness.stats import Kind, Verdict
+from harness.verdict_stats import Kind, Verdict
 from harness.schedule import Countdown, Slot, SlotPool, Unit, side_by_side
 from harness.sequential import WORKLOAD_GROWTH, Look, LookBudget, LookState
 from harness.start_order import ModelGates, StartOrder, longest_first

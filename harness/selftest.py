@@ -39,7 +39,7 @@ from harness.jobs import RunRequest
 from harness.observer import RunObserver
 from harness.results import Role, RunResult, Status
 from harness.run import LAUNCH_FAILED, execute
-from harness.stats import Verdict
+from harness.verdict_stats import Verdict
 from harness.targets import Target
 from harness.textfmt import md_code, md_table
 

@@ -28,6 +28,13 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def value_label(value: float | None) -> str:
+    """What is wrong with a logprob no answer may hold: null, NaN or inf."""
+    if value is None:
+        return "null"
+    return "NaN" if value != value else ("inf" if value > 0 else "-inf")
+
+
 def fmt_pair(a: float, b: float, digits: int = 3) -> tuple[str, str]:
     """Two values of an exact comparison, each at the fewest significant digits (`digits` at
     least) that still tell them apart: there is no tolerance, so "0.5 → 0.5" would hide a change

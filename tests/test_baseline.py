@@ -11,7 +11,7 @@ from harness import baseline
 from harness.errors import UsageError
 from harness.fixture_repo import FixtureRepo
 from harness.results import CellResult, Metric, RevisionInfo, Role, RunResult, Status
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 META = {"server_argv": ["-m", "x", "--model-path", "/models/tiny-llama", "--port", "1"],
         "gpu_name": "NVIDIA H200"}

@@ -21,7 +21,7 @@ from conftest import ROOT, detcheck
 from harness import bisect as bisect_mod
 from harness.bisect import (ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation, Span, evaluate, narrow,
                             next_round_points, next_scale, round_bound, split_points)
-from harness.stats import Comparison, Kind, Summary, Verdict
+from harness.verdict_stats import Comparison, Kind, Summary, Verdict
 from harness.demo import build_demo_history
 from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
                              Status)

@@ -10,7 +10,7 @@ import pytest
 from harness.compare import compare_cells, compare_run
 from harness.probes import PROBES
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, Status
-from harness.stats import Kind, Verdict
+from harness.verdict_stats import Kind, Verdict
 
 
 def kl_cell(role: Role, k3_mean: float) -> CellResult:
@@ -309,7 +309,7 @@ def test_an_unknown_that_already_leans_to_different_is_no_pass():
     from harness.compare import leaning
     from harness.report.rows import headline
     from harness.results import ProbeComparison, RevisionInfo, RunResult
-    from harness.stats import Comparison, Kind, Summary, Verdict
+    from harness.verdict_stats import Comparison, Kind, Summary, Verdict
 
     def row(effect: float, p: float, verdict: Verdict = Verdict.UNKNOWN) -> RunResult:
         side = Summary(8, 100.0, 99.0, 101.0, 100.0, 90.0, 110.0)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.model_tool import eagle3_aux_states, make_model
+from harness.checkpoints.architectures import eagle3_aux_states
+from harness.checkpoints.weights import make_model
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,13 +109,13 @@ def test_every_eagle3_pair_of_the_suites_hands_the_draft_the_states_it_expects()
 
 # --- Families checked against SGLang's loaders --------------------------------------------------
 # Each table below was written by hand from the SGLang 0.5.16 wheel (sglang/srt/...), not from
-# harness/model_tool.py: the names are what the class's load_weights maps onto a parameter, the
+# harness/checkpoints/architectures.py: the names are what the class's load_weights maps onto a parameter, the
 # shapes the parameter's checkpoint shape for the fixture config (before any stacking). 0.5.17
 # has the same __init__ / load_weights for these classes (diffed).
 
 
 def _specs(model: str) -> dict[str, tuple[int, ...]]:
-    from harness.model_tool import ARCHITECTURES
+    from harness.checkpoints.architectures import ARCHITECTURES
 
     cfg = json.loads((ROOT / "fixtures/models" / model / "config.json").read_text())
     specs = ARCHITECTURES[cfg["architectures"][0]](cfg)
@@ -242,7 +243,7 @@ def test_inkling_norms_start_at_one_and_untied_head_is_separate(tmp_path):
 
 def test_dspark_other_markov_heads(tmp_path):
     cfg = json.loads((ROOT / "fixtures/models/tiny-llama-4l-dspark/config.json").read_text())
-    from harness.model_tool import dspark_tensors
+    from harness.checkpoints.architectures import dspark_tensors
 
     # dspark.py GatedMarkovHead: gate_proj Linear(hidden + rank -> rank); RNNHead: joint_proj
     # Linear(2 * rank + hidden -> 3 * rank), both with bias.

@@ -8,7 +8,7 @@ from harness.compare import compare_cells
 from harness.configs import Features, SpeculativeSpec
 from harness.probes import PROBES
 from harness.results import CellResult, Metric, RevisionInfo, Role, Status
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 LABELS = 'model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
 

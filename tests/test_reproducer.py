@@ -13,10 +13,10 @@ from conftest import DATA
 from harness.compare import compare_pair
 from harness.plan import WorkloadSpec
 from harness.probes.determinism import batch
-from harness.reproducer import reproducer
+from harness.reproduce import reproducer
 from harness.result_files import read_run
 from harness.results import CellResult, Metric, Reproducer, Request, RevisionInfo, Role, Status, Verification
-from harness.stats import Kind, Verdict
+from harness.verdict_stats import Kind, Verdict
 from harness.workloads import build
 
 SPEC = WorkloadSpec(prompts=3, prompt_len=(5, 8), output_len=4)

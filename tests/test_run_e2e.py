@@ -94,9 +94,9 @@ def test_harness_imports_neither_sglang_nor_the_reference_server():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert name.split(".")[0] not in ("sglang", "refserver"), (path, name)
-                # torch only inside the model tool, and only when it runs, and in the dump
+                # torch only inside the checkpoint writer, and only when it runs, and in the dump
                 # comparator that `localize` runs as a process of the servers' interpreter.
-                assert name.split(".")[0] != "torch" or path.name in ("model_tool.py", "dumpdiff.py"), (path, name)
+                assert name.split(".")[0] != "torch" or path.name in ("weights.py", "dumpdiff.py"), (path, name)
     # And at run time: loading the whole CLI pulls in none of them.
     code = ("import sys, harness.cli, harness.run, harness.report.plot; "
             "print(sorted(m for m in ('sglang', 'refserver', 'torch') if m in sys.modules))")

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from harness.selftest import SelftestRun, markdown, registered_fixes, summary
-from harness.stats import Verdict
+from harness.verdict_stats import Verdict
 from harness.targets import TARGETS
 
 # The shape of SGLang's srt/debug_utils/pr_fix_toggle.py: a patch per PR, then the registry.

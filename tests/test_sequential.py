@@ -13,7 +13,7 @@ from harness.compare import compare_cells
 from harness.probes import PROBES
 from harness.results import CellResult, Metric, RevisionInfo, Role, Status
 from harness.sequential import LookBudget, LookState, look_alpha
-from harness.stats import Kind, Verdict
+from harness.verdict_stats import Kind, Verdict
 
 
 @pytest.mark.parametrize("looks", range(1, 9))

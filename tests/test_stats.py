@@ -7,7 +7,15 @@ import warnings
 import numpy as np
 import pytest
 
-from harness.stats import (
+from harness.divergence import (
+    k3,
+    k3_per_token,
+    kl_tails,
+    pooled_tails,
+    top1_agreement,
+    topk_kl_per_token,
+)
+from harness.verdict_stats import (
     Bootstrap,
     Comparison,
     Floor,
@@ -19,13 +27,7 @@ from harness.stats import (
     compare_noisy,
     compare_paired,
     samples_needed,
-    k3,
-    k3_per_token,
-    kl_tails,
-    pooled_tails,
     summarize,
-    top1_agreement,
-    topk_kl_per_token,
 )
 
 # --------------------------------------------------------------------------- k3
@@ -451,7 +453,7 @@ def test_top1_agreement():
 
 
 def test_least_samples_is_where_the_exact_minimum_p_first_drops_below_alpha():
-    from harness.stats import least_samples, min_mann_whitney_p, min_wilcoxon_p
+    from harness.verdict_stats import least_samples, min_mann_whitney_p, min_wilcoxon_p
 
     assert min_wilcoxon_p(5) == 0.0625 and min_wilcoxon_p(6) == 0.03125
     assert least_samples(0.05, paired=True) == 6 and least_samples(0.01, paired=True) == 8
@@ -489,7 +491,7 @@ def test_a_ci_wholly_beyond_the_floor_is_different_and_one_touching_it_is_not():
 
 
 def test_resolving_distance_is_measured_from_the_nearest_edge():
-    from harness.stats import resolving_distance
+    from harness.verdict_stats import resolving_distance
 
     assert resolving_distance(-0.25, 0.3) == pytest.approx(0.05)
     assert resolving_distance(0.4, 0.3) == pytest.approx(0.1)

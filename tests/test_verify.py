@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from harness.client import Generation
-from harness.reproducer import _across_form, _finite_form, _score
+from harness.reproducer import across_form, finite_form, score_request
 from harness.results import Reproducer, Role
 from harness.textfmt import fmt_pair
 from harness.verify import search, verify
@@ -38,8 +38,8 @@ class StubServer:
 
 
 def scored_form(shortest: int = 2):
-    return _across_form(lambda n: (_score(f"score {n}", SEQ[:n]),), 0, "input_token_logprobs", "input position {}",
-                        shortest, len(SEQ), "scored sequence")
+    return across_form(lambda n: (score_request(f"score {n}", SEQ[:n]),), 0, "input_token_logprobs", "input position {}",
+                       shortest, len(SEQ), "scored sequence")
 
 
 def post_to(servers: dict[Role, StubServer]):
@@ -111,8 +111,8 @@ def test_a_finding_reads_a_number_on_one_side_and_nan_on_the_other():
             values = [float("nan") if self.caps and t >= 24 else -0.0883 for t in range(n)]
             return [Generation(tuple(range(n)), {"output_token_logprobs": [[v, t, None] for t, v in enumerate(values)]})]
 
-    from harness.reproducer import FLUSH, _decode
-    form = _finite_form(lambda n: (FLUSH, _decode("decode", [1, 2, 3], n)), 25, 32)
+    from harness.reproducer import FLUSH, decode_request
+    form = finite_form(lambda n: (FLUSH, decode_request("decode", [1, 2, 3], n)), 25, 32)
     servers = {Role.BASE: Decoder(False), Role.CANDIDATE: Decoder(True)}
     size, tries = search(form, post_to(servers), budget=100, repeats=2)
     assert size == 25 and tries.count(25) == (2, 2)

@@ -21,7 +21,8 @@ from harness.observer import QuietObserver, RunObserver
 from harness.paths import cache_dir
 from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
-from harness.report.emit import FORMATS, PLOT_DIR, emit, report_files
+from harness.report.emit import FORMATS, emit
+from harness.report.files import PLOT_DIR, report_files
 from harness.result_files import run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
@@ -29,7 +30,7 @@ from harness.jobs import REPRODUCER_BUDGET
 from harness.run import LOG_DIR, RunRequest, server_logs
 from harness.schedule import check_slot_count, cpu_slots, default_slot_count
 from harness.start_order import JobTimes, StartOrder, read_job_times
-from harness.stats import Verdict
+from harness.verdict_stats import Verdict
 from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
 # Exit codes, as `detcheck --help` and README list them.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.model_tool import make_model
+from harness.checkpoints.weights import make_model
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -27,7 +27,7 @@ from harness.probes.common import batches
 from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
                                           SIDES_AT_ONCE, WORKLOAD)
 from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.textfmt import fmt
 
 

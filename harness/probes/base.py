@@ -12,15 +12,16 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness import stats
+from harness import verdict_stats
 from harness.client import SGLangClient
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
 from harness.plan import ServerConfig, WorkloadSpec
-from harness.results import CellResult, Metric, ProbeOutput, Role
+from harness.reproducer import Form
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request, Role
 from harness.sequential import WORKLOAD_GROWTH, look_alpha
 from harness.server import ServerProcess
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.workloads import Workload
 
 
@@ -75,6 +76,29 @@ class Reference:
     config: str
     base: CellResult | None
     candidate: CellResult | None
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """How a probe's *different* comparison is shown by requests a reviewer can post: built from
+    the two cells' stored samples with harness/reproducer.py's pieces, next to what the probe
+    measures; harness/reproduce.py picks the hook a comparison gets (a probe with none: the
+    located difference in words)."""
+
+    # An exact verdict: the smallest request(s) the samples prove still differ (None: they locate
+    # none). A probe with it also gets a noisy verdict's largest effect (the hooks below).
+    exact: Callable[[ProbeComparison, CellResult, CellResult], Reproducer | None] | None = None
+    # A noisy verdict paired by prompt: the requests of prompt i (the largest paired effect, `sign`
+    # its direction) and the Form that reads them; None: the prompt named, no request.
+    paired_effect: Callable[[ProbeComparison, CellResult, int, float],
+                            tuple[tuple[Request, ...], Form | None]] | None = None
+    # A noisy verdict over each side's own samples (unpaired): from the deciding (base, candidate)
+    # metrics and the effect's sign, the sample it points to, its requests whole (None: located).
+    unpaired_effect: Callable[[ProbeComparison, CellResult, CellResult, tuple[Metric, Metric], float],
+                              Reproducer | None] | None = None
+    # A difference no request shows (a throughput level: its clients share every batch): the
+    # measurement to run again, whatever the verdict's kind.
+    measurement: Callable[[ProbeComparison, CellResult, CellResult], Reproducer] | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +289,8 @@ class ProbeKind:
     # Checks a suite's use of the probe as a whole (`check_suite(params, configs, where)`, the
     # configurations that run it): UsageError naming what is wrong (a reference not in the suite).
     suite_check: Callable[[dict[str, Any], Sequence[str], str], None] | None = None
+    # A *different* comparison's reproducer: the requests that show it (`Reproduction`).
+    reproduction: Reproduction | None = None
 
     @property
     def interleaved(self) -> bool:
@@ -307,10 +333,10 @@ class ProbeKind:
         alpha = look_alpha(params["alpha"], looks, looks) / max(1, len(noisy))
         for m in noisy:
             n = m.samples(params, workload, looks)
-            least = stats.least_samples(alpha, m.paired)
+            least = verdict_stats.least_samples(alpha, m.paired)
             if n >= least:
                 continue
-            lowest_p = stats.min_wilcoxon_p(n) if m.paired else stats.min_mann_whitney_p(n, n)
+            lowest_p = verdict_stats.min_wilcoxon_p(n) if m.paired else verdict_stats.min_mann_whitney_p(n, n)
             value = _param_or_workload(params, workload, m.key)
             unit = "pairs" if m.paired else m.counts or "samples per side"
             at_most = f"at most {n} {unit}" if m.counts else f"{n} {unit}"

@@ -9,18 +9,20 @@ prompts hit, the result is vacuous and says so rather than reporting a match.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from harness.client import OUTPUT_LOGPROBS
+from harness.client import OUTPUT_LOGPROBS, generate_body
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.plan import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, metric,
                                  parameter, register, summary)
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
-from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.reproducer import (FLUSH, OWN_OUTPUT, decode_request, divergent_side, each_side, score_request, self_form,
+                                with_form, workload_prompts)
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
+from harness.verdict_stats import Kind
 from harness.workloads import suffix_token
 
 
@@ -136,11 +138,92 @@ FIGURES = (
 )
 
 PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)
+# --------------------------------------------------------------------------- reproducer
+
+
+def _track_interval(cell: CellResult) -> int | None:
+    value = cell.server_flags().get("--mamba-track-interval")
+    return None if value is None else int(value)
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    found, prompts = divergent_side(base, cand), workload_prompts(cand)
+    if found is None or prompts is None or "input_ids" not in found[2]:
+        return None  # a cell stored before hit samples named their prompt
+    side, hit, s = found
+    i, j, cached = s["prompt"], s["first_divergent"], s["cached_tokens"]
+    decode = comp.probe == "decode_cache_hit"
+    span, where = None, ""
+    if decode:
+        # The hit restores the state at `cached` (a checkpoint, every track interval); the part
+        # of the hit that decode wrote, within the interval before that checkpoint, is where it
+        # was built.
+        interval = _track_interval(cand if side == "candidate" else base)
+        start = len(prompts[i]) if interval is None else max(len(prompts[i]), cached - interval)
+        span = (start, cached)
+        why = (f"the track interval ({interval}) before the checkpoint the hit restored" if interval
+               else "the decode-written part of the hit")
+        where = f"; the state first diverges in positions [{start}, {cached}): {why}"
+    at = _hit_requests(comp.probe, prompts[i], s, side)
+    return with_form(Reproducer(
+        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "cache hit vs cold replay",
+                                       "side": side, "cached_tokens": cached},
+        requests=at(j + 1),
+        expect=(f"on the {side}, the hit's output_token_logprobs[{j}] differs from the replay's last "
+                f"input_token_logprobs (check cached_tokens > 0 on the hit); "
+                + each_side(("hit", "hit_logprobs"), base, cand, hit, j, f"at prompt {i}, output position {j}")
+                + where),
+        shrink=(f"From the stored samples: {len(prompts)} prompts → 1 (prompt {i}); max_new_tokens "
+                f"{len(s['output_ids'])} → {j + 1}; the prompt kept whole (shortening it moves the cache's "
+                f"aligned hit: it would need the servers)"),
+        position_range=span), self_form(at, 2, 4, j + 1, len(s["output_ids"]), name="hit"))
+
+
+def _largest_hit(comp: ProbeComparison, base: CellResult, cand: CellResult, metrics: tuple[Metric, Metric],
+                 sign: float) -> Reproducer | None:
+    """A noisy cache-hit verdict: the hit whose value is largest on the side the effect points
+    to (the candidate for a rise), its requests whole (seed, hit, flush, cold replay)."""
+    side, cell, deciding = ("candidate", cand, metrics[1]) if sign > 0 else ("base", base, metrics[0])
+    prompts = workload_prompts(cell)
+    if not deciding.values or prompts is None or len(cell.samples) != len(deciding.values) \
+            or "input_ids" not in cell.samples[0]:
+        return None
+    hit = max(range(len(deciding.values)), key=lambda k: deciding.values[k])
+    s = cell.samples[hit]
+    requests = _hit_requests(comp.probe, prompts[s["prompt"]], s, side)
+    full = len(s["output_ids"])
+    return Reproducer(
+        prompts=(s["prompt"],), first_divergent=None, requests=requests(full),
+        expect=(f"{comp.decided_by} of the {side}'s hit on prompt {s['prompt']}: {deciding.values[hit]:.6g}, the "
+                f"largest of its {len(deciding.values)} hits (the verdict is over each side's hits, unpaired: "
+                f"base median {comp.metrics[comp.decided_by].base.median:.6g}, candidate "
+                f"{comp.metrics[comp.decided_by].candidate.median:.6g})"),
+        shrink=f"Not shrunk (a noisy verdict): the {side}'s hit with the largest {comp.decided_by}",
+        form=self_form(requests, 2, 4, full, full, sign, name="hit"))
+
+
+def _hit_requests(probe: str, prompt: Sequence[int], s: dict[str, Any], side: str) -> Callable[[int], tuple[Request, ...]]:
+    """A cache hit's requests at `size` output tokens: flush, seed (turn 1's prefill, or its
+    decode for a decode hit), the turn that hits, flush, the cold replay of its input + output."""
+    turn2 = s["input_ids"]
+    seed = (decode_request("turn 1: its decode writes the state turn 2 hits", prompt, len(turn2) - len(prompt) - 1)
+            if probe == "decode_cache_hit"
+            else Request("seed the cache", "/generate", generate_body(prompt, max_new_tokens=0)))
+
+    def hit(size: int) -> tuple[Request, ...]:
+        return (FLUSH, seed, decode_request("the turn that hits the cache", turn2, size), FLUSH,
+                score_request("cold replay of the hit's input + output" + OWN_OUTPUT.format(side), turn2 + s["output_ids"][:size],
+                       follows=(2, len(turn2))))
+    return hit
+
+
+REPRODUCTION = Reproduction(exact=_exact_reproducer, unpaired_effect=_largest_hit)
+
 PREFILL_PROBE = register(ProbeKind("prefill_cache_hit", run_prefill,
                                    "prefix-cache hit on a seeded prompt vs cold prefill",
                                    params=PARAMS, describe=describe_kl, judge=judge_gate,
-                                   planned=planned, values=VALUES.get, figures=FIGURES))
+                                   planned=planned, values=VALUES.get, figures=FIGURES, reproduction=REPRODUCTION))
 DECODE_PROBE = register(ProbeKind("decode_cache_hit", run_decode,
                                   "turn-2 hit on decode-written tokens vs cold prefill",
                                   params=PARAMS, describe=describe_kl, judge=judge_gate,
-                                  planned=planned, values=VALUES.get, figures=FIGURES))
+                                  planned=planned, values=VALUES.get, figures=FIGURES, reproduction=REPRODUCTION))

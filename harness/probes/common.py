@@ -7,14 +7,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from harness import stats
+from harness import divergence
 from harness.client import Logprobs, SGLangClient
 from harness.errors import ServerFinding
 from harness.logparse import by_dp_rank, parse_batch_lines
 from harness.probes.base import Figure, descriptive, locator, metric, parameter, summary
 from harness.results import Metric
-from harness.stats import Kind
-from harness.textfmt import fmt
+from harness.textfmt import fmt, value_label
+from harness.verdict_stats import Kind
 
 
 def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
@@ -66,13 +66,6 @@ def degenerate_outputs(outputs: Sequence[Sequence[int]], min_len: int = 8) -> in
     """How many outputs are one token over and over: what a server with broken state (or
     dummy weights) decodes. A fact shown beside the KL, not a failure."""
     return sum(1 for o in outputs if len(o) >= min_len and len(set(o)) == 1)
-
-
-def value_label(value: float | None) -> str:
-    """What is wrong with a logprob no answer may hold: null, NaN or inf."""
-    if value is None:
-        return "null"
-    return "NaN" if value != value else ("inf" if value > 0 else "-inf")
 
 
 def _unusable(value: float | None, allow_neg_inf: bool = False) -> bool:
@@ -138,9 +131,9 @@ def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]],
     `paired`: value i is prompt i on both sides (every prompt kept, not a subset). `prompts`:
     the workload prompt each (ref, test) pair answers (a cache probe's hits), else pair i's.
     The metrics: k3, then under deterministic mode `first_divergent` (divergence_metric)."""
-    per_prompt = [stats.k3(r, t) for r, t in zip(refs, tests)]
-    tails = stats.pooled_tails([stats.k3_per_token(r, t) for r, t in zip(refs, tests)], tau)
-    firsts = [stats.kl_tails(r, t, tau).first_divergent for r, t in zip(refs, tests)]
+    per_prompt = [divergence.k3(r, t) for r, t in zip(refs, tests)]
+    tails = divergence.pooled_tails([divergence.k3_per_token(r, t) for r, t in zip(refs, tests)], tau)
+    firsts = [divergence.kl_tails(r, t, tau).first_divergent for r, t in zip(refs, tests)]
     diverged = [f for f in firsts if f is not None]
     answered = list(prompts) if prompts is not None else list(range(len(firsts)))
     mean = sum(per_prompt) / len(per_prompt) if per_prompt else 0.0

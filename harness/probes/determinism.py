@@ -15,12 +15,13 @@ from harness.client import OUTPUT_LOGPROBS
 from harness.errors import ServerFinding
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, locator, metric, parameter,
-                                 register, summary)
-from harness.probes.common import value_label
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, locator, metric,
+                                 parameter, register, summary)
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty
-from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.reproducer import Form, Observed, decode_request, with_form, workload_prompts
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer
+from harness.textfmt import value_label
+from harness.verdict_stats import Kind
 
 
 def batch_sizes(ctx: ProbeContext) -> list[int]:
@@ -155,6 +156,46 @@ FIGURES = (
     *parameter("batch_sizes", "compares"),
 )
 
+# --------------------------------------------------------------------------- reproducer
+
+
+def _batch_form(requests) -> Form:
+    """Determinism: prompt 0 alone vs first in a batch, on each side: equal or not."""
+    def read(_size: int, gens: list) -> Observed:
+        alone, batched = gens[0], gens[1]
+        same = (alone.output_ids == batched.output_ids and alone.output_logprobs == batched.output_logprobs
+                if alone is not None and batched is not None else None)
+        return Observed(same)
+
+    def words(b: Observed, c: Observed) -> str:
+        said = {True: "the same answer alone and in the batch", False: "another answer in the batch than alone",
+                None: "no answer"}
+        return f"base returned {said[b.value]}; candidate {said[c.value]}"
+
+    return Form(requests, read, words, 1, 1)
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    prompts = workload_prompts(cand)
+    side = next((s for s, c in (("candidate", cand), ("base", base)) if c.facts.get("first_differing_batch_size")),
+                None)
+    if side is None or prompts is None:
+        return None
+    cell = cand if side == "candidate" else base
+    size = cell.facts["first_differing_batch_size"]
+    new = cell.metadata.get("workload", {}).get("output_len", 1)
+    requests = (decode_request("prompt 0 alone", prompts[0], new),
+                decode_request(f"prompt 0 in a batch of {size}", batch(prompts, size), new))
+    return with_form(Reproducer(
+        prompts=(0,), first_divergent={"prompt": 0, "batch_size": size, "what": "batch size", "side": side},
+        requests=requests,
+        expect=f"on the {side}, the first answer of the batch of {size} differs from prompt 0 alone",
+        shrink=f"Batch sizes → the first that differs ({size}); prompts kept (the batch is the cause)"),
+        _batch_form(lambda _size: requests))
+
+
+REPRODUCTION = Reproduction(exact=_exact_reproducer)
+
 PROBE = register(ProbeKind("determinism", run, "same prompt across batch sizes: unique outputs",
                            params=PARAMS, describe=describe, planned=planned, values=VALUES.get,
-                           figures=FIGURES))
+                           figures=FIGURES, reproduction=REPRODUCTION))

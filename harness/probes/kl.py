@@ -12,18 +12,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from harness import stats
+from harness import divergence
 from harness.client import Logprobs
+from harness.divergence import TopLogprobs
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, descriptive, metric, parameter,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, descriptive, metric, parameter,
                                  register, summary)
-from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_outputs, describe_kl,
-                                   divergence_metric, judge_gate, kl_metric, require_output_logprobs,
-                                   require_top_logprobs)
+from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_outputs, describe_kl, divergence_metric,
+                                   judge_gate, kl_metric, require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
-from harness.results import Metric, ProbeOutput
-from harness.stats import Kind, TopLogprobs
+from harness.reproducer import (FLUSH, OWN_OUTPUT, Form, cell_top_k, decode_request, divergent_side, each_side,
+                                noisy_decode, score_request, self_form, with_form, workload_prompts)
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
+from harness.verdict_stats import Kind
 
 TOP_K = Param("top_k", int, 8, "top logprobs per position on both sides (0: sampled token only)",
               MEASURED, low=0, high=1000)
@@ -74,10 +76,10 @@ def topk_metric(refs: Sequence[Sequence[TopLogprobs]], tests: Sequence[Sequence[
                 deterministic: bool, tau: float) -> tuple[Metric, dict[str, Any], list[dict[str, Any]]]:
     """Per-prompt mean top-k KL as a metric (exact under deterministic mode), pooled tails and
     the top-1 agreement as facts."""
-    per_token = [stats.topk_kl_per_token(r, t) for r, t in zip(refs, tests)]
+    per_token = [divergence.topk_kl_per_token(r, t) for r, t in zip(refs, tests)]
     per_prompt = [sum(terms) / len(terms) for terms in per_token]
-    tails = stats.pooled_tails(per_token, tau)
-    agree = [stats.top1_agreement(r, t) for r, t in zip(refs, tests)]
+    tails = divergence.pooled_tails(per_token, tau)
+    agree = [divergence.top1_agreement(r, t) for r, t in zip(refs, tests)]
     facts = {
         "top_k": k,
         "topk_kl_mean": sum(per_prompt) / len(per_prompt),
@@ -128,7 +130,46 @@ FIGURES = (
 )
 
 
+# --------------------------------------------------------------------------- reproducer
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    found, prompts = divergent_side(base, cand), workload_prompts(cand)
+    if found is None or prompts is None:
+        return None
+    side, i, s = found
+    j, top_k = s["first_divergent"], cell_top_k(cand)
+
+    def decode(size: int) -> tuple[Request, ...]:
+        return (FLUSH, decode_request("greedy decode", prompts[i], size, top_k), FLUSH,
+                score_request("cold replay of prompt + output" + OWN_OUTPUT.format(side),
+                       prompts[i] + s["output_ids"][:size], top_k, (1, len(prompts[i]))))
+    return with_form(Reproducer(
+        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode vs cold replay", "side": side},
+        requests=decode(j + 1),
+        expect=(f"on the {side}, the decode's output_token_logprobs[{j}] differs from the replay's last "
+                f"input_token_logprobs; " + each_side(("decode", "decode_logprobs"), base, cand, i, j,
+                                                       f"at prompt {i}, output position {j}")),
+        shrink=(f"From the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
+                f"max_new_tokens {len(s['output_ids'])} → {j + 1} (a greedy token depends only on those before)")),
+        self_form(decode, 1, 3, j + 1, len(s["output_ids"])))
+
+def _largest_effect_requests(comp: ProbeComparison, cand: CellResult, i: int,
+                             sign: float) -> tuple[tuple[Request, ...], Form | None]:
+    """A noisy verdict's prompt i: the candidate's decode, then the cold replay of its output."""
+    found = noisy_decode(cand, i)
+    if found is None:
+        return (), None
+    output, (flush, decode, after) = found
+    prompt = decode.body["input_ids"]
+    requests = (flush, decode, after, score_request("cold replay of prompt + output" + OWN_OUTPUT.format("candidate"),
+                                                    prompt + output, cell_top_k(cand), (1, len(prompt))))
+    return requests, self_form(lambda _size: requests, 1, 3, len(output), len(output), sign)
+
+
+REPRODUCTION = Reproduction(exact=_exact_reproducer, paired_effect=_largest_effect_requests)
+
 PROBE = register(ProbeKind(
     "kl", run, "decode vs cold prefill replay (k3 on sampled-token logprobs, KL over the top-k)",
     params=(*WORKLOAD, BATCH_SIZE, TOP_K, *KL, *JUDGING), describe=describe_kl, judge=judge_gate,
-    planned=planned, figures=FIGURES))
+    planned=planned, figures=FIGURES, reproduction=REPRODUCTION))

@@ -34,12 +34,15 @@ from harness.client import Logprobs
 from harness.errors import ProbeNotApplicable, UsageError
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reference, ValueIndex, descriptive,
-                                 locator, metric, parameter, register, summary)
+from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reference, Reproduction, ValueIndex,
+                                 descriptive, locator, metric, parameter, register, summary)
 from harness.probes.common import batches, degenerate_outputs, require_output_logprobs, require_top_logprobs
 from harness.probes.shared_params import BATCH_SIZE, JUDGED, JUDGING, MEASURED, WORKLOAD
-from harness.results import CellResult, Metric, ProbeOutput, Status
-from harness.stats import Kind
+from harness.reproducer import (FLUSH, OWN_OUTPUT, Form, Observed, cell_top_k, decode_request, entry_values,
+                                finite_text, returned_pair, with_form)
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request, Status
+from harness.textfmt import plural
+from harness.verdict_stats import Kind
 
 PHASES = ("cold", "hit", "multiturn", "multiturn_cold", "single")
 # A request's value where it is bit-identical to the reference's answer.
@@ -279,9 +282,155 @@ FIGURES = (
                  "not_comparable"),
 )
 
+# --------------------------------------------------------------------------- reproducer
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """The reference probe: the requests of the first divergent request's phase, for one prompt,
+    posted to each side's server of this configuration and of its reference configuration (the
+    same revision's other server, which must answer them bit for bit alike); a configuration
+    compared with itself across revisions (`revision_diverging`): to each side's server of it.
+    Shrunk along the divergent request's max_new_tokens only while the answers still part."""
+    found = next(((side, cell, comp.judged.get(side, {})) for side, cell in (("candidate", cand), ("base", base))
+                  if comp.judged.get(side, {}).get("first_divergence")), None)
+    if found is None:
+        return None
+    side, cell, facts = found
+    first = facts["first_divergence"]
+    phase, request, j = first["phase"], first["request"], first["position"]
+    sample = next((s for s in cell.samples if (s["phase"], s["request"]) == (phase, request)), None)
+    cold = next((s for s in cell.samples if s["phase"] == "cold" and s["request"] == request), None)
+    if sample is None or cold is None:
+        return None
+    prompt = cold["input_ids"]
+    new, top_k = int(cell.metadata.get("workload", {}).get("output_len", len(cold["output_ids"]))), cell_top_k(cell)
+    full = max(len(sample["output_ids"]), j + 1)
+    across = "diverging" not in comp.metrics  # no reference configuration: base vs candidate
+    reference = "" if across else str(facts["reference"])
+
+    def requests(size: int) -> tuple[Request, ...]:
+        """FLUSH, then what the phase's request needs before it: a hit the cold decode that
+        seeds the cache; a next turn (`multiturn`, after a flush `multiturn_cold`) that decode's
+        own output after the prompt (each server replays its own, as the probe did)."""
+        cut = "up to the first divergent token" if size == j + 1 else f"{size} tokens"
+        ask = decode_request(f"the {phase} request, {cut}", sample["input_ids"], size, top_k)
+        if phase in ("cold", "single"):
+            return FLUSH, ask
+        seed = decode_request(f"cold decode of prompt {request}: "
+                       + ("seeds the cache" if phase != "multiturn_cold" else "its output is the next turn's"),
+                       prompt, new, top_k)
+        if phase == "hit":
+            return FLUSH, seed, ask
+        turn = Request(ask.what + OWN_OUTPUT.format(side), ask.path, ask.body, follows=(1, len(prompt)))
+        return (FLUSH, seed, turn) if phase == "multiturn" else (FLUSH, seed, FLUSH, turn)
+
+    ours, theirs = first.get("served"), first.get("reference_served")
+    observed = (f"; observed in the run: {facts['reference']} served {theirs}, this configuration {ours} "
+                f"([token id, logprob])" if ours or theirs else "")
+    other = "base" if side == "candidate" else "candidate"
+    if across:
+        expect = (f"output token {j} of the {phase} request (id, logprob or top-{top_k}) differs between the base's "
+                  f"and the candidate's servers of this configuration{observed}")
+        form = _served_form(requests, comp.config, "", j + 1, full)
+    else:
+        elsewhere = comp.judged.get(other, {}).get("first_divergence")
+        expect = (f"on the {side}, output token {j} (id, logprob or top-{top_k}) differs from what the {reference} "
+                  f"server of the same revision answers to the same requests"
+                  f"{' (its input differs already: its cold output did)' if first.get('input_differs') else ''}"
+                  f"{observed}; on the {other} the two servers answer {'alike' if not elsewhere else 'apart too, elsewhere'}")
+        form = _served_form(requests, comp.config, reference, j + 1, full)
+    return with_form(Reproducer(
+        prompts=(request,), first_divergent={"prompt": request, "position": j, "what": f"{phase} vs {facts['reference']}",
+                                             "side": side, "phase": phase},
+        requests=requests(j + 1), expect=expect,
+        shrink=(f"From the stored samples: {len(cell.samples)} requests → the {phase} phase's requests for prompt "
+                f"{request}; max_new_tokens {len(sample['output_ids'])} → {j + 1} (a greedy token depends only on "
+                f"those before); the prompt kept whole (shortening it moves the cache's aligned hit)")), form)
+
+
+def _served(gen) -> tuple:
+    """One answer as served: (token id, logprob, top-k) per output position; () for a flush."""
+    if gen is None:
+        return ()
+    return tuple((t, *v) for t, v in zip(gen.output_ids, entry_values(gen, "output_token_logprobs")))
+
+
+def _first_apart(xs: Sequence[tuple], ys: Sequence[tuple]) -> tuple[int, int] | None:
+    """(request, output position) where two servers' answers to the same requests first part (an
+    answer that ends earlier parts where it ends); None where every answer is bit-identical."""
+    for k, (x, y) in enumerate(zip(xs, ys)):
+        at = next((p for p, (a, b) in enumerate(zip(x, y)) if a != b), None)
+        if at is None and len(x) != len(y):
+            at = min(len(x), len(y))
+        if at is not None:
+            return k, at
+    return None
+
+
+def _point_text(x: tuple | None, lp: str) -> str:
+    return "nothing (its answer ended)" if x is None else f"token {x[0]} logprob {lp}"
+
+
+def _apart_text(at: tuple[int, int], xs: Sequence[tuple], ys: Sequence[tuple], names: tuple[str, str],
+                whats: Sequence[str]) -> str:
+    """"at output position 3 of the answer to the hit request, …: A returned token 5 logprob
+    -1.2345, B token 5 logprob -1.2351" as observed."""
+    k, p = at
+    x = xs[k][p] if p < len(xs[k]) else None
+    y = ys[k][p] if p < len(ys[k]) else None
+    shown = returned_pair(x[1], y[1]) if x is not None and y is not None else (
+        finite_text(x[1]) if x else "", finite_text(y[1]) if y else "")
+    same = " (the same token and logprob, another top-k)" if x and y and x[:2] == y[:2] else ""
+    what = f"the answer to {whats[k]}" if k < len(whats) else f"answer {k}"
+    return (f"at output position {p} of {what}: {names[0]} returned {_point_text(x, shown[0])}, "
+            f"{names[1]} {_point_text(y, shown[1])}{same}")
+
+
+def _served_form(requests, config: str, reference: str, shortest: int, full: int) -> Form:
+    """The reference probe's answers as served (ids, logprobs, top-k), compared bit for bit.
+    With `reference`: each side's answers come from its server of `config` and of `reference`;
+    a side's observation is where those part (None: nowhere), and the sides differ where that
+    differs (the `diverging` metric's difference). Without: base vs candidate answers."""
+    def whats(size: int) -> list[str]:
+        return [r.what for r in requests(size)]
+
+    if not reference:
+        def read_across(size: int, gens: list) -> Observed:
+            served = tuple(_served(g) for g in gens)
+            return Observed(served, (served, whats(size)))
+
+        def words_across(b: Observed, c: Observed) -> str:
+            at = _first_apart(b.points[0], c.points[0])
+            if at is None:
+                return f"both sides' servers of {config} returned the same answers"
+            return _apart_text(at, b.points[0], c.points[0], ("the base", "the candidate"), b.points[1])
+
+        return Form(requests, read_across, words_across, shortest, full, "max_new_tokens" if shortest < full else "")
+
+    def read(size: int, answers: tuple[list, list]) -> Observed:
+        own, ref = ([_served(g) for g in side] for side in answers)
+        return Observed(_first_apart(own, ref), (own, ref, whats(size)))
+
+    def words(b: Observed, c: Observed) -> str:
+        parts = []
+        for name, seen in (("base", b), ("candidate", c)):
+            own, ref, said = seen.points
+            if seen.value is None:
+                parts.append(f"on the {name}, {config} and {reference} returned the same answers "
+                             f"({plural(len(own[-1]) if own else 0, 'output position')} in the last)")
+            else:
+                parts.append(f"on the {name}, " + _apart_text(seen.value, own, ref, (config, reference), said))
+        return "; ".join(parts)
+
+    return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "",
+                reference=reference)
+
+
+REPRODUCTION = Reproduction(exact=_exact_reproducer)
+
 PROBE = register(ProbeKind(
     "reference", run,
     "a configuration vs a reference configuration of the same revision (unified vs static, graphs on vs off): "
     "bit-identical answers in cold, hit and multi-turn phases",
     params=PARAMS, describe=describe, planned=planned, values=VALUES.get, figures=FIGURES,
-    reference=reference_of, versus=versus, suite_check=check_suite))
+    reference=reference_of, versus=versus, suite_check=check_suite, reproduction=REPRODUCTION))

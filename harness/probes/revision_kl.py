@@ -25,18 +25,20 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from harness import stats
+from harness import divergence
 from harness.client import Logprobs
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, locator,
-                                 metric, parameter, register, summary)
-from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs,
-                                   require_output_logprobs, require_top_logprobs)
+from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
+                                 locator, metric, parameter, register, summary)
+from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs, require_output_logprobs,
+                                   require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
-from harness.results import CellResult, Metric, ProbeOutput
-from harness.stats import Kind
+from harness.reproducer import (FLUSH, Form, across_form, across_sides, cell_top_k, decode_request, noisy_decode,
+                                score_request, with_form)
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
 from harness.textfmt import fmt
+from harness.verdict_stats import Kind
 
 # The exact metrics (deterministic mode) and the noisy ones (otherwise): all decide by default.
 # Off deterministic mode the greedy decode decides too (greedy_match, greedy_k3, against the base's
@@ -183,10 +185,10 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
     if len(b) != len(c) or any(x["input_ids"] != y["input_ids"] for x, y in zip(b, c)):
         return Across((), {"not_comparable": "the two sides scored different sequences"})
     tau = params["tau"]
-    kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
-    k3 = [stats.k3_per_token(x["scored_logprobs"], y["scored_logprobs"]) for x, y in zip(b, c)]
-    agree = [stats.top1_agreement(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
-    kl_tails, k3_tails = stats.pooled_tails(kl, tau), stats.pooled_tails(k3, tau)
+    kl = [divergence.topk_kl_per_token(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    k3 = [divergence.k3_per_token(x["scored_logprobs"], y["scored_logprobs"]) for x, y in zip(b, c)]
+    agree = [divergence.top1_agreement(x["scored_top_logprobs"], y["scored_top_logprobs"]) for x, y in zip(b, c)]
+    kl_tails, k3_tails = divergence.pooled_tails(kl, tau), divergence.pooled_tails(k3, tau)
     diverged = first_divergence(b, c)
     kl_per_prompt = [sum(t) / len(t) for t in kl]
     facts: dict[str, Any] = {
@@ -217,8 +219,8 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
     if not all("rescored_top_logprobs" in x for x in b):
         return Across((), {**facts, "not_comparable": "the base scored once: no run-to-run reference"})
     # The base against its own second pass: what the noise alone gives, prompt by prompt.
-    self_kl = [stats.topk_kl_per_token(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
-    self_agree = [stats.top1_agreement(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    self_kl = [divergence.topk_kl_per_token(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
+    self_agree = [divergence.top1_agreement(x["scored_top_logprobs"], x["rescored_top_logprobs"]) for x in b]
     self_per_prompt = [sum(t) / len(t) for t in self_kl]
     facts["base_self_kl_mean"] = sum(self_per_prompt) / len(self_per_prompt)
     # An infinite KL (one side puts all the top-k mass where the other leaves some out) has no
@@ -246,7 +248,7 @@ def greedy_metrics(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]
     def against(ref: dict[str, Any], ids: Sequence[int], lps: Sequence[float]) -> tuple[float, float]:
         common = next((j for j, (x, y) in enumerate(zip(ref["output_ids"], ids)) if x != y),
                       min(len(ref["output_ids"]), len(ids)))
-        k3 = stats.k3(ref["output_logprobs"][:common], list(lps)[:common]) if common else 0.0
+        k3 = divergence.k3(ref["output_logprobs"][:common], list(lps)[:common]) if common else 0.0
         return common / max(1, len(ref["output_ids"])), k3
 
     own = [against(x, x["redecoded_ids"], x["redecoded_logprobs"]) for x in base]
@@ -339,7 +341,68 @@ FIGURES = (
     *descriptive("why the sides could not be compared (the row reads error)", "not_comparable"),
 )
 
+# --------------------------------------------------------------------------- reproducer
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    facts = comp.judged.get("candidate", {})
+    top_k, n = cell_top_k(cand), len(cand.samples)
+    scored, greedy = facts.get("first_divergent"), facts.get("decode_first_divergent")
+    if scored:
+        i, j = scored["prompt"], scored["position"]
+        seq = cand.samples[i]["input_ids"]
+
+        def score(size: int) -> tuple[Request, ...]:
+            return (score_request("teacher-forced score, cut after the first divergent position" if size == j + 1
+                           else f"teacher-forced score, the first {size} of {len(seq)} tokens", seq[:size], top_k),)
+        return with_form(Reproducer(
+            prompts=(i,), first_divergent={**scored, "what": "teacher-forced logprob"},
+            requests=score(j + 1),
+            expect=(f"the last input position ({j}): input_token_logprobs[{j}] or input_top_logprobs[{j}] "
+                    f"differ between base and candidate; every earlier position is equal; "
+                    + across_sides("logprob", base, cand, i, "scored_logprobs", j - 1,
+                                    f"at prompt {i}, input position {j}")),
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}, the first that differs); its "
+                    f"scored sequence {len(seq)} → {j + 1} tokens (a position's logprob depends only on the "
+                    f"tokens before it)")),
+            across_form(score, 0, "input_token_logprobs", "input position {}", j + 1, len(seq), "scored sequence"))
+    if greedy:
+        i, j = greedy["prompt"], greedy["position"]
+        prompt = cand.samples[i]["input_ids"][:cand.samples[i]["prompt_len"]]
+        full = len(cand.samples[i]["output_ids"])
+
+        def decode(size: int) -> tuple[Request, ...]:
+            return (FLUSH, decode_request("greedy decode, up to the first divergent token" if size == j + 1
+                                   else f"greedy decode, {size} tokens", prompt, size, top_k))
+        return with_form(Reproducer(
+            prompts=(i,), first_divergent={**greedy, "what": "greedy output"},
+            requests=decode(j + 1),
+            expect=(f"output token {j}: its id, logprob or top-{top_k} differ between base and candidate; "
+                    + across_sides("token", base, cand, i, "output_ids", j, f"at prompt {i}, output position {j}")
+                    + "; " + across_sides("logprob", base, cand, i, "output_logprobs", j, "there")),
+            shrink=(f"From the stored samples: {n} prompts → 1 (prompt {i}); max_new_tokens "
+                    f"{len(cand.samples[i]['output_ids'])} → {j + 1}; the prompt kept whole (the "
+                    f"teacher-forced score agrees, and shortening the prompt would need the servers)")),
+            across_form(decode, 1, "output_token_logprobs", "output position {}", j + 1, full, "max_new_tokens",
+                         ids=True))
+    return None
+
+def _largest_effect_requests(comp: ProbeComparison, cand: CellResult, i: int,
+                             sign: float) -> tuple[tuple[Request, ...], Form | None]:
+    """A noisy verdict's prompt i: the candidate's decode, then the teacher-forced score both
+    sides are compared on."""
+    found = noisy_decode(cand, i)
+    if found is None:
+        return (), None
+    output, decode = found
+    requests = (*decode, score_request("teacher-forced score", cand.samples[i]["input_ids"], cell_top_k(cand)))
+    return requests, across_form(lambda _size: requests, 3, "input_token_logprobs", "input position {}",
+                                 len(output), len(output), "")
+
+
+REPRODUCTION = Reproduction(exact=_exact_reproducer, paired_effect=_largest_effect_requests)
+
 PROBE = register(ProbeKind(
     "revision_kl", run,
     "base vs candidate on the same tokens: greedy decode + teacher-forced score, KL(base ‖ candidate)",
-    params=PARAMS, describe=describe, across=across, planned=planned, values=VALUES.get, figures=FIGURES))
+    params=PARAMS, describe=describe, across=across, planned=planned, values=VALUES.get, figures=FIGURES, reproduction=REPRODUCTION))

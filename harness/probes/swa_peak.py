@@ -29,7 +29,7 @@ from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
 from harness.results import CellResult, Metric, ProbeOutput, Role
 from harness.sparkline import sparkline
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from harness.textfmt import fmt, md_table
 
 GAUGE = "sglang:swa_used_tokens"

@@ -60,13 +60,13 @@ from harness.errors import ServerFinding, VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
 from harness.plan import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, metric,
                                  parameter, register, summary)
 from harness.probes.common import swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, PLACEMENT_SEED, SIDES_AT_ONCE, WORKLOAD, non_empty
-from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer
 from harness.textfmt import fmt
+from harness.verdict_stats import Kind
 
 
 def metric_name(level: int) -> str:
@@ -242,7 +242,6 @@ class MeasurementWindow:
                              retractions=int((last.meta.get("num_retractions", 0) if last else 0) or 0),
                              abort_answer_s=None if reached is None else reached.ended_after_answer(ended),
                              tokens_after_window=total - in_window, given_up=given_up)
-
 
 
 def run_window(window: MeasurementWindow, streamer: Streamer, n: int, workers: int) -> list[RequestResult]:
@@ -493,6 +492,41 @@ FIGURES = (
     *descriptive("how many requests the window cut, set by timing", "requests_cut", "requests_sent"),
 )
 
+# --------------------------------------------------------------------------- reproducer
+
+
+def _measurement_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer:
+    """A throughput level: no single request shows it (its clients share the server's batches
+    over every round), so its reproducer is the measurement itself: the configuration's
+    throughput probe alone, at the level that decided where every deciding metric is of that
+    level (else at the suite's levels), as `command` (report.md puts the run's own options before
+    it), and the workload it measured."""
+    levels = [int(c) for c in cand.facts.get("concurrency") or ()]
+    level = next((c for c in levels if comp.decided_by in (metric_name(c), request_metric_name(c))), None)
+    c = comp.metrics[comp.decided_by]
+    one = level is not None and len(levels) > 1 and all(
+        n in (metric_name(level), request_metric_name(level)) for n in comp.deciding)
+    command = ("--config", comp.config, "--probe", comp.probe,
+               *(("--set", f"{comp.probe}.concurrency=[{level}]") if one else ()))
+    spec = cand.metadata.get("workload") or {}
+    workload = (f"{spec.get('prompts', '?')} prompts of {'–'.join(str(n) for n in spec.get('prompt_len') or ())} "
+                f"tokens, {spec.get('output_len', '?')} generated each, {cand.facts.get('repeats', '?')} rounds "
+                f"{'at' if one else 'over'} concurrency {level if one else levels}")
+    where = f"level {level} ({comp.decided_by})" if level is not None else comp.decided_by
+    return Reproducer(
+        prompts=(), first_divergent={"metric": comp.decided_by, **({"concurrency": level} if level else {})},
+        requests=(), command=command,
+        expect=(f"{where}: base median {c.base.median:.6g}, candidate {c.candidate.median:.6g} over "
+                f"{c.base.n} paired rounds, as the run measured it ({c.note}); a run of the command measures it "
+                f"again on both sides, interleaved as this one was"),
+        shrink=(f"Not shrunk to a request: a throughput level is a property of a whole measurement (its clients "
+                f"share the server's batches over every round); the configuration's {comp.probe} probe alone, "
+                f"{'at the level that decided' if one else 'at the suite levels (the verdict reads several)'}: "
+                f"{workload}"))
+
+
+REPRODUCTION = Reproduction(measurement=_measurement_reproducer)
+
 PROBE = register(ProbeKind("throughput", run, "tok/s at fixed lengths and several concurrencies (noisy)",
                            params=PARAMS, describe=describe, merge=merge, planned=planned,
-                           values=lambda metric: ROUND, figures=FIGURES))
+                           values=lambda metric: ROUND, figures=FIGURES, reproduction=REPRODUCTION))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -12,6 +11,7 @@ from rich.console import Console
 
 from harness.compare import overall
 from harness.report.console import ConsoleReport
+from harness.report.files import REPORT_FILE
 from harness.report.markdown import MarkdownReport
 from harness.report.rows import all_metric_sides
 from harness.result_files import atomic_write_text
@@ -19,19 +19,6 @@ from harness.results import RunResult
 from harness.textfmt import displayable
 
 FORMATS = ("console", "md", "json")
-REPORT_FILE = "report.md"
-PLOT_DIR = "plots"  # under the run directory; report.md links each plot drawn there
-
-
-def report_files(out_dir: Path) -> list[Path]:
-    """What `emit` wrote into a run directory: report.md and the plots it links (PNG and SVG
-    twin); nothing else that may lie in plots/."""
-    try:
-        report = (out_dir / REPORT_FILE).read_text(errors="replace")
-    except OSError:
-        return []
-    pngs = re.findall(rf"\]\(({PLOT_DIR}/[^)\s/]+)\.png\)", report)
-    return [out_dir / REPORT_FILE, *(out_dir / f"{png}{ext}" for png in pngs for ext in (".png", ".svg"))]
 
 
 def plots_for(result: RunResult, out_dir: Path | None) -> dict[tuple[str, str], str]:

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 from harness.report.rows import Row, rows
 from harness.results import RunResult
-from harness.stats import Verdict
+from harness.verdict_stats import Verdict
 
 FAILING = (Verdict.DIFFERENT.value, Verdict.ERROR.value)
 

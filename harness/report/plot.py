@@ -17,12 +17,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.probes import PROBES
-from harness.report.emit import PLOT_DIR
+from harness.report.files import PLOT_DIR
 from harness.report.rows import figure_cells
 from harness.results import CellResult, Role, RunResult
 
 COLORS = {Role.BASE: "#1f77b4", Role.CANDIDATE: "#d62728"}
-_RC = {"svg.hashsalt": "detcheck"}
 
 
 def png_path(name: str) -> str:
@@ -40,7 +39,7 @@ def rev_name(cell: CellResult) -> str:
 @contextmanager
 def figure(out_dir: Path, name: str) -> Iterator[Axes]:
     """Axes to draw on; on exit the figure is written as png_path(name) and its SVG twin."""
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context({"svg.hashsalt": "detcheck"}):
         fig = Figure(figsize=(7.0, 3.6), dpi=100)
         FigureCanvasAgg(fig)
         yield fig.add_subplot()

@@ -12,7 +12,7 @@ from harness.probes import PROBES
 from harness.probes.base import Reference, ValueIndex
 from harness.report.format import describe_default, portable
 from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
-from harness.stats import Comparison, Kind, Verdict
+from harness.verdict_stats import Comparison, Kind, Verdict
 from harness.textfmt import fmt, fmt_pair, plural
 
 VERDICT_MARK = {"same": "✅ same", "different": "❌ different", "unknown": "❔ unknown",

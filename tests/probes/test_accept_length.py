@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.probes import PROBES, accept_length, cache_hit
 from harness.results import Metric
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 
 def test_describe():

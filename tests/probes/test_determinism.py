@@ -55,7 +55,7 @@ def test_the_row_names_the_first_differing_token_and_whether_ids_changed():
 def _cell(role, samples):
     """A determinism cell measured on `samples` (one per batch size), as `run` reports it."""
     from harness.results import CellResult, Metric, RevisionInfo, Status
-    from harness.stats import Kind
+    from harness.verdict_stats import Kind
 
     unique = len({(tuple(s["output_ids"]), tuple(s["logprobs"])) for s in samples})
     metrics = (Metric("unique_outputs", Kind.EXACT, (float(unique),), headline="first"),

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import detcheck, refserver_suite
 from harness.probes import kl
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 SAME = [[(-0.1, 5), (-2.5, 7)], [(-0.2, 9), (-1.8, 5)]]
 SHIFTED = [[(-0.1, 5), (-2.5, 7)], [(-1.9, 9), (-0.2, 5)]]  # position 1: top token flips

@@ -15,7 +15,7 @@ from harness.probes import PROBES
 from harness.probes.reference import PHASES, first_divergence, reference_of
 from harness.report.rows import rows
 from harness.results import CellResult, RevisionInfo, Role, RunResult, Status
-from harness.stats import Verdict
+from harness.verdict_stats import Verdict
 
 KIND = PROBES["reference"]
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11]]

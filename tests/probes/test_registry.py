@@ -12,20 +12,35 @@ import pytest
 
 from conftest import ROOT, refserver_suite
 from harness.errors import UsageError
-from harness.probes import PROBES, known_probes, register
+from harness.probes import PROBES, known_probes, load_entry_points, register, shipped_probes
 from harness.probes.base import ProbeKind
 
 
+def _package_probes() -> dict[str, ProbeKind]:
+    """Every ProbeKind a module of harness/probes/ holds at module level, by name."""
+    import importlib
+    import pkgutil
+
+    import harness.probes
+
+    found = {}
+    for module in pkgutil.iter_modules(harness.probes.__path__):
+        for value in vars(importlib.import_module(f"harness.probes.{module.name}")).values():
+            if isinstance(value, ProbeKind):
+                found[value.name] = value
+    return found
+
+
 def test_every_probe_module_registers_its_probes():
-    assert set(PROBES) == {"kl", "prefill_cache_hit", "decode_cache_hit", "determinism", "swa_peak",
-                           "accept_length", "throughput", "revision_kl", "reference"}
+    package = _package_probes()
+    assert package and all(PROBES[name] is kind for name, kind in package.items())
+    assert dict(shipped_probes()) == package
     assert set(known_probes()) == set(PROBES)
     with pytest.raises(TypeError):
         known_probes()["x"] = PROBES["kl"]  # read-only view
 
 
-SHIPPED = ("kl", "prefill_cache_hit", "decode_cache_hit", "determinism", "swa_peak", "accept_length", "throughput",
-           "revision_kl", "reference")
+SHIPPED = tuple(shipped_probes())
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -57,7 +72,7 @@ from harness.probes import register
 from harness.probes.base import ProbeKind, descriptive, metric
 from harness.probes.shared_params import JUDGING, WORKLOAD
 from harness.results import Metric, ProbeOutput
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 
 
 def run(ctx):
@@ -170,7 +185,7 @@ DECLARED = {
 }
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", sorted(DECLARED))
 def test_every_probe_declares_its_figures_and_each_belongs_to_a_metric(name):
     from harness.plan import WorkloadSpec
     from harness.probes.base import FigureRole
@@ -191,7 +206,7 @@ def test_every_probe_declares_its_figures_and_each_belongs_to_a_metric(name):
 def test_a_figure_nobody_declared_fails_its_cell_and_its_comparison():
     from harness.compare import compare_cells
     from harness.results import CellResult, Metric, ProbeOutput, RevisionInfo, Role, Status
-    from harness.stats import Kind
+    from harness.verdict_stats import Kind
 
     kl = PROBES["kl"]
     assert kl.undeclared(ProbeOutput((), (Metric("k3", Kind.EXACT, (0.0,)),), {"k3_mean": 0.0})) == []
@@ -218,3 +233,70 @@ def test_the_pipeline_declares_what_it_adds_to_every_cell():
     assert sorted((f.name, f.role.value) for f in PIPELINE_FIGURES) == [
         ("first_side", "descriptive"), ("path", "descriptive"), ("placement", "descriptive"),
         ("placement_seed", "descriptive"), ("runner_foreign", "descriptive"), ("sequential", "descriptive")]
+
+
+def test_the_golden_declarations_cover_every_shipped_probe():
+    """DECLARED is reviewed by hand: a shipped probe is listed there (a new one too)."""
+    assert set(DECLARED) == set(SHIPPED)
+
+
+def test_the_probe_docs_table_is_the_registry():
+    """docs/PROBES.md's table is generated from each probe's declarations (`detcheck probes`), and
+    the GUIDE's probe table names exactly the shipped probes."""
+    import re
+
+    from harness.commands.probes import docs_table
+
+    probes_md = (ROOT / "docs" / "PROBES.md").read_text()
+    assert "\n".join(docs_table(shipped_probes())) in probes_md
+    guide = (ROOT / "docs" / "GUIDE.md").read_text()
+    section = guide[guide.index("## Probes\n"):]
+    table = section[:section.index("\n\n", section.index("| probe |"))]
+    assert re.findall(r"^\| `(\w+)` \|", table, re.M) and \
+        set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == set(SHIPPED)
+
+
+def test_detcheck_probes_lists_each_probe_its_kind_parameters_and_doc(capsys):
+    from harness.cli import main
+
+    assert main(["probes"]) == 0
+    out = capsys.readouterr().out
+    for name, kind in shipped_probes().items():
+        assert f"{name}  (" in out and f"  {kind.summary}\n" in out
+    assert "kl  (exact under deterministic mode, noisy otherwise)" in out
+    assert "    top_k=8  measured: " in out and "throughput  (noisy)" in out
+
+
+EXTERNAL = ROOT / "tests" / "data" / "external_probe"
+
+
+def test_an_entry_point_that_fails_or_names_no_probe_is_an_error_naming_it():
+    from importlib.metadata import EntryPoint
+
+    missing = EntryPoint("gone", "no_such_probe_module:PROBE", "detcheck.probes")
+    with pytest.raises(UsageError, match="probe entry point gone = 'no_such_probe_module:PROBE' "
+                                         r"\(group detcheck.probes\) failed to import: ModuleNotFoundError"):
+        load_entry_points([missing])
+    other = EntryPoint("figures", "harness.probes.kl:FIGURES", "detcheck.probes")
+    with pytest.raises(UsageError, match="probe entry point figures = .* names a tuple, not a ProbeKind"):
+        load_entry_points([other])
+
+
+@pytest.mark.slow
+def test_a_probe_outside_the_tree_found_by_its_entry_point_runs_end_to_end(tmp_path):
+    """tests/data/external_probe: one module and its distribution's entry point (what a package's
+    `[project.entry-points."detcheck.probes"]` installs); plain `detcheck` finds it."""
+    suite = refserver_suite(tmp_path / "ext.toml", ["toy_external"], "[probe.toy_external]\ntokens = 5\n",
+                            config="plain", deterministic=False, prompt_len=(8, 8))
+    out = tmp_path / "run"
+    code = "import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, "run", "--suite", str(suite), "--out", str(out),
+                           "--no-progress", "--format", "md"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env={**os.environ, "PYTHONPATH": f"{EXTERNAL}:{ROOT}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    assert [c["verdict"] for c in result["comparisons"]] == ["same"]
+    assert "| plain | `toy_external` | 2 requests | 2 requests | ✅ same |" in proc.stdout
+    listed = subprocess.run([sys.executable, "-c", code, "probes"], capture_output=True, text=True, cwd=ROOT,
+                            timeout=120, env={**os.environ, "PYTHONPATH": f"{EXTERNAL}:{ROOT}"})
+    assert "toy_external  (exact)" in listed.stdout and "    tokens=3  measured: tokens per request" in listed.stdout

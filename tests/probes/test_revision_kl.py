@@ -19,7 +19,7 @@ from harness.probes.revision_kl import continuations, first_divergence
 from harness.report.rows import rows
 from harness.result_files import read_run, write_run
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
-from harness.stats import Kind, Verdict
+from harness.verdict_stats import Kind, Verdict
 
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]]
 K = 3

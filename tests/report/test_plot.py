@@ -9,7 +9,7 @@ from harness.probes.common import swa_curve
 from harness.report import plot
 from harness.report.markdown import MarkdownReport
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, RunResult, Status
-from harness.stats import Kind
+from harness.verdict_stats import Kind
 from swa_logs import LOG, PLAIN_LOG
 
 REV = {Role.BASE: RevisionInfo("main", "a" * 40), Role.CANDIDATE: RevisionInfo("pr", "b" * 40)}

@@ -11,7 +11,7 @@ from harness.report.rows import (comparison_text, dummy_weights_text, index_item
                                  without_shared_side_notes)
 from harness.result_files import read_run
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, Status
-from harness.stats import Floor, Kind, Verdict, compare_exact, compare_noisy
+from harness.verdict_stats import Floor, Kind, Verdict, compare_exact, compare_noisy
 from harness.textfmt import fmt_pair
 
 RUN = read_run(Path(__file__).resolve().parents[1] / "data" / "h200-pools.json")

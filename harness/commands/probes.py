@@ -1,0 +1,54 @@
+"""detcheck probes: every registered probe (this package's and those of `detcheck.probes` entry
+points) with its kind (exact or noisy metrics), its parameters and their defaults, and its
+one-line doc: what a suite's `probes = [...]` and `[probe.<name>]` tables may name."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Mapping
+
+from harness.plan import WorkloadSpec
+from harness.probes import known_probes
+from harness.probes.base import ProbeKind
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("probes", help="list the probes: kind, parameters with defaults, doc", description=__doc__)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print("\n".join(listing(known_probes())))
+    return 0
+
+
+def listing(probes: Mapping[str, ProbeKind]) -> list[str]:
+    """A block per probe, by name: `name  kind`, its doc, then `key=default` per parameter."""
+    out: list[str] = []
+    for name in sorted(probes):
+        kind = probes[name]
+        out += [f"{name}  ({metric_kinds(kind)})", f"  {kind.summary}"]
+        out += [f"    {p.name}={p.default!r}  {p.role.value}: {p.doc}" for p in kind.params]
+    return out
+
+
+def metric_kinds(kind: ProbeKind) -> str:
+    """The kinds of the metrics a probe plans under its defaults, in words: "exact", "noisy", or
+    per mode where deterministic inference changes them ("exact under deterministic mode, noisy
+    otherwise")."""
+    if kind.planned is None:
+        return "metrics not declared"
+    planned = kind.planned
+    params, workload = kind.defaults(), WorkloadSpec()
+
+    def kinds(deterministic: bool) -> str:
+        return " and ".join(sorted({m.kind.value for m in planned(params, workload, deterministic)}))
+    det, other = kinds(True), kinds(False)
+    return det if det == other else f"{det} under deterministic mode, {other} otherwise"
+
+
+def docs_table(probes: Mapping[str, ProbeKind]) -> list[str]:
+    """docs/PROBES.md's table of the shipped probes, one row per probe from its declarations
+    (tests/probes/test_registry.py checks the file holds exactly this)."""
+    rows = [f"| `{name}` | {metric_kinds(probes[name])} | {probes[name].summary} |" for name in sorted(probes)]
+    return ["| probe | metrics | what it checks |", "|---|---|---|", *rows]
