@@ -49,10 +49,10 @@ from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
 from harness.gitcmd import fixed_identity_env, git, git_argv, git_run
 from harness.paths import PROJECT_ROOT, cache_dir, file_lock, safe_name
 from harness.revisions import Revision
-from harness.plan import load_suite
-from harness.probes import known_probes
-from harness.run import RunRequest, execute, plan
-from harness.schedule import check_slot_count, cpu_slots
+from harness.jobs import RunRequest
+from harness.pipeline.plan import plan_request
+from harness.run import execute
+from harness.pipeline.slots import check_slot_count, cpu_slots
 from harness.stats import Verdict, combine_verdicts
 from harness.targets import get_target
 from harness.textfmt import fmt_pair
@@ -320,8 +320,7 @@ def _bisect(spec: BisectSpec, bad_ref: str, say: Callable[[str], None], slots: i
         raise UsageError("--good and --bad are the same commit")
     if git_run(spec.repo, "merge-base", "--is-ancestor", good.sha, bad.sha).returncode:
         raise UsageError(f"--good {good.ref} is not an ancestor of --bad {bad.ref}")
-    suite = load_suite(spec.suite, known_probes())
-    plan(suite, _request(spec, bad.sha, 1))  # bad input: exit 2 now
+    suite, _ = plan_request(_request(spec, bad.sha, 1))  # bad input: exit 2 now
     n = int(git(spec.repo, "rev-list", "--count", f"{good.sha}..{bad.sha}"))
     kary = slots > 1 or rounds is not None
     evaluator = rounds or local_round

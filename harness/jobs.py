@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.envs import EnvOptions
-from harness.plan import ConfigSpec, ServerConfig
+from harness.suite import ConfigSpec, ServerConfig
 from harness.results import Launch, ProbeOutput, Role, Status
 from harness.revisions import Revision
-from harness.schedule import Slot
-from harness.start_order import StartOrder
+from harness.pipeline.slots import Slot
+from harness.pipeline.start_order import StartOrder
 from harness.server import ServerProcess
 from harness.store import CellKey
 from harness.targets import Target

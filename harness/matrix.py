@@ -4,7 +4,7 @@ Each [[entry]] becomes one nox session `validate(<name>)` and one `detcheck matr
 <name>`. How many GPUs one server spans is declared (`gpus_per_server`) or read from the
 configurations' own --tp-size/--dp-size/--pp-size/--ep-size and context-parallel flags
 (`configs.gpus_per_server`, the widest configuration of the entry's suites); the entry's GPUs fall into gpus ÷ that groups, each a fixed
-CUDA_VISIBLE_DEVICES set (`device_groups`), and harness.schedule turns the groups into server
+CUDA_VISIBLE_DEVICES set (`device_groups`), and harness.pipeline.slots turns the groups into server
 slots: servers_per_gpu servers on each group, or one. Two groups or more: base and candidate
 side by side; one: in turn (a one-GPU server on a one-GPU entry: both servers on the card).
 A refserver entry's GPUs are modelled (the reference server checks that it sees as many
@@ -26,7 +26,7 @@ from pathlib import Path
 from harness import estimates
 from harness.errors import UsageError
 from harness.params import reject_unknown
-from harness.plan import check_reserved, read_toml
+from harness.suite import check_reserved, read_toml
 from harness.targets import TARGET_NAMES
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "gpus_per_server", "suites", "target",
@@ -54,7 +54,7 @@ class MatrixEntry:
     # Servers that fit on one GPU at once (their memory flags in server_args); None: one server
     # per role's half of the GPUs.
     servers_per_gpu: int | None = None
-    # The start order of the entry's pool (harness.start_order): earlier runs whose job times put
+    # The start order of the entry's pool (harness.pipeline.start_order): earlier runs whose job times put
     # the longest jobs first (paths as resolved from the matrix file), and one server per model
     # first.
     order_from: tuple[Path, ...] = ()

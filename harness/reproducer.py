@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from harness.client import Logprobs, generate_body
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes import PROBES
 from harness.probes.common import value_label
 from harness.probes.determinism import batch as determinism_batch

@@ -44,14 +44,15 @@ from harness.jobs import RunRequest
 from harness.matrix import MatrixEntry, load_matrix
 from harness.observer import QuietObserver
 from harness.paths import PROJECT_ROOT
-from harness.plan import load_suite
+from harness.suite import load_suite
 from harness.probes import known_probes
 from harness.recorder import RunRecorder
 from harness.result_files import read_run, run_files, write_run
 from harness.results import Role, RunResult
 from harness.revisions import Revision
-from harness.run import both_sides_together, cell_order, execute, plan
-from harness.schedule import entry_slots, suite_gpus_per_server
+from harness.pipeline.plan import both_sides_together, cell_order, plan
+from harness.run import execute
+from harness.pipeline.slots import entry_slots, suite_gpus_per_server
 
 SLURM_DIR = "slurm"  # under a suite's run directory: one folder per job
 BOTH = "both"

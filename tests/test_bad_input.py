@@ -195,7 +195,7 @@ def test_bad_input_exits_2_and_launches_nothing(tmp_path, bare_python, no_leftov
 def test_a_mistyped_ref_or_suite_names_the_closest_one(tmp_path):
     from conftest import make_sglang_repo, refserver_suite
     from harness.errors import UsageError
-    from harness.plan import load_suite
+    from harness.suite import load_suite
     from harness.revisions import Revision
 
     repo = make_sglang_repo(tmp_path)

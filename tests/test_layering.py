@@ -9,7 +9,7 @@ import subprocess
 from conftest import ROOT
 
 STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.bounded", "harness.redaction", "harness.gitcmd", "harness.configs",
-               "harness.targets", "harness.plan", "harness.matrix", "harness.estimates", "harness.demo",
+               "harness.targets", "harness.suite", "harness.matrix", "harness.estimates", "harness.demo",
                "harness.nvidia_smi")
 
 
@@ -78,7 +78,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_module_level_import_cycle_type_checking_ones_included():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check can fail
     graph = _module_graph()
-    assert "harness.plan" not in graph["harness.targets"] and "harness.run" not in graph["harness.recorder"]
+    assert "harness.suite" not in graph["harness.targets"] and "harness.run" not in graph["harness.recorder"]
     assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
 
 

@@ -16,7 +16,7 @@ from harness import stats
 from harness.client import SGLangClient
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
-from harness.plan import ServerConfig, WorkloadSpec
+from harness.suite import ServerConfig, WorkloadSpec
 from harness.results import CellResult, Metric, ProbeOutput, Role
 from harness.sequential import WORKLOAD_GROWTH, look_alpha
 from harness.server import ServerProcess

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from harness import stats
 from harness.client import Logprobs
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, descriptive, metric, parameter,
                                  register, summary)
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_outputs, describe_kl,
