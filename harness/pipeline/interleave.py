@@ -141,14 +141,24 @@ def joined(probe: str, earlier: Outcome, later: Outcome) -> Outcome:
     """An interleaved probe's rounds of two looks as one side's outcome (a failed later look ends it)."""
     if later.status != Status.OK:
         return later
+    assert earlier.output is not None and later.output is not None, "OK outcomes carry their output"
     placed = {**later.output.facts}
     placed["first_side"] = [*earlier.output.facts.get("first_side", []), *later.output.facts.get("first_side", [])]
-    output = with_path(PROBES[probe].merge([earlier.output, later.output]), [earlier.output, later.output])
+    output = merged_rounds(probe, [earlier, later])
     output = dataclasses.replace(output, facts={**output.facts, **{k: placed[k] for k in PLACEMENT_FACTS if k in placed}})
     return Outcome(Status.OK, "", later.log_tail, output, wall_s=round((earlier.wall_s or 0.0) + (later.wall_s or 0.0), 3))
 
 
 PLACEMENT_FACTS = ("placement", "first_side", "placement_seed")
+
+
+def merged_rounds(probe: str, outcomes: list[Outcome]) -> ProbeOutput:
+    """An interleaved probe's OK outcomes of one side merged by its `merge` (an interleaved probe
+    has one), their path proofs and foreign processes as one."""
+    merge = PROBES[probe].merge
+    outputs = [o.output for o in outcomes if o.output is not None]
+    assert merge is not None and len(outputs) == len(outcomes), "OK rounds of an interleaved probe"
+    return with_path(merge(outputs), outputs)
 
 
 def with_path(output: ProbeOutput, parts: list[ProbeOutput]) -> ProbeOutput:
@@ -208,7 +218,7 @@ def first_sides(rounds: range, at_once: bool, seed: int) -> list[int]:
 def merged(probe: str, outcomes: list[Outcome], placement: dict) -> Outcome:
     """One side's rounds as one output, with how the rounds were placed among its facts."""
     try:
-        output = with_path(PROBES[probe].merge([o.output for o in outcomes]), [o.output for o in outcomes])
+        output = merged_rounds(probe, outcomes)
     except VacuousResult as exc:
         return Outcome(Status.ERROR, f"vacuous: {exc}")
     output = dataclasses.replace(output, facts={**output.facts, **placement})

@@ -70,6 +70,10 @@ class Run:
                            *(f"{k}={v}" for k, v in sorted(self.req.role_env.get(role, {}).items()))]),
                        interpreter=interpreter_id(self.targets[role].python))
 
+    def stored_cell(self, key: CellKey | None) -> CellResult | None:
+        """The cell the store held for `key` when the run opened (None: none, or no key)."""
+        return self.stored.get(key) if key is not None else None
+
     def save(self, partial: bool) -> RunResult:
         """results.json as it stands; `partial`: pairs still missing a side are left out."""
         with self.saving, self.recorder.clock("writing"):

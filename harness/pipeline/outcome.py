@@ -29,9 +29,9 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     """One probe on the job's server (of an interleaved probe, only `rounds`); whatever goes
     wrong fails this cell, not the suite."""
     server = job.server
-    if not server.alive():
-        return Outcome(Status.ERROR, f"server {exit_text(server.proc.poll())} before this probe",
-                       server.log_tail())
+    assert server is not None and server.proc is not None, "a probe runs once launch_server has started its server"
+    if (code := server.proc.poll()) is not None:  # not alive: it has exited
+        return Outcome(Status.ERROR, f"server {exit_text(code)} before this probe", server.log_tail())
     ctx = ProbeContext(client=client, server=server, config=job.cp.server, workload=job.cp.workloads[probe],
                        params=run.suite.probe_spec(probe).params, server_info=job.server_info,
                        advance=run.observer.probing(job.cp.spec.name, job.role.value, probe), rounds=rounds)
@@ -94,8 +94,9 @@ def record_cell(run: Run, job: Job, probe: str, outcome: Outcome) -> None:
     cell = run.recorder.cell(job, probe, outcome)
     # An error (the harness could not measure) is in results.json, never in the store: it is
     # no result about the revision, and the next run measures the cell again.
-    if job.keys[probe] is not None and cell.status != Status.ERROR:
-        run.store.put(job.keys[probe], cell)
+    key = job.keys[probe]
+    if key is not None and cell.status != Status.ERROR:
+        run.store.put(key, cell)
     run.recorder.add(cell, reused=False, observer=run.observer)
 
 
@@ -130,6 +131,7 @@ def rejection_cause(log_tail: str) -> str | None:
 def died(server: ServerProcess, dying_s: float = 0.0) -> str:
     """` (server was killed by SIGKILL)` once it is gone; one that dropped the connection gets
     `dying_s` to finish exiting, so its exit is reported rather than raced."""
+    assert server.proc is not None, "a server that ran a probe was started"
     try:
         code = server.proc.wait(timeout=dying_s)
     except subprocess.TimeoutExpired:

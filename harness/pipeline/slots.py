@@ -74,7 +74,8 @@ class Unit:
 
 
 class Waiting(Protocol):
-    roles: tuple[Role, ...]
+    @property
+    def roles(self) -> tuple[Role, ...]: ...
 
 
 U = TypeVar("U", bound=Waiting)
@@ -91,7 +92,7 @@ def cpu_slots(count: int) -> tuple[Slot, ...]:
     return tuple(Slot() for _ in range(max(1, count)))
 
 
-def default_slot_count(target: str) -> int:
+def default_slot_count(target: str | None) -> int:
     """The reference server is one CPU-bound process: half the cores leaves room for the harness
     and the probes' clients. SGLang without a matrix entry: the two servers of one configuration
     (as interleaving already has them), since what else fits on the GPU is not known."""

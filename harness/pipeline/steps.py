@@ -18,7 +18,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeGuard
 
 from harness import path_proof
 from harness.capabilities import Capabilities, NotExpressible, revision_capabilities
@@ -66,6 +66,7 @@ def stop_job(run: Run, job: Job) -> None:
         with run.recorder.clock("teardown"):
             job.server.stop()
             scrub_file(job.server.log_path, job.secrets)
+        assert job.launch is not None, "launch_server records the launch of every server it starts"
         run.recorder.ended(job.launch, time.time())
 
 
@@ -79,7 +80,7 @@ def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
                secrets=environment_secrets({**os.environ, **env}, cp.server.args))
 
 
-def reusable(stored: CellResult | None) -> bool:
+def reusable(stored: CellResult | None) -> TypeGuard[CellResult]:
     """A stored cell stands for this run's: an exact one; a noisy one is measured again."""
     return stored is not None and not stored.noisy
 
@@ -90,7 +91,7 @@ def reuse_stored(run: Run, job: Job) -> bool:
     not comparable with this run's, so both sides of a noisy comparison are measured in the
     same run (the stored one is kept in the cell's metadata, for reference only)."""
     for probe in job.cp.probes:
-        stored = run.stored.get(job.keys[probe]) if job.keys[probe] is not None else None
+        stored = run.stored_cell(job.keys[probe])
         if reusable(stored):
             run.recorder.add(stored.with_role(job.role).as_reused(), reused=True, observer=run.observer)
             continue
@@ -203,7 +204,8 @@ def run_probes(run: Run, job: Job) -> bool:
     client = open_client(run, job)
     for probe in job.todo:
         outcome = probe_outcome(run, job, client, probe)
-        if PROBES[probe].interleaved and outcome.status == Status.OK:  # its sides were not up together
+        if PROBES[probe].interleaved and outcome.status == Status.OK and outcome.output is not None:
+            # its sides were not up together
             outcome = dataclasses.replace(outcome, output=dataclasses.replace(
                 outcome.output, facts={**outcome.output.facts, **IN_TURN}))
         record_cell(run, job, probe, outcome)
@@ -217,6 +219,7 @@ IN_TURN = {"placement": "in turn"}
 
 def open_client(run: Run, job: Job) -> SGLangClient:
     """A client of the job's server; what the server says about itself goes in the metadata."""
+    assert job.server is not None, "a client is opened once launch_server has started the job's server"
     client = SGLangClient(job.server.url, timeout_s=run.suite.request_timeout_s)
     try:
         job.server_info = client.server_info()

@@ -6,6 +6,7 @@ or on servers of each side started again (`verify_relaunched`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from typing import Iterator
@@ -36,7 +37,7 @@ def verify_row(run: Run, config: str, probe: str, clients: dict[Role, SGLangClie
     against a reference configuration (`Form.reference`) to `reference`'s servers too, and left
     for verify_relaunched where they are not given (the row's own servers still up)."""
     rep = unverified(run, config, probe)
-    if rep is None or run.req.reproducer_budget <= 0 or run.cancelled.is_set():
+    if rep is None or rep.form is None or run.req.reproducer_budget <= 0 or run.cancelled.is_set():
         return
     if rep.form.reference and reference is None:
         return
@@ -58,25 +59,24 @@ def verify_relaunched(run: Run) -> None:
     if run.req.reproducer_budget <= 0 or run.cancelled.is_set():
         return
     for cp in run.plans:
-        todo = [probe for probe in cp.probes if unverified(run, cp.spec.name, probe) is not None]
+        todo = {probe: rep for probe in cp.probes if (rep := unverified(run, cp.spec.name, probe)) is not None}
         if not todo:
             continue
         with reproducer_servers(run, cp) as (clients, failure):
-            for probe in todo:
-                rep = unverified(run, cp.spec.name, probe)
-                if failure or not rep.form.reference:
-                    verify_on(run, cp.spec.name, probe, clients, failure)
+            for probe, rep in todo.items():
+                name = rep.form.reference if rep.form is not None else None
+                if failure or not name:
+                    verify_on(run, rep, cp.spec.name, probe, clients, failure)
                     continue
-                with reference_servers(run, cp, rep.form.reference) as (reference, ref_failure):
-                    verify_on(run, cp.spec.name, probe, clients, ref_failure, reference)
+                with reference_servers(run, cp, name) as (reference, ref_failure):
+                    verify_on(run, rep, cp.spec.name, probe, clients, ref_failure, reference)
 
 
-def verify_on(run: Run, config: str, probe: str, clients: dict[Role, SGLangClient], failure: str,
+def verify_on(run: Run, rep: Reproducer, config: str, probe: str, clients: dict[Role, SGLangClient], failure: str,
               reference: dict[Role, SGLangClient] | None = None) -> None:
-    """The row's reproducer verified on relaunched servers, or said not to be and why."""
+    """The row's reproducer `rep` verified on relaunched servers, or said not to be and why."""
     if failure:
-        run.recorder.verified(config, probe, not_verified(unverified(run, config, probe), failure, "relaunched",
-                                                          run.req.reproducer_budget))
+        run.recorder.verified(config, probe, not_verified(rep, failure, "relaunched", run.req.reproducer_budget))
     else:
         verify_row(run, config, probe, clients, "relaunched", reference)
 
@@ -124,7 +124,7 @@ def reproducer_servers(run: Run, cp: ConfigPlan, label: str = "", first_slot: in
                 break
             secrets |= set(environment_secrets({**os.environ, **env}, cp.server.args, caps.secret_flags))
             launched = launch(
-                lambda port, target=target, args=args: target.launch_argv(cp.server, args, port),
+                functools.partial(target.launch_argv, cp.server, args),
                 target.env(worktree, env),
                 server_log(run.req.out_dir, label, role, run.req.revision(role).short()),
                 worktree, run.suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES,
@@ -141,4 +141,4 @@ def reproducer_servers(run: Run, cp: ConfigPlan, label: str = "", first_slot: in
     finally:
         for server in servers.values():
             server.stop()
-            scrub_file(server.log_path, secrets)
+            scrub_file(server.log_path, tuple(secrets))
