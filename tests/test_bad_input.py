@@ -152,7 +152,7 @@ CASES = {
     "config-negative-interval": (edit_suite("deterministic = true", "deterministic = true\nmamba_track_interval = -5"),
                                  r"\[\[config\]\] 'only'\.mamba_track_interval: -5 is out of range"),
     "timeout-nan": (edit_suite("startup_timeout_s = 60", "startup_timeout_s = nan"),
-                    r"\[server\]\.startup_timeout_s must be a number of seconds in \(0, 86400\], got nan"),
+                    r"\[server\]\.startup_timeout_s: must be a number of seconds in \(0, 86400\], got nan"),
     "config-name-too-long": (edit_suite('name = "only"', f'name = "{"x" * 500}"'),
                              r"\[\[config\]\] #1\.name: 'x{10}.*must be 1-64 ASCII letters"),
     "config-name-not-ascii": (edit_suite('name = "only"', 'name = "ünïcode"'),

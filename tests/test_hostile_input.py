@@ -53,7 +53,7 @@ def test_a_help_that_hangs_says_it_timed_out_not_an_exit_code(tmp_path):
 def test_a_nested_table_as_a_suite_env_value_is_bad_input(tmp_path):
     suite = refserver_suite(tmp_path / "s.toml", ["kl"])
     suite.write_text(suite.read_text().replace("[workload]", "[server.env]\nNESTED = { a = 1 }\n[workload]", 1))
-    with pytest.raises(UsageError, match=r"\[server\]\.env\.NESTED must be a string or a number, not a table"):
+    with pytest.raises(UsageError, match=r"\[server\]\.env\.NESTED: must be a string or a number, not a table"):
         load_suite(suite)
     suite.write_text(suite.read_text().replace("NESTED = { a = 1 }", 'PLAIN = "1"'))
     assert load_suite(suite).server_env == {"PLAIN": "1"}
