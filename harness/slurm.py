@@ -2,7 +2,7 @@
 
 **A matrix entry** (`detcheck matrix run ENTRY --slurm`): one Slurm job per (revision,
 configuration); a configuration whose probes measure both sides together (an interleaved
-noisy probe, a sequential one: `run.both_sides_together`) is one job of both, so that its
+noisy probe, a sequential one: `pipeline.plan.both_sides_together`) is one job of both, so that its
 rounds still alternate between two servers up at once. Each job runs `python -m harness.slurm
 work …` on its node: the entry's slots laid over the GPUs Slurm gave the job (its
 CUDA_VISIBLE_DEVICES; `--gres=gpu:N` is asked for an entry with real GPUs), the servers bound
