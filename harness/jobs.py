@@ -1,7 +1,7 @@
 """The units the pipeline passes around: what was asked (`RunRequest`), a configuration's
 plan (`ConfigPlan`), one configuration on one revision (`Job`) and how one probe ended on it
-(`Outcome`). Below both `run` (which drives jobs) and `recorder` (which turns outcomes into
-cells), so neither needs the other's types.
+(`Outcome`). Below both the pipeline (harness/pipeline/, which drives jobs) and `recorder`
+(which turns outcomes into cells), so neither needs the other's types.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Planning, the first stage: which configurations and probes a request runs (`plan`), and
+"""Planning: which configurations and probes a request runs (`plan`), and
 how its jobs group into units and order their cells. Pure over the suite and the request:
 nothing here checks anything out or starts anything.
 """
