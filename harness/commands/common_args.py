@@ -149,7 +149,7 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_start_order_args(p: argparse.ArgumentParser) -> None:
-    """Which waiting job starts next when there are more jobs than slots (harness.pipeline.start_order)."""
+    """Which waiting job starts next when there are more jobs than slots (harness.start_order)."""
     p.add_argument("--order-from", action="append", default=[], type=Path, metavar="PATH",
                    help="start the longest jobs first, their times read from earlier runs: a results.json, "
                         "a run directory, or a folder of them (a matrix run's --out); repeatable. A job no "
