@@ -40,7 +40,7 @@ from harness.result_files import read_run
 from harness.results import RunResult, Status
 from harness.revisions import Revision
 from harness.run import RunRequest, execute
-from harness.schedule import cpu_slots
+from harness.pipeline.slots import cpu_slots
 
 MODES = {"alternating": False, "at once": True}
 LEVELS = (1, 2)

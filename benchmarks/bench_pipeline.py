@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from _common import ROOT, covered, scratch, two_commits
-from harness.plan import load_suite
+from harness.suite import load_suite
 from harness.probes import known_probes
 from harness.revisions import Revision
 from harness.run import RunRequest, execute

@@ -36,7 +36,7 @@ from harness.metadata import revision_interpreter_metadata
 from harness.results import RunResult
 from harness.revisions import Revision
 from harness.run import RunRequest, execute
-from harness.schedule import cpu_slots, default_slot_count
+from harness.pipeline.slots import cpu_slots, default_slot_count
 from harness.targets import get_target
 
 

@@ -30,7 +30,7 @@ from harness.probes import PROBES
 from harness.results import CellResult, Metric, RevisionInfo, Role, Status
 from harness.revisions import Revision
 from harness.run import RunRequest, execute
-from harness.schedule import cpu_slots
+from harness.pipeline.slots import cpu_slots
 from harness.sequential import Look, LookState
 from harness.verdict_stats import Kind, Verdict
 

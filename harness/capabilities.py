@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.errors import LaunchError
 from harness.paths import sha_cache_file
 from harness.result_files import atomic_write_text
-from harness.plan import Features
+from harness.suite import Features
 from harness.redaction import environment_secrets, help_secret_flags, scrub
 from harness.targets import Target
 

@@ -1,7 +1,7 @@
 """What a configuration is, resolved: the features a suite names (`Features`,
 `SpeculativeSpec`) and a configuration made concrete for one target (`ServerConfig`).
 
-The facts layer (standard library only): `plan` builds these from suites, `targets` turns a
+The facts layer (standard library only): `suite` builds these from suite files, `targets` turns a
 `ServerConfig` into a launch command, and neither imports the other.
 """
 

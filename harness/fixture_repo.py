@@ -10,19 +10,21 @@ same shas and stored results are reused across demo runs.
 from __future__ import annotations
 
 import shutil
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.gitcmd import fixed_identity_env, git
 from harness.paths import PROJECT_ROOT
+from harness.typed_toml import TomlTable
 
 FIXTURES = PROJECT_ROOT / "fixtures"
 REGRESSIONS_FILE = FIXTURES / "regressions.toml"
 PACKAGE = "refserver"
 RELEASE_FILE = "release.py"
 RELEASE_MARKER = "# release-line"
+# What a [<name>] table of regressions.toml may set.
+REGRESSION_KEYS = ("file", "replace", "description", "hook")
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,14 @@ class Regression:
 
 
 def load_regressions(path: Path = REGRESSIONS_FILE) -> dict[str, Regression]:
-    raw = tomllib.loads(path.read_text())
-    return {name: Regression(name=name, file=t["file"], replace=t["replace"],
-                             description=t.get("description", ""), hook=t.get("hook", ""))
-            for name, t in raw.items()}
+    regressions = TomlTable.read(path, "regressions")
+    return {name: _regression(name, regressions.table(name)) for name in regressions.raw}
+
+
+def _regression(name: str, table: TomlTable) -> Regression:
+    table.check_keys(REGRESSION_KEYS)
+    return Regression(name=name, file=table.string("file"), replace=table.string("replace"),
+                      description=table.string("description", ""), hook=table.string("hook", ""))
 
 
 def set_release(package_parent: Path, release: str) -> None:

@@ -1,7 +1,7 @@
 """The units the pipeline passes around: what was asked (`RunRequest`), a configuration's
 plan (`ConfigPlan`), one configuration on one revision (`Job`) and how one probe ended on it
-(`Outcome`). Below both `run` (which drives jobs) and `recorder` (which turns outcomes into
-cells), so neither needs the other's types.
+(`Outcome`). Below both the pipeline (harness/pipeline/, which drives jobs) and `recorder`
+(which turns outcomes into cells), so neither needs the other's types.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.envs import EnvOptions
-from harness.plan import ConfigSpec, ServerConfig
+from harness.suite import ConfigSpec, ServerConfig
 from harness.results import Launch, ProbeOutput, Role, Status
 from harness.revisions import Revision
-from harness.schedule import Slot
-from harness.start_order import StartOrder
+from harness.pipeline.slots import Slot
+from harness.pipeline.start_order import StartOrder
 from harness.server import ServerProcess
 from harness.store import CellKey
 from harness.targets import Target

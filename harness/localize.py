@@ -43,9 +43,9 @@ from harness.result_files import atomic_write_json, atomic_write_text, read_json
 from harness.results import REPRODUCER_PORT, ProbeComparison, Role, RunResult
 from harness.revisions import Revision
 from harness.server import launch
-from harness.verdict_stats import Kind, Verdict
 from harness.targets import TRANSIENT_LAUNCH_FAILURES, Target
 from harness.textfmt import fmt, md_code, md_table, plural
+from harness.verdict_stats import Kind, Verdict
 from harness.verify import post_all
 
 SCHEMA = 1

@@ -4,7 +4,7 @@ Each [[entry]] becomes one nox session `validate(<name>)` and one `detcheck matr
 <name>`. How many GPUs one server spans is declared (`gpus_per_server`) or read from the
 configurations' own --tp-size/--dp-size/--pp-size/--ep-size and context-parallel flags
 (`configs.gpus_per_server`, the widest configuration of the entry's suites); the entry's GPUs fall into gpus ÷ that groups, each a fixed
-CUDA_VISIBLE_DEVICES set (`device_groups`), and harness.schedule turns the groups into server
+CUDA_VISIBLE_DEVICES set (`device_groups`), and harness.pipeline.slots turns the groups into server
 slots: servers_per_gpu servers on each group, or one. Two groups or more: base and candidate
 side by side; one: in turn (a one-GPU server on a one-GPU entry: both servers on the card).
 A refserver entry's GPUs are modelled (the reference server checks that it sees as many
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from harness import estimates
 from harness.errors import UsageError
-from harness.params import reject_unknown
-from harness.plan import check_reserved, read_toml
+from harness.suite import check_reserved
 from harness.targets import TARGET_NAMES
+from harness.typed_toml import TomlTable
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "gpus_per_server", "suites", "target",
                "server_args", "env", "order_from", "first_per_model", "runner", "est_time", "partitions"}
@@ -54,7 +54,7 @@ class MatrixEntry:
     # Servers that fit on one GPU at once (their memory flags in server_args); None: one server
     # per role's half of the GPUs.
     servers_per_gpu: int | None = None
-    # The start order of the entry's pool (harness.start_order): earlier runs whose job times put
+    # The start order of the entry's pool (harness.pipeline.start_order): earlier runs whose job times put
     # the longest jobs first (paths as resolved from the matrix file), and one server per model
     # first.
     order_from: tuple[Path, ...] = ()
@@ -105,8 +105,7 @@ class MatrixEntry:
             return [(self.name, 0, self.estimate())]
         groups = estimates.lpt_partition(list(range(len(self.suites))), self.suite_estimates(), self.partitions)
         times = self.suite_estimates()
-        return [(f"{self.name}-{k}of{len(groups)}", k,
-                 None if any(times[i] is None for i in g) else round(sum(times[i] for i in g), 1))
+        return [(f"{self.name}-{k}of{len(groups)}", k, _total([times[i] for i in g]))
                 for k, g in enumerate(groups, start=1)]
 
     @property
@@ -171,12 +170,9 @@ class Matrix:
 
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
-    raw = read_toml(path, "matrix")
-    reject_unknown(f"{path}: top level", raw, ("entry",))
-    items = raw.get("entry")
-    if not isinstance(items, list) or not items:
-        raise UsageError(f"{path}: needs at least one [[entry]]")
-    entries = tuple(_entry(path, item, i) for i, item in enumerate(items))
+    top = TomlTable.read(path, "matrix")
+    top.check_keys(("entry",))
+    entries = tuple(_entry(top, item, i) for i, item in enumerate(top.array("entry", "[[entry]]")))
     seen: dict[str, int] = {}
     for i, e in enumerate(entries):
         if e.name in seen:
@@ -186,71 +182,65 @@ def load_matrix(path: str | Path) -> Matrix:
     return Matrix(path, entries)
 
 
-def _entry(path: Path, raw: object, index: int) -> MatrixEntry:
-    where = f"{path}: [[entry]] #{index + 1}"
-    if not isinstance(raw, dict):
-        raise UsageError(f"{where} must be a table")
-    reject_unknown(where, raw, _ENTRY_KEYS)
-    name = raw.get("name")
+def _entry(top: TomlTable, raw: object, index: int) -> MatrixEntry:
+    path = top.path
+    entry = top.item(raw, f"[[entry]] #{index + 1}")
+    entry.check_keys(_ENTRY_KEYS)
+    name = entry.raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise UsageError(f"{where}.name: must be a string of letters, digits, '_', '.', '-'")
-    where = f"{path}: [[entry]] {name!r}"
-    gpus = raw.get("gpus", 0)
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= MAX_GPUS:
-        raise UsageError(f"{where}.gpus: must be an integer from 0 to {MAX_GPUS}")
-    target = raw.get("target")
+        raise entry.error("name", "must be a string of letters, digits, '_', '.', '-'")
+    entry = entry.named(f"[[entry]] {name!r}")
+    gpus = entry.integer("gpus", 0, 0, MAX_GPUS)
+    target = entry.raw.get("target")
     if target is not None and target not in TARGET_NAMES:
-        raise UsageError(f"{where}.target: {target!r} is not one of {', '.join(TARGET_NAMES)}")
-    gpu = raw.get("gpu", "")
+        raise entry.error("target", f"{target!r} is not one of {', '.join(TARGET_NAMES)}")
+    gpu = entry.raw.get("gpu", "")
     if not isinstance(gpu, str) or (gpus > 0 and not gpu and target != "refserver"):
-        raise UsageError(f"{where}.gpu: must name the GPU kind (e.g. \"H200\") when gpus > 0")
-    per_server = raw.get("gpus_per_server")
+        raise entry.error("gpu", "must name the GPU kind (e.g. \"H200\") when gpus > 0")
+    per_server = entry.raw.get("gpus_per_server")
     if per_server is not None and (not isinstance(per_server, int) or isinstance(per_server, bool)
                                    or not 1 <= per_server <= max(gpus, 1) or gpus == 0):
-        raise UsageError(f"{where}.gpus_per_server: must be an integer from 1 to gpus ({gpus}), on an entry "
-                         f"with gpus >= 1")
-    suites = _strings(where, raw, "suites")
+        raise entry.error("gpus_per_server", f"must be an integer from 1 to gpus ({gpus}), on an entry with gpus >= 1")
+    suites = entry.strings("suites")
     if not suites:
-        raise UsageError(f"{where}.suites: list at least one suite file")
+        raise entry.error("suites", "list at least one suite file")
     resolved = []
     for s in suites:
         suite = (path.parent / s).resolve()
         if not suite.is_file():
-            raise UsageError(f"{where}.suites: {s!r} not found (looked at {suite})")
+            raise entry.error("suites", f"{s!r} not found (looked at {suite})")
         resolved.append(suite)
-    env = raw.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, (str, int, float)) for v in env.values()):
-        raise UsageError(f"{where}.env: must be a table of strings")
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise UsageError(f"{where}.description: must be a string")
-    server_args = _strings(where, raw, "server_args")
-    check_reserved(server_args, f"{where}.server_args")
-    servers_per_gpu = raw.get("servers_per_gpu")
+    env = entry.env()
+    description = entry.string("description", "")
+    server_args = entry.strings("server_args")
+    check_reserved(server_args, f"{entry.label}.server_args")
+    servers_per_gpu = entry.raw.get("servers_per_gpu")
     if servers_per_gpu is not None and not valid_servers_per_gpu(servers_per_gpu, gpus):
-        raise UsageError(f"{where}.servers_per_gpu: must be an integer from 1 to {MAX_SERVERS_PER_GPU}, "
-                         f"on an entry with gpus >= 1")
-    order_from = tuple((path.parent / p).resolve() for p in _strings(where, raw, "order_from"))
+        raise entry.error("servers_per_gpu", f"must be an integer from 1 to {MAX_SERVERS_PER_GPU}, on an entry "
+                                             f"with gpus >= 1")
+    order_from = tuple((path.parent / p).resolve() for p in entry.strings("order_from"))
     if missing := [p for p in order_from if not p.exists()]:
-        raise UsageError(f"{where}.order_from: {', '.join(map(str, missing))} not found")
-    first_per_model = raw.get("first_per_model", False)
-    if not isinstance(first_per_model, bool):
-        raise UsageError(f"{where}.first_per_model: must be true or false")
-    runner = raw.get("runner", "")
-    if not isinstance(runner, str) or (runner and not _LABEL.match(runner)):
-        raise UsageError(f"{where}.runner: must be a runner label of letters, digits, '_', '.', '-' (e.g. \"2-gpu-h100\")")
-    est_time = raw.get("est_time")
+        raise entry.error("order_from", f"{', '.join(map(str, missing))} not found")
+    first_per_model = entry.boolean("first_per_model", False)
+    runner = entry.string("runner", "")
+    if runner and not _LABEL.match(runner):
+        raise entry.error("runner", "must be a runner label of letters, digits, '_', '.', '-' (e.g. \"2-gpu-h100\")")
+    est_time = entry.raw.get("est_time")
     if est_time is not None and (not isinstance(est_time, (int, float)) or isinstance(est_time, bool)
                                  or not 0 < est_time < 7 * 86400):
-        raise UsageError(f"{where}.est_time: must be seconds, more than 0 and less than a week")
-    partitions = raw.get("partitions", 1)
-    if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
-        raise UsageError(f"{where}.partitions: must be an integer from 1 to {MAX_PARTITIONS}")
+        raise entry.error("est_time", "must be seconds, more than 0 and less than a week")
+    partitions = entry.integer("partitions", 1, 1, MAX_PARTITIONS)
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
-                       runner=runner, est_time=None if est_time is None else float(est_time), partitions=partitions,
-                       server_args=server_args, servers_per_gpu=servers_per_gpu,
-                       env={str(k): str(v) for k, v in env.items()}, description=description,
-                       order_from=order_from, first_per_model=first_per_model, gpus_per_server=per_server)
+                       runner=runner, est_time=None if est_time is None else float(est_time),
+                       partitions=partitions, server_args=server_args, servers_per_gpu=servers_per_gpu, env=env,
+                       description=description, order_from=order_from, first_per_model=first_per_model,
+                       gpus_per_server=per_server)
+
+
+def _total(seconds: list[float | None]) -> float | None:
+    """The seconds of a job of suites, None where one of them is untimed."""
+    timed = [s for s in seconds if s is not None]
+    return round(sum(timed), 1) if len(timed) == len(seconds) else None
 
 
 def valid_servers_per_gpu(count: object, gpus: int) -> bool:
@@ -258,13 +248,6 @@ def valid_servers_per_gpu(count: object, gpus: int) -> bool:
     from 1 to MAX_SERVERS_PER_GPU, on an entry with GPUs."""
     return (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_SERVERS_PER_GPU
             and gpus >= 1)
-
-
-def _strings(where: str, raw: dict, key: str) -> tuple[str, ...]:
-    value = raw.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise UsageError(f"{where}.{key}: must be a list of strings")
-    return tuple(value)
 
 
 def gpu_names() -> list[str] | None:

@@ -20,10 +20,10 @@ from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub, scrub_all
 from harness.results import CellResult, Launch, ProbeComparison, Reproducer, Role, RunResult
-from harness.start_order import StartOrder
+from harness.pipeline.start_order import StartOrder
 
 if TYPE_CHECKING:
-    from harness.plan import Suite
+    from harness.suite import Suite
 
 
 def utc_now() -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from harness.client import Logprobs, generate_body
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.results import CellResult, Reproducer, Request
 from harness.textfmt import fmt_pair, value_label
 from harness.workloads import build

@@ -38,7 +38,8 @@ from harness.compare import overall
 from harness.jobs import RunRequest
 from harness.observer import RunObserver
 from harness.results import Role, RunResult, Status
-from harness.run import LAUNCH_FAILED, execute
+from harness.pipeline.outcome import LAUNCH_FAILED
+from harness.run import execute
 from harness.verdict_stats import Verdict
 from harness.targets import Target
 from harness.textfmt import md_code, md_table

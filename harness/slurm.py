@@ -2,7 +2,7 @@
 
 **A matrix entry** (`detcheck matrix run ENTRY --slurm`): one Slurm job per (revision,
 configuration); a configuration whose probes measure both sides together (an interleaved
-noisy probe, a sequential one: `run.both_sides_together`) is one job of both, so that its
+noisy probe, a sequential one: `pipeline.plan.both_sides_together`) is one job of both, so that its
 rounds still alternate between two servers up at once. Each job runs `python -m harness.slurm
 work …` on its node: the entry's slots laid over the GPUs Slurm gave the job (its
 CUDA_VISIBLE_DEVICES; `--gres=gpu:N` is asked for an entry with real GPUs), the servers bound
@@ -44,14 +44,15 @@ from harness.jobs import RunRequest
 from harness.matrix import MatrixEntry, load_matrix
 from harness.observer import QuietObserver
 from harness.paths import PROJECT_ROOT
-from harness.plan import load_suite
+from harness.suite import load_suite
 from harness.probes import known_probes
 from harness.recorder import RunRecorder
 from harness.result_files import read_run, run_files, write_run
 from harness.results import Role, RunResult
 from harness.revisions import Revision
-from harness.run import both_sides_together, cell_order, execute, plan
-from harness.schedule import entry_slots, suite_gpus_per_server
+from harness.pipeline.plan import both_sides_together, cell_order, plan
+from harness.run import execute
+from harness.pipeline.slots import entry_slots, suite_gpus_per_server
 
 SLURM_DIR = "slurm"  # under a suite's run directory: one folder per job
 BOTH = "both"

@@ -58,7 +58,7 @@ class CellKey:
         return dataclasses.asdict(self)
 
 
-def params_fingerprint(params: dict[str, Any]) -> str:
+def params_fingerprint(params: dict[str, Any] | list[str]) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 

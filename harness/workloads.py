@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 
 from harness.errors import UsageError
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ CASES = {
     "config-negative-interval": (edit_suite("deterministic = true", "deterministic = true\nmamba_track_interval = -5"),
                                  r"\[\[config\]\] 'only'\.mamba_track_interval: -5 is out of range"),
     "timeout-nan": (edit_suite("startup_timeout_s = 60", "startup_timeout_s = nan"),
-                    r"\[server\]\.startup_timeout_s must be a number of seconds in \(0, 86400\], got nan"),
+                    r"\[server\]\.startup_timeout_s: must be a number of seconds in \(0, 86400\], got nan"),
     "config-name-too-long": (edit_suite('name = "only"', f'name = "{"x" * 500}"'),
                              r"\[\[config\]\] #1\.name: 'x{10}.*must be 1-64 ASCII letters"),
     "config-name-not-ascii": (edit_suite('name = "only"', 'name = "ünïcode"'),
@@ -195,7 +195,7 @@ def test_bad_input_exits_2_and_launches_nothing(tmp_path, bare_python, no_leftov
 def test_a_mistyped_ref_or_suite_names_the_closest_one(tmp_path):
     from conftest import make_sglang_repo, refserver_suite
     from harness.errors import UsageError
-    from harness.plan import load_suite
+    from harness.suite import load_suite
     from harness.revisions import Revision
 
     repo = make_sglang_repo(tmp_path)

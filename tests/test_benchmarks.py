@@ -45,7 +45,7 @@ def test_the_pooled_gpu_run_reads_as_one_pool_over_its_suites(capsys):
 def test_bench_aa_writes_a_suite_the_design_check_accepts(tmp_path):
     import bench_aa
 
-    from harness.plan import load_suite
+    from harness.suite import load_suite
     from harness.probes import known_probes
 
     for at_once in (False, True):

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, detcheck
-from harness import bisect as bisect_mod
+from harness.bisect import predicate as bisect_mod
 from harness.bisect import (ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation, Span, evaluate, narrow,
-                            next_round_points, next_scale, round_bound, split_points)
+                            next_round_points, next_scale, round_bound, session_dir_for, split_points)
 from harness.verdict_stats import Comparison, Kind, Summary, Verdict
 from harness.demo import build_demo_history
 from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
@@ -100,7 +100,7 @@ def test_leaves_the_users_checkout_alone(history, first_run):
 def _session(history, monkeypatch) -> Path:
     h, env, _ = history
     monkeypatch.setenv("DETCHECK_CACHE_DIR", env["DETCHECK_CACHE_DIR"])
-    return bisect_mod.session_dir_for(h.path, h.good, h.bad)
+    return session_dir_for(h.path, h.good, h.bad)
 
 
 @pytest.mark.parametrize("which, code", [("before_culprit", SAME), ("culprit", DIFFERENT),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from conftest import ROOT
-from harness import bisect as bisect_mod
+from harness.bisect import driver as bisect_mod
 from harness.bisect import DIFFERENT, SAME, BisectSpec, Evaluation, bisect
 from harness.fixture_repo import FixtureRepo
 

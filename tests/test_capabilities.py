@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.capabilities import Capabilities, NotExpressible
-from harness.plan import Features, SpeculativeSpec
+from harness.suite import Features, SpeculativeSpec
 
 NEW_HELP = """
 usage: launch_server [-h] --model-path MODEL_PATH

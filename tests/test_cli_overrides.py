@@ -44,7 +44,7 @@ def test_a_bad_set_is_bad_input_before_any_launch(tmp_path, option, message):
     ({"kl": {"low_token": 99999}}, "--set kl.low_token: [workload] with [probe.kl]: vocab must exceed low_token"),
 ])
 def test_a_design_error_a_set_causes_blames_the_set_not_the_suite(tmp_path, overrides, message):
-    from harness.plan import load_suite
+    from harness.suite import load_suite
     from harness.probes import known_probes
 
     suite = refserver_suite(tmp_path / "s.toml", ["kl"], deterministic=False, prompts=8)
@@ -55,7 +55,7 @@ def test_a_design_error_a_set_causes_blames_the_set_not_the_suite(tmp_path, over
 
 
 def test_a_design_error_of_the_suite_itself_still_names_the_suite(tmp_path):
-    from harness.plan import load_suite
+    from harness.suite import load_suite
     from harness.probes import known_probes
 
     suite = refserver_suite(tmp_path / "s.toml", ["kl"], deterministic=False, prompts=1)

@@ -18,7 +18,8 @@ from harness.errors import UsageError
 from harness.redaction import REDACTED, redact_command, url_credentials
 from harness.results import Role
 from harness.revisions import Revision
-from harness.run import RunRequest, revision_envs, role_python
+from harness.jobs import RunRequest
+from harness.pipeline.open import revision_envs, role_python
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 BASE = BaseInterpreter(python="/usr/bin/python3", executable="/usr/bin/python3.11", version="3.11.7",

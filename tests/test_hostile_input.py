@@ -17,7 +17,7 @@ import pytest
 from conftest import git, refserver_suite
 from harness.capabilities import revision_capabilities
 from harness.errors import LaunchError, UsageError
-from harness.plan import load_suite
+from harness.suite import load_suite
 from harness.targets import get_target
 
 # -- 8. messages -------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def test_a_help_that_hangs_says_it_timed_out_not_an_exit_code(tmp_path):
 def test_a_nested_table_as_a_suite_env_value_is_bad_input(tmp_path):
     suite = refserver_suite(tmp_path / "s.toml", ["kl"])
     suite.write_text(suite.read_text().replace("[workload]", "[server.env]\nNESTED = { a = 1 }\n[workload]", 1))
-    with pytest.raises(UsageError, match=r"\[server\]\.env\.NESTED must be a string or a number, not a table"):
+    with pytest.raises(UsageError, match=r"\[server\]\.env\.NESTED: must be a string or a number, not a table"):
         load_suite(suite)
     suite.write_text(suite.read_text().replace("NESTED = { a = 1 }", 'PLAIN = "1"'))
     assert load_suite(suite).server_env == {"PLAIN": "1"}
@@ -100,7 +100,7 @@ def test_a_matrix_entry_with_more_gpus_or_servers_than_a_host_is_bad_input(tmp_p
 def test_an_entry_never_hands_out_fewer_gpus_than_it_needs():
     """Before: a 2-GPU entry with CUDA_VISIBLE_DEVICES=0 gave both roles CUDA_VISIBLE_DEVICES=''."""
     from harness.matrix import MatrixEntry
-    from harness.schedule import entry_slots
+    from harness.pipeline.slots import entry_slots
 
     two = MatrixEntry(name="two", gpu="H200", gpus=2, suites=())
     for visible in ("0", ""):

@@ -1,5 +1,6 @@
 """The module layering of ARCHITECTURE.md, checked: what noxfile.py imports runs in a bare
-interpreter, and commands never import one another."""
+interpreter, commands never import one another, and the pipeline's stages (and bisect's
+modules) import only the ones before them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import subprocess
 from conftest import ROOT
 
 STDLIB_ONLY = ("harness.paths", "harness.errors", "harness.bounded", "harness.redaction", "harness.gitcmd", "harness.configs",
-               "harness.targets", "harness.plan", "harness.matrix", "harness.estimates", "harness.demo",
-               "harness.nvidia_smi")
+               "harness.targets", "harness.suite", "harness.matrix", "harness.estimates", "harness.demo",
+               "harness.nvidia_smi", "harness.typed_toml")
 
 
 def test_what_noxfile_imports_needs_only_the_standard_library(bare_python):
@@ -80,7 +81,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_module_level_import_cycle_type_checking_ones_included():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check can fail
     graph = _module_graph()
-    assert "harness.plan" not in graph["harness.targets"] and "harness.run" not in graph["harness.recorder"]
+    assert "harness.suite" not in graph["harness.targets"] and "harness.run" not in graph["harness.recorder"]
     assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
 
 
@@ -116,3 +117,27 @@ def test_nothing_below_the_report_imports_it():
     assert _reaching_up({"harness.reproducer": {"harness.report.format", "harness.verdict_stats"},
                          "harness.report.rows": {"harness.compare"}}) == {"harness.reproducer": ["harness.report.format"]}
     assert _reaching_up(_module_graph()) == {}
+
+
+# The pipeline's stages in the order a stage may import them (harness/pipeline/__init__.py), and
+# bisect's modules so: an earlier one never imports a later one.
+PIPELINE_STAGES = ("slots", "start_order", "plan", "open", "outcome", "steps", "verify_relaunched", "interleave",
+                   "schedule", "finish")
+BISECT_MODULES = ("session", "predicate", "search", "driver")
+
+
+def _reaching_forward(graph: dict[str, set[str]], package: str, order: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each module of `package` that imports a later one of `order`, with what it imports."""
+    rank = {f"{package}.{name}": i for i, name in enumerate(order)}
+    return {m: sorted(d for d in graph[m] if d in rank and rank[d] > rank[m]) for m in rank
+            if any(d in rank and rank[d] > rank[m] for d in graph[m])}
+
+
+def test_a_pipeline_stage_imports_only_the_stages_before_it():
+    fake = {"p.a": {"p.b"}, "p.b": set()}
+    assert _reaching_forward(fake, "p", ("a", "b")) == {"p.a": ["p.b"]}  # the check can fail
+    graph = _module_graph()
+    for package, order in (("harness.pipeline", PIPELINE_STAGES), ("harness.bisect", BISECT_MODULES)):
+        modules = {m.removeprefix(package + ".") for m in graph if m.startswith(package + ".")}
+        assert modules == set(order), f"{package}: every module has its place in the order"
+        assert _reaching_forward(graph, package, order) == {}

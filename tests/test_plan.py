@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.plan import load_suite
+from harness.suite import load_suite
 from harness.probes import PROBES, known_probes
 from harness.revisions import Revision
-from harness.run import RunRequest, plan
+from harness.jobs import RunRequest
+from harness.pipeline.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,9 +189,9 @@ def test_cuda_graph_must_be_bool(tmp_path):
 def test_every_committed_suite_passes_the_design_check(monkeypatch):
     # The GPU suites name models that exist only on the GPU machines: the design check needs
     # their tables and configurations, not the weights.
-    import harness.plan
+    import harness.suite
 
-    monkeypatch.setattr(harness.plan, "_resolve_model", lambda suite, rel, field: Path(rel))
+    monkeypatch.setattr(harness.suite, "_resolve_model", lambda suite, rel, field: Path(rel))
     files = sorted((ROOT / "suites").rglob("*.toml"))
     for path in files:
         load_suite(path, known_probes())  # raises UsageError naming the key when it cannot decide

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DATA
 from harness.compare import compare_pair
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.determinism import batch
 from harness.reproduce import reproducer
 from harness.result_files import read_run

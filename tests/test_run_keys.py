@@ -5,10 +5,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from conftest import refserver_suite
-from harness.plan import load_suite
+from harness.suite import load_suite
 from harness.probes import PROBES, known_probes
 from harness.results import Role
-from harness.run import Run, plan
+from harness.pipeline.open import Run
+from harness.pipeline.plan import plan
 
 
 def keys(tmp_path, probes: list[str], role: Role = Role.BASE, role_env: dict | None = None,

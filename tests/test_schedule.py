@@ -16,7 +16,7 @@ from harness.errors import UsageError
 from harness.matrix import MatrixEntry
 from harness.report.console import ConsoleObserver
 from harness.results import CellResult, RevisionInfo, Role, Status
-from harness.schedule import Countdown, Slot, SlotPool, Unit, cpu_slots, default_slot_count, entry_slots
+from harness.pipeline.slots import Countdown, Slot, SlotPool, Unit, cpu_slots, default_slot_count, entry_slots
 
 BASE, CAND = Role.BASE, Role.CANDIDATE
 

@@ -12,8 +12,8 @@ from conftest import ROOT, detcheck
 from harness.errors import UsageError
 from harness.result_files import read_json
 from harness.results import Role
-from harness.schedule import SlotPool, Unit, cpu_slots
-from harness.start_order import JobTimes, ModelGates, longest_first, read_job_times
+from harness.pipeline.slots import SlotPool, Unit, cpu_slots
+from harness.pipeline.start_order import JobTimes, ModelGates, longest_first, read_job_times
 
 BASE, CAND = Role.BASE, Role.CANDIDATE
 POOL_RUN = ROOT / "results/h200/validate-pool"  # the committed H200 pool run: three suites

@@ -27,9 +27,10 @@ from harness.result_files import run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
 from harness.jobs import REPRODUCER_BUDGET
-from harness.run import LOG_DIR, RunRequest, server_logs
-from harness.schedule import check_slot_count, cpu_slots, default_slot_count
-from harness.start_order import JobTimes, StartOrder, read_job_times
+from harness.pipeline.slots import check_slot_count, cpu_slots, default_slot_count
+from harness.pipeline.start_order import JobTimes, StartOrder, read_job_times
+from harness.pipeline.steps import LOG_DIR, server_logs
+from harness.run import RunRequest
 from harness.verdict_stats import Verdict
 from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
@@ -149,7 +150,7 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_start_order_args(p: argparse.ArgumentParser) -> None:
-    """Which waiting job starts next when there are more jobs than slots (harness.start_order)."""
+    """Which waiting job starts next when there are more jobs than slots (harness.pipeline.start_order)."""
     p.add_argument("--order-from", action="append", default=[], type=Path, metavar="PATH",
                    help="start the longest jobs first, their times read from earlier runs: a results.json, "
                         "a run directory, or a folder of them (a matrix run's --out); repeatable. A job no "

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.commands.common_args import add_format_arg, command_line, conclude
 from harness.compare import check_verdicts, compare_runs
 from harness.errors import UsageError
-from harness.plan import load_suite
+from harness.suite import load_suite
 from harness.probes import known_probes
 from harness.result_files import read_run
 from harness.results import Role

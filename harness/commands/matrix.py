@@ -31,8 +31,8 @@ from harness.paths import PROJECT_ROOT, cache_dir
 from harness.run import RunRequest, execute_together
 from harness.errors import UsageError
 from harness.matrix import MatrixEntry
-from harness.plan import load_suite
-from harness.schedule import Slot, entry_slots, suite_gpus_per_server
+from harness.suite import load_suite
+from harness.pipeline.slots import Slot, entry_slots, suite_gpus_per_server
 from harness.slurm import add_slurm_args
 from harness.slurm import options_from as slurm_options_from
 from harness.slurm import run_entry as run_on_slurm

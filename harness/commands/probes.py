@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Mapping
 
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes import known_probes
 from harness.probes.base import ProbeKind
 

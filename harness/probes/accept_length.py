@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from harness.client import Generation
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
                                  parameter, register, summary)
 from harness.probes.common import batches

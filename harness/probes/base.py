@@ -16,7 +16,7 @@ from harness import verdict_stats
 from harness.client import SGLangClient
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
-from harness.plan import ServerConfig, WorkloadSpec
+from harness.suite import ServerConfig, WorkloadSpec
 from harness.reproducer import Form
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request, Role
 from harness.sequential import WORKLOAD_GROWTH, look_alpha

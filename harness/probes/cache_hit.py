@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from harness.client import OUTPUT_LOGPROBS, generate_body
 from harness.errors import ProbeNotApplicable, VacuousResult
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, metric,
                                  parameter, register, summary)
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl, judge_gate, kl_metric,

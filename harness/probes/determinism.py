@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from harness.client import OUTPUT_LOGPROBS
 from harness.errors import ServerFinding
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, locator, metric,
                                  parameter, register, summary)
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD, non_empty

@@ -16,7 +16,7 @@ from harness import divergence
 from harness.client import Logprobs
 from harness.divergence import TopLogprobs
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, descriptive, metric, parameter,
                                  register, summary)
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_outputs, describe_kl, divergence_metric,

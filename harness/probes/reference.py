@@ -33,7 +33,7 @@ from typing import Any, Sequence
 from harness.client import Logprobs
 from harness.errors import ProbeNotApplicable, UsageError
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reference, Reproduction, ValueIndex,
                                  descriptive, locator, metric, parameter, register, summary)
 from harness.probes.common import batches, degenerate_outputs, require_output_logprobs, require_top_logprobs

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from harness import divergence
 from harness.client import Logprobs
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
                                  locator, metric, parameter, register, summary)
 from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs, require_output_logprobs,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.params import Param, ParamRole
-from harness.plan import WORKLOAD_PARAMS
+from harness.suite import WORKLOAD_PARAMS
 
 MEASURED, JUDGED = ParamRole.MEASURED, ParamRole.JUDGED
 

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 from harness.client import SGLangClient
 from harness.errors import ProbeNotApplicable, ServerError
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
                                  parameter, register, summary)
 from harness.probes.common import SwaCurve, swa_curve

@@ -59,7 +59,7 @@ from harness.client import Generation, SGLangClient
 from harness.errors import ServerFinding, VacuousResult
 from harness.logparse import retractions
 from harness.params import Param
-from harness.plan import WorkloadSpec
+from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, metric,
                                  parameter, register, summary)
 from harness.probes.common import swa_curve

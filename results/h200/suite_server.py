@@ -17,9 +17,9 @@ if str(ROOT) not in sys.path:
 
 from harness.capabilities import revision_capabilities  # noqa: E402
 from harness.errors import LaunchError  # noqa: E402
-from harness.plan import ServerConfig, Suite, load_suite  # noqa: E402
+from harness.suite import ServerConfig, Suite, load_suite  # noqa: E402
 from harness.probes import known_probes  # noqa: E402
-from harness.run import probe_server_args, server_flags  # noqa: E402
+from harness.pipeline.steps import revision_server_flags  # noqa: E402
 from harness.server import ServerProcess, launch  # noqa: E402
 from harness.targets import TRANSIENT_LAUNCH_FAILURES, get_target  # noqa: E402
 
@@ -41,7 +41,7 @@ def start(suite_path: Path, config_name: str, target_name: str, probes: tuple[st
     probes = spec.probes if probes is None else probes
     target = get_target(target_name, python)
     caps = revision_capabilities(target, sha, worktree, suite.startup_timeout_s)
-    flags = server_flags(caps, config, probe_server_args(probes))
+    flags = revision_server_flags(caps, config, probes)
     launched = launch(lambda port: target.launch_argv(config, flags, port), target.env(worktree, config.env),
                       log_path, worktree, suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES)
     return Started(suite, config, launched.server, launched.failure)

@@ -93,7 +93,7 @@ def test_batches_departing_elsewhere_with_as_many_unique_outputs_are_not_the_sam
 
 
 def test_departures_are_planned_so_the_design_check_knows_them():
-    from harness.plan import WorkloadSpec
+    from harness.suite import WorkloadSpec
 
     params = determinism.PROBE.defaults()
     names = [m.name for m in determinism.PROBE.planned(params, WorkloadSpec(prompts=2), True)]

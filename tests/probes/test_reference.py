@@ -172,9 +172,9 @@ def test_the_suite_check_names_a_bad_reference(against, message):
 
 
 def test_the_planner_runs_the_references_a_config_choice_leaves_out(tmp_path):
-    from harness.plan import load_suite
+    from harness.suite import load_suite
     from harness.probes import known_probes
-    from harness.run import with_references
+    from harness.pipeline.plan import with_references
 
     from conftest import seed_unified_cpu_suite
 
@@ -198,7 +198,7 @@ def test_off_deterministic_mode_the_probe_is_not_applicable():
 
 
 def test_a_suite_whose_reference_does_not_run_the_probe_is_refused_at_load(tmp_path):
-    from harness.plan import load_suite
+    from harness.suite import load_suite
     from harness.probes import known_probes
 
     from conftest import refserver_suite

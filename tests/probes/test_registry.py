@@ -48,7 +48,7 @@ def test_every_shipped_probe_plans_its_metrics_and_its_default_deciding_ones_exi
     """The design check reads `planned`: a probe without it has its noisy metrics and its
     verdict_metrics unchecked (revision_kl's KL off deterministic mode could not decide on the
     swa suites' 2 prompts). A default verdict_metrics names only metrics the probe reports."""
-    from harness.plan import WorkloadSpec
+    from harness.suite import WorkloadSpec
 
     kind = PROBES[name]
     assert kind.planned is not None
@@ -187,7 +187,7 @@ DECLARED = {
 
 @pytest.mark.parametrize("name", sorted(DECLARED))
 def test_every_probe_declares_its_figures_and_each_belongs_to_a_metric(name):
-    from harness.plan import WorkloadSpec
+    from harness.suite import WorkloadSpec
     from harness.probes.base import FigureRole
 
     kind = PROBES[name]

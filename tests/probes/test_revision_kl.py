@@ -274,7 +274,7 @@ class ServedClient:
 def test_a_nan_anywhere_revision_kl_reads_is_a_finding_not_a_value(nan):
     from harness.configs import Features, ServerConfig
     from harness.errors import ServerFinding
-    from harness.plan import WorkloadSpec
+    from harness.suite import WorkloadSpec
     from harness.probes.base import ProbeContext
     from harness.workloads import Workload
 

@@ -1,4 +1,4 @@
-"""Suite files: load (tomllib), validate, and resolve into ServerConfigs per target.
+"""Suite files: load (harness.typed_toml), validate, and resolve into ServerConfigs per target.
 
 A suite names configurations by *features* (deterministic, Mamba pool, speculative algorithm,
 SWA ratio), not by flag spellings: spellings differ across SGLang revisions and are chosen
@@ -9,17 +9,15 @@ before anything is launched.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from harness.bounded import TooLarge, read_file_text
 from harness.configs import Features, ServerConfig, SpeculativeSpec
 from harness.errors import UsageError
-from harness.params import Param, ParamRole, reject_unknown, validate_params
+from harness.params import Param, ParamRole, validate_params
 from harness.targets import TARGET_NAMES
-from harness.textfmt import did_you_mean
+from harness.typed_toml import TomlTable
 
 # Set by the harness alone: every server listens on 127.0.0.1, on a port the harness picks.
 RESERVED_FLAGS = ("--host", "--port")
@@ -195,21 +193,6 @@ class Suite:
         )
 
 
-def read_toml(path: Path, what: str) -> dict[str, Any]:
-    """A TOML file's table, or UsageError naming the file (suites, the matrix)."""
-    if not path.is_file():
-        siblings = [str(path.parent / p.name) for p in path.parent.glob(f"*{path.suffix}")] if path.parent.is_dir() else []
-        raise UsageError(f"{what} file not found: {path}{did_you_mean(str(path), siblings)}")
-    try:
-        return tomllib.loads(read_file_text(path))
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
-    except TooLarge as exc:
-        raise UsageError(str(exc)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read: {exc}") from None
-
-
 def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None = None,
                overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Suite:
     """Read and validate a suite file; raise UsageError naming the file and field.
@@ -219,28 +202,27 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     validated parameters, defaults filled, of each probe the suite mentions. `overrides`
     (`--set probe.param=value`) win over the tables, checked against the same schemas."""
     path = Path(path)
-    raw = read_toml(path, "suite")
-    _check_keys(path, "top level", raw, _SUITE_KEYS)
-    where = _Where(path)
+    top = TomlTable.read(path, "suite")
+    top.check_keys(_SUITE_KEYS)
+    raw = top.raw
 
-    models_raw = where.table(raw, "models")
+    models_table = top.table("models")
     models = {}
-    for target, rel in models_raw.items():
+    for target in models_table.raw:
         if target not in TARGET_NAMES:
             raise UsageError(f"{path}: [models].{target}: unknown target (known: {', '.join(TARGET_NAMES)})")
-        models[target] = _resolve_model(path, where.string(models_raw, target, "[models]"),
-                                        f"[models].{target}")
+        models[target] = _resolve_model(path, models_table.string(target), f"[models].{target}")
 
-    server = where.table(raw, "server")
-    _check_keys(path, "[server]", server, _SERVER_KEYS)
-    target_args_raw = where.table(server, "target_args")
-    for t in target_args_raw:
+    server = top.table("server")
+    server.check_keys(_SERVER_KEYS)
+    target_args_table = server.table("target_args")
+    for t in target_args_table.raw:
         if t not in TARGET_NAMES:
             raise UsageError(f"{path}: [server.target_args].{t}: unknown target")
 
-    workload = _load_workload(where, where.table(raw, "workload"))
+    workload = _load_workload(top.table("workload"))
 
-    tables = where.table(raw, "probe")
+    tables = top.table("probe").raw
     for kind, params in tables.items():
         if known_probes is not None and kind not in known_probes:
             raise UsageError(f"{path}: [probe.{kind}]: unknown probe "
@@ -250,10 +232,8 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     overrides = overrides or {}
     tables = _with_overrides(tables, overrides, known_probes)
 
-    configs_raw = raw.get("config", [])
-    if not isinstance(configs_raw, list) or not configs_raw:
-        raise UsageError(f"{path}: needs at least one [[config]]")
-    configs = tuple(_load_config(where, c, i, known_probes) for i, c in enumerate(configs_raw))
+    configs_raw = top.array("config", "[[config]]")
+    configs = tuple(_load_config(top, c, i, known_probes) for i, c in enumerate(configs_raw))
     configs = _expand_graph_modes(path, raw.get("graph_modes"), configs)
     names = [c.name for c in configs]
     dup = {n for n in names if names.count(n) > 1}
@@ -262,20 +242,20 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     _check_overridden_probes_run(overrides, configs)
     probe_params = (tables if known_probes is None
                     else _probe_params(path, tables, configs, known_probes, workload, overrides))
-    server_args = where.server_args(server, "args", "[server]")
-    target_args = {t: where.server_args(target_args_raw, t, "[server.target_args]") for t in target_args_raw}
+    server_args = _server_args(server, "args")
+    target_args = {t: _server_args(target_args_table.named("[server.target_args]"), t) for t in target_args_table.raw}
     _check_graph_args(path, (*server_args, *(a for args in target_args.values() for a in args)), configs)
 
     return Suite(
-        name=where.string(raw, "name", "top level", default=path.stem),
+        name=top.string("name", default=path.stem),
         path=path,
-        description=where.string(raw, "description", "top level", default=""),
+        description=top.string("description", default=""),
         models=models,
         server_args=server_args,
-        server_env=where.env(server, "[server]"),
+        server_env=server.env(),
         target_args=target_args,
-        startup_timeout_s=where.seconds(server, "startup_timeout_s", "[server]", 180.0),
-        request_timeout_s=where.seconds(server, "request_timeout_s", "[server]", 300.0),
+        startup_timeout_s=server.seconds("startup_timeout_s", 180.0),
+        request_timeout_s=server.seconds("request_timeout_s", 300.0),
         workload=workload,
         configs=configs,
         probe_params=probe_params,
@@ -331,8 +311,11 @@ def _probe_params(path: Path, tables: dict[str, Any], configs: tuple[ConfigSpec,
         check_suite = getattr(known_probes[kind], "check_suite", None)
         if check_suite is not None:
             running = [c.name for c in configs if kind in c.probes]
-            _check_blaming_set(lambda q, file, check=check_suite, running=running, kind=kind:
-                               check(q, running, f"{file}[probe.{kind}]"), p, path, blame.get(kind))
+            def suite_check(q: dict[str, Any], file: str, check: Callable[..., None] = check_suite,
+                            running: list[str] = running, kind: str = kind) -> None:
+                check(q, running, f"{file}[probe.{kind}]")
+
+            _check_blaming_set(suite_check, p, path, blame.get(kind))
     for c in configs:
         for kind in c.probes:
             _check_blaming_set(
@@ -387,9 +370,9 @@ def _passes(check: Callable[[dict[str, Any], str], None], params: dict[str, Any]
     return True
 
 
-def _load_workload(where: _Where, raw: dict[str, Any]) -> WorkloadSpec:
-    spec = WorkloadSpec().with_overrides(validate_params(WORKLOAD_PARAMS, raw, f"{where.path}: [workload]"))
-    _check_workload(f"{where.path}: [workload]", spec)
+def _load_workload(table: TomlTable) -> WorkloadSpec:
+    spec = WorkloadSpec().with_overrides(validate_params(WORKLOAD_PARAMS, table.raw, table.label))
+    _check_workload(table.label, spec)
     return spec
 
 
@@ -399,38 +382,31 @@ def _check_workload(where: str, spec: WorkloadSpec) -> None:
         raise UsageError(f"{where}: vocab must exceed low_token")
 
 
-def _load_config(where: _Where, raw: Any, index: int,
+def _load_config(top: TomlTable, raw: Any, index: int,
                  known_probes: Mapping[str, ProbeSchema] | None) -> ConfigSpec:
-    label = f"[[config]] #{index + 1}"
-    if not isinstance(raw, dict):
-        raise UsageError(f"{where.path}: {label} must be a table")
-    _check_keys(where.path, label, raw, _CONFIG_KEYS)
-    name = where.string(raw, "name", label)
+    config = top.item(raw, f"[[config]] #{index + 1}")
+    config.check_keys(_CONFIG_KEYS)
+    name = config.string("name")
     if not CONFIG_NAME.match(name):
-        raise UsageError(f"{where.path}: {label}.name: {name!r} must be 1-64 ASCII letters, digits "
-                         f"and _ . + -, starting with a letter or digit (it names log and store files)")
-    label = f"[[config]] {name!r}"
-    typed = {k: CONFIG_SCALARS[k].validate(v, f"{where.path}: {label}") for k, v in raw.items()
-             if k in CONFIG_SCALARS}
-    probes = where.strings(raw, "probes", label)
+        raise config.error("name", f"{name!r} must be 1-64 ASCII letters, digits and _ . + -, starting with "
+                                   f"a letter or digit (it names log and store files)")
+    config = config.named(f"[[config]] {name!r}")
+    typed = config.params(CONFIG_SCALARS.values())
+    probes = config.strings("probes", numbers_as_text=True)
     if not probes:
-        raise UsageError(f"{where.path}: {label}.probes: list at least one probe")
+        raise config.error("probes", "list at least one probe")
     for p in probes:
         if known_probes is not None and p not in known_probes:
-            raise UsageError(f"{where.path}: {label}.probes: unknown probe {p!r} "
-                             f"(known: {', '.join(sorted(known_probes))})")
+            raise config.error("probes", f"unknown probe {p!r} (known: {', '.join(sorted(known_probes))})")
 
     spec = None
-    if "speculative" in raw:
-        s = raw["speculative"]
-        if not isinstance(s, dict):
-            raise UsageError(f"{where.path}: {label}.speculative must be a table")
-        _check_keys(where.path, f"{label}.speculative", s, _SPEC_KEYS)
-        s = {k: SPECULATIVE_SCALARS[k].validate(v, f"{where.path}: {label}.speculative") for k, v in s.items()}
+    if "speculative" in config.raw:
+        speculative = config.table("speculative")
+        speculative.check_keys(_SPEC_KEYS)
+        s = speculative.params(SPECULATIVE_SCALARS.values())
         algo = str(s.get("algorithm", "")).upper()
         if algo not in SPEC_ALGORITHMS:
-            raise UsageError(f"{where.path}: {label}.speculative.algorithm: {s.get('algorithm')!r} "
-                             f"is not one of {', '.join(SPEC_ALGORITHMS)}")
+            raise speculative.error("algorithm", f"{s.get('algorithm')!r} is not one of {', '.join(SPEC_ALGORITHMS)}")
         spec = SpeculativeSpec(
             algorithm=algo,
             num_steps=s.get("num_steps"),
@@ -439,15 +415,15 @@ def _load_config(where: _Where, raw: Any, index: int,
             block_size=s.get("block_size"),
             multi_layer=bool(s.get("multi_layer", False)),
         )
-    draft, model = where.table(raw, "draft"), where.table(raw, "model")
+    draft, model = config.table("draft").raw, config.table("model").raw
     for key, table in (("draft", draft), ("model", model)):
         for t in table:
             if t not in TARGET_NAMES:
-                raise UsageError(f"{where.path}: {label}.{key}.{t}: unknown target")
-    target_args = where.table(raw, "target_args")
-    for t in target_args:
+                raise config.error(f"{key}.{t}", "unknown target")
+    target_args = config.table("target_args")
+    for t in target_args.raw:
         if t not in TARGET_NAMES:
-            raise UsageError(f"{where.path}: {label}.target_args.{t}: unknown target")
+            raise config.error(f"target_args.{t}", "unknown target")
     return ConfigSpec(
         name=name,
         probes=probes,
@@ -463,9 +439,9 @@ def _load_config(where: _Where, raw: Any, index: int,
             max_total_tokens=typed.get("max_total_tokens"),
             min_retractions=typed.get("min_retractions"),
         ),
-        args=where.server_args(raw, "args", label),
-        env=where.env(raw, label),
-        target_args={t: where.server_args(target_args, t, f"{label}.target_args") for t in target_args},
+        args=_server_args(config, "args"),
+        env=config.env(),
+        target_args={t: _server_args(target_args, t) for t in target_args.raw},
         draft={t: str(v) for t, v in draft.items()},
         model={t: str(v) for t, v in model.items()},
     )
@@ -517,54 +493,8 @@ def check_reserved(args: tuple[str, ...], where: str) -> None:
                              f"on a port it picks)")
 
 
-def _check_keys(path: Path, where: str, raw: dict[str, Any], allowed: set[str]) -> None:
-    reject_unknown(f"{path}: {where}", raw, allowed)
-
-
-@dataclass(frozen=True)
-class _Where:
-    """Typed field access that names the file and field in every error."""
-
-    path: Path
-
-    def table(self, raw: dict[str, Any], key: str) -> dict[str, Any]:
-        value = raw.get(key, {})
-        if not isinstance(value, dict):
-            raise UsageError(f"{self.path}: {key} must be a table")
-        return value
-
-    def string(self, raw: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
-        value = raw.get(key, default)
-        if not isinstance(value, str):
-            raise UsageError(f"{self.path}: {where}.{key} must be a string")
-        return value
-
-    def strings(self, raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-        value = raw.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-            raise UsageError(f"{self.path}: {where}.{key} must be a list of strings")
-        return tuple(str(v) for v in value)
-
-    def server_args(self, raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-        args = self.strings(raw, key, where)
-        check_reserved(args, f"{self.path}: {where}.{key}")
-        return args
-
-    def seconds(self, raw: dict[str, Any], key: str, where: str, default: float) -> float:
-        """A timeout: a finite number of seconds in (0, one day]."""
-        value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86_400:
-            raise UsageError(f"{self.path}: {where}.{key} must be a number of seconds in (0, 86400], "
-                             f"got {value!r}")
-        return float(value)
-
-    def env(self, raw: dict[str, Any], where: str) -> dict[str, str]:
-        """Environment variables: each value a string or a number (a table or a list has no
-        spelling as one)."""
-        value = self.table(raw, "env")
-        for name, item in value.items():
-            if not isinstance(item, (str, int, float, bool)):
-                kind = {dict: "table", list: "list"}.get(type(item), type(item).__name__)
-                raise UsageError(f"{self.path}: {where}.env.{name} must be a string or a number, "
-                                 f"not a {kind}")
-        return {str(k): str(v) for k, v in value.items()}
+def _server_args(table: TomlTable, key: str) -> tuple[str, ...]:
+    """Server arguments (a number stands for its spelling), none that the harness sets itself."""
+    args = table.strings(key, numbers_as_text=True)
+    check_reserved(args, f"{table.label}.{key}")
+    return args

@@ -2,7 +2,7 @@
 
 A run's jobs (configuration × revision) are grouped into `Unit`s: one job, or both jobs of a
 configuration whose probes interleave (both servers must be up together). Units start in the
-pool's order (harness.start_order: the plan's, or longest first), each as soon as its slots are
+pool's order (harness.pipeline.start_order: the plan's, or longest first), each as soon as its slots are
 free (`SlotPool.acquire_next`), so with N slots up to N servers launch, probe and stop at once;
 with one slot the run is today's sequential one.
 
@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Protocol, TypeVar
 from harness.configs import gpus_per_server
 from harness.errors import UsageError
 from harness.matrix import MAX_SERVERS_PER_GPU, MatrixEntry, valid_servers_per_gpu
-from harness.plan import Suite
+from harness.suite import Suite
 from harness.results import Role
 
 # Servers a run may have up at once: far more than any host holds (a server is a process with
@@ -74,7 +74,8 @@ class Unit:
 
 
 class Waiting(Protocol):
-    roles: tuple[Role, ...]
+    @property
+    def roles(self) -> tuple[Role, ...]: ...
 
 
 U = TypeVar("U", bound=Waiting)
@@ -91,7 +92,7 @@ def cpu_slots(count: int) -> tuple[Slot, ...]:
     return tuple(Slot() for _ in range(max(1, count)))
 
 
-def default_slot_count(target: str) -> int:
+def default_slot_count(target: str | None) -> int:
     """The reference server is one CPU-bound process: half the cores leaves room for the harness
     and the probes' clients. SGLang without a matrix entry: the two servers of one configuration
     (as interleaving already has them), since what else fits on the GPU is not known."""
