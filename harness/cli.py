@@ -13,6 +13,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import signal
@@ -57,6 +58,7 @@ _NUDGE = signal.SIGURG  # ignored by default, used by nothing else here: a stray
 _NUDGE_EVERY_S = 0.05  # how often a main thread that has not yet noticed is interrupted again
 
 
+@functools.cache  # once a process: main() also runs in-process (tests), each call would leak a pipe and a thread
 def _nudge_main_thread_on_signals() -> None:
     """From the main thread: make every handled signal reach the main thread's handlers."""
     noticed = threading.Event()
