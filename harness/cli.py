@@ -13,9 +13,12 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import shlex
 import signal
 import sys
+import threading
 
 from harness import __version__
 from harness.commands import (baseline, bisect, compare, demo, localize, make_model, matrix, probes, report, run,
@@ -43,6 +46,47 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+# Python runs a signal's handler in the main thread only, at its next bytecode; the kernel may
+# hand a signal sent to the process to any of its threads, and then the C-level handler merely
+# marks it tripped. A main thread asleep in an untimed lock wait (Future.result, a slot pool's
+# Condition) is not woken by that: under load a SIGHUP sent while both servers started was seen
+# tripped (gdb: Handlers[SIGHUP].tripped == 1) by a main thread still blocked in sem_wait, the run
+# left to its servers' 600 s health wait. Every handled signal also writes its number to the
+# wakeup fd; a watcher thread reads it and interrupts the main thread with _NUDGE (its syscall
+# returns EINTR, and every tripped handler runs) until the main thread has run _NUDGE's handler,
+# so the end after a signal never depends on which thread took it.
+_NUDGE = signal.SIGURG  # ignored by default, used by nothing else here: a stray one is harmless
+_NUDGE_EVERY_S = 0.05  # how often a main thread that has not yet noticed is interrupted again
+
+
+@functools.cache  # once a process: main() also runs in-process (tests), each call would leak a pipe and a thread
+def _nudge_main_thread_on_signals() -> None:
+    """From the main thread: make every handled signal reach the main thread's handlers."""
+    noticed = threading.Event()
+    signal.signal(_NUDGE, lambda signum, frame: noticed.set())
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # the C-level handler must never block on it
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    main_thread = threading.get_ident()
+
+    def watch() -> None:
+        while True:
+            if any(signum != _NUDGE for signum in os.read(read_end, 64)):  # a nudge's own byte asks nothing
+                noticed.clear()
+                while not noticed.wait(_NUDGE_EVERY_S):
+                    signal.pthread_kill(main_thread, _NUDGE)
+
+    threading.Thread(target=watch, name="signal-nudge", daemon=True).start()
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGHUP end the run as Ctrl-C does, whichever thread the kernel gives them to."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup detcheck …` keeps running
+            signal.signal(sig, _terminate)
+    _nudge_main_thread_on_signals()
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     """The command line; server flags after a lone `--` are appended to every configuration,
     as each `--server-arg` is (`detcheck run … -- --page-size 16 --mem-fraction-static 0.5`)."""
@@ -59,9 +103,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup detcheck …` keeps running
-            signal.signal(sig, _terminate)
+    install_signal_handlers()
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
