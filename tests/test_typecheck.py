@@ -8,12 +8,9 @@ import importlib.util
 import subprocess
 import sys
 
-import pytest
-
 from conftest import ROOT
 
 
-@pytest.mark.slow
 def test_harness_type_checks_clean(tmp_path):
     assert importlib.util.find_spec("mypy"), "mypy is not installed: pip install -e '.[test]' -c constraints/cpu.txt"
     proc = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache")],
