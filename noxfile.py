@@ -1,6 +1,6 @@
-"""nox sessions: validate(<entry>) per matrix.toml entry, plus tests, demo, lint, bench.
+"""nox sessions: validate(<entry>) per matrix.toml entry, plus tests, demo, lint, typecheck, bench.
 
-    nox                                         tests, lint, demo
+    nox                                         tests, demo, lint, typecheck
     nox -l --json -t matrix                     the hardware matrix for CI, one session per job with
                                                 its runner label and est_time (validate sessions are
                                                 not default, so a bare `nox -l` marks them skipped)
@@ -13,7 +13,7 @@ without the entry's GPUs is skipped with the reason.
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -65,15 +65,25 @@ def demo(session: nox.Session, scenario: str) -> None:
     session.run(PY, "-m", "harness.cli", "demo", "--scenario", scenario, "--no-progress")
 
 
+def require(session: nox.Session, module: str) -> None:
+    """Fail the session, saying how to install it, when `module` (a tool of the test extra) is missing:
+    sessions run in this environment, where nothing can be installed on the GPU machines."""
+    if importlib.util.find_spec(module) is None:
+        session.error(f"{module} is not installed: .venv/bin/pip install -e '.[test]' -c constraints/cpu.txt")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff when installed; otherwise every file must at least compile."""
-    paths = ["harness", "tests", "benchmarks", "fixtures", "ci", "noxfile.py"]
-    if shutil.which("ruff"):
-        session.run("ruff", "check", *paths, external=True)
-    else:
-        session.log("ruff is not installed: checking that every file compiles")
-        session.run(PY, "-m", "compileall", "-q", *paths)
+    """ruff check under pyproject.toml's [tool.ruff] (fails when ruff is not installed)."""
+    require(session, "ruff")
+    session.run(PY, "-m", "ruff", "check", "harness", "tests", "benchmarks", "fixtures", "ci", "tools", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over harness/ under pyproject.toml's [tool.mypy] (tests/test_typecheck.py runs it too)."""
+    require(session, "mypy")
+    session.run(PY, "-m", "mypy", *session.posargs)
 
 
 @nox.session(default=False)

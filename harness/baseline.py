@@ -125,8 +125,8 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _opt(v: object) -> float | None:
-    return None if v is None else float(v)  # type: ignore[arg-type]
+def _opt(v: float | None) -> float | None:
+    return None if v is None else float(v)
 
 
 def identity(cell: CellResult) -> tuple[str, str, str]:
@@ -169,13 +169,15 @@ def _derive(key: tuple, cells: list[tuple[str, CellResult]], margin: float) -> E
         raise UsageError(f"{config}/{probe}: the runs measured different configurations or "
                          "workloads; populate from runs of one suite")
     metrics = [c.metric(name) for _, c in cells]
-    values = [m.headline_value() for m in metrics if m is not None]
-    values = [v for v in values if v is not None and not math.isnan(v)]
+    headlines = [m.headline_value() for m in metrics if m is not None]
+    values = [v for v in headlines if v is not None and not math.isnan(v)]
     first = metrics[0]
     assert first is not None
     if not values:
         raise UsageError(f"{config}/{probe}.{name}: no values to derive a baseline from")
     lo, hi = min(values), max(values)
+    low: float | None
+    high: float | None
     if first.kind == Kind.EXACT:
         if lo != hi:
             raise UsageError(f"{config}/{probe}.{name} is exact but varies across runs "

@@ -8,6 +8,7 @@ results.json of gigabytes) costs the cap's memory at most, never what it holds.
 from __future__ import annotations
 
 import gzip
+import io
 import lzma
 import os
 from dataclasses import dataclass
@@ -71,9 +72,16 @@ def read_file(path: Path, cap: SizeCap) -> bytes:
     """A file's bytes, inflated where its name ends in .gz or .xz, up to `cap` (TooLarge naming
     the file past it). Open errors are the caller's to word (OSError, gzip.BadGzipFile,
     lzma.LZMAError, EOFError)."""
-    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
-    with opener(path, "rb") as f:
+    with _open(path) as f:
         return read_bounded(f.read, cap, str(path))
+
+
+def _open(path: Path) -> io.BufferedIOBase:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix == ".xz":
+        return lzma.open(path, "rb")
+    return open(path, "rb")
 
 
 def read_file_text(path: Path, cap: SizeCap = INPUT_FILE) -> str:

@@ -78,11 +78,11 @@ class Capabilities:
             args += [self._need("the unified Mamba pool", "--enable-unified-memory")]
         elif features.mamba_pool is not None:
             flag = self._need(f"the {features.mamba_pool} Mamba pool", *MAMBA_STRATEGY_FLAGS)
-            value = POOL_STRATEGY[features.mamba_pool]
-            if not self.allows(flag, value):
-                raise NotExpressible(f"{flag} has no choice {value!r} at this revision")
-            args += [flag, value]
-            if value == "no_buffer" and self.knows(OVERLAP_OFF_FLAG):
+            strategy = POOL_STRATEGY[features.mamba_pool]
+            if not self.allows(flag, strategy):
+                raise NotExpressible(f"{flag} has no choice {strategy!r} at this revision")
+            args += [flag, strategy]
+            if strategy == "no_buffer" and self.knows(OVERLAP_OFF_FLAG):
                 args += [OVERLAP_OFF_FLAG]  # SGLang 0.5.17 asserts it for no_buffer
         if features.mamba_track_interval is not None:
             args += [self._need("a Mamba track interval", "--mamba-track-interval"),

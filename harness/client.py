@@ -11,7 +11,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Generator, Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence, TypeGuard
 
 from harness.bounded import SERVER_ANSWER, TooLarge
 from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
@@ -215,18 +215,22 @@ def _require_a_logprob_per_token(answers: Sequence[Generation]) -> None:
                             f"{len(answers)}; {len(short)} such)", tuple(short))
 
 
+def is_batch(input_ids: Sequence[int] | Sequence[Sequence[int]]) -> TypeGuard[Sequence[Sequence[int]]]:
+    """Whether `input_ids` is a list of prompts (a batch), not one prompt."""
+    return bool(input_ids) and isinstance(input_ids[0], (list, tuple))
+
+
 def generate_body(input_ids: Sequence[int] | Sequence[Sequence[int]], *, max_new_tokens: int,
                   temperature: float = 0.0, ignore_eos: bool = True, logprobs: Logprobs | None = None,
                   sampling_seed: int | None = None) -> dict[str, Any]:
     """The /generate JSON body of one request (a batch when given a list of prompts): what the
     probes send, and what a reproducer hands a reviewer."""
-    batched = bool(input_ids) and isinstance(input_ids[0], (list, tuple))
     params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature,
                               "ignore_eos": ignore_eos}
     if sampling_seed is not None:
         params["sampling_seed"] = sampling_seed
     body: dict[str, Any] = {
-        "input_ids": [list(p) for p in input_ids] if batched else list(input_ids),
+        "input_ids": [list(p) for p in input_ids] if is_batch(input_ids) else list(input_ids),
         "sampling_params": params,
     }
     if logprobs is not None:
@@ -263,12 +267,11 @@ class SGLangClient:
         `rid` names the request for `abort` (a batch: one per prompt; SGLang 0.5.16 makes a
         string into `<rid>_<i>`). SGLang aborts every request whose rid *starts with* the
         one given, so rids should not be prefixes of one another."""
-        batched = bool(input_ids) and isinstance(input_ids[0], (list, tuple))
         body = generate_body(input_ids, max_new_tokens=max_new_tokens, temperature=temperature,
                              ignore_eos=ignore_eos, logprobs=logprobs, sampling_seed=sampling_seed)
         if rid is not None:
             body["rid"] = rid if isinstance(rid, str) else list(rid)
-        return self.generate_from(body, len(input_ids) if batched else 1)
+        return self.generate_from(body, len(input_ids) if is_batch(input_ids) else 1)
 
     def generate_from(self, body: dict[str, Any], expected: int = 1) -> list[Generation]:
         """A /generate body as built (`generate_body`: a reproducer's request), its `expected`

@@ -10,6 +10,7 @@ import random
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from harness.fixture_repo import FixtureRepo
 from harness.gitcmd import git
@@ -78,7 +79,7 @@ def build_repo(scenario: Scenario, root: Path, reverse: bool = False) -> DemoRep
     return DemoRepo(repo.path, clean, broken)
 
 
-def check_expected(scenario: Scenario, verdicts: dict[tuple[str, str], str]) -> list[str]:
+def check_expected(scenario: Scenario, verdicts: Mapping[tuple[str, str], str]) -> list[str]:
     """Rows whose verdict differs from what the scenario plants; empty when all match."""
     problems = []
     for key, verdict in verdicts.items():

@@ -362,9 +362,8 @@ def check_installed(building: Path, env_file: Path) -> None:
     the version it pins: an install that went elsewhere must not be published as this one."""
     pins = requirement_pins(env_file)
     versions = installed_versions(str(building / "bin" / "python"), list(pins))
-    wrong = [f"{name} {'absent' if versions.get(name) is None else versions[name]}"
-             + (f" (pinned {pin})" if pin else "")
-             for name, pin in pins.items() if versions.get(name) is None or (pin and not same_version(pin, versions[name]))]
+    wrong = [f"{name} {'absent' if got is None else got}" + (f" (pinned {pin})" if pin else "")
+             for name, pin in pins.items() if (got := versions.get(name)) is None or (pin and not same_version(pin, got))]
     if wrong:
         raise EnvBuildError(f"the install left the environment without what {env_file.name} names: "
                             f"{', '.join(wrong)} (did a pip option send it elsewhere?)")

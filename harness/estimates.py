@@ -64,8 +64,8 @@ def windows(document: dict) -> list[tuple[float, float]]:
 
 def union_seconds(spans: Iterable[tuple[float, float]]) -> float:
     """The length of the union of the intervals."""
-    total, end = 0.0, None
-    start = None
+    total, start = 0.0, 0.0  # `start` is read only once `end` is set with it
+    end: float | None = None
     for a, b in sorted(spans):
         if end is None or a > end:
             if end is not None:
@@ -106,7 +106,8 @@ def lpt_partition(items: Sequence[T], estimates: Sequence[float | None], bins: i
     if bins < 1:
         raise ValueError("bins must be >= 1")
     order = sorted(range(len(items)), key=lambda i: -filled(estimates)[i])
-    loads, groups = [0.0] * bins, [[] for _ in range(bins)]
+    loads = [0.0] * bins
+    groups: list[list[T]] = [[] for _ in range(bins)]
     for i in order:
         k = min(range(bins), key=lambda b: (loads[b], b))
         loads[k] += filled(estimates)[i]

@@ -91,18 +91,25 @@ class _Watchdog:
             return self.expired
 
 
+def _connection(url: str, deadline_s: float) -> tuple[http.client.HTTPConnection, str]:
+    """An unopened connection to `url`'s server, and the request target (path and query)."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        raise ValueError(f"no host in the URL {url!r}")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=deadline_s), target
+
+
 def call(method: str, url: str, body: Any, deadline_s: float, cap: SizeCap) -> Answer:
     """`method url` (a JSON body unless None), its whole answer within `deadline_s` seconds.
     DeadlinePassed, ConnectionFailed, AnswerBrokenOff or TooLarge otherwise."""
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=deadline_s)
+    conn, target = _connection(url, deadline_s)
     watchdog = _Watchdog(deadline_s)
     answered = False
     try:
         conn.connect()
         watchdog.watch(conn.sock)
         headers = {} if body is None else {"Content-Type": "application/json"}
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn.request(method, target, None if body is None else json.dumps(body).encode(), headers)
         resp = conn.getresponse()
         answered = True
@@ -171,13 +178,11 @@ class Stream:
 def open_stream(method: str, url: str, body: Any, deadline_s: float) -> Stream:
     """`method url` with its answer's status and headers in, its body still to read (`Stream`),
     all of it within `deadline_s`. DeadlinePassed or ConnectionFailed where no answer began."""
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=deadline_s)
+    conn, target = _connection(url, deadline_s)
     watchdog = _Watchdog(deadline_s)
     try:
         conn.connect()
         watchdog.watch(conn.sock)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn.request(method, target, json.dumps(body).encode(), {"Content-Type": "application/json"})
         return Stream(conn, conn.getresponse(), watchdog)
     except (OSError, http.client.HTTPException) as exc:

@@ -139,9 +139,9 @@ def proof(demanded: tuple[str, ...], metrics_on: bool, before: dict[str, float] 
     if before is None or after is None:
         fact["retractions"] = logged_retractions
         others = tuple(d for d in demanded if d != RETRACTION)
-        why = (f"no {METRICS_FLAG} at this revision" if not metrics_on
-               else "no sglang: counters could be scraped from /metrics")
-        unmet = [*([f"{' and '.join(map(_words, others))} not shown to have run: {why}"] if others else []),
+        no_counters = (f"no {METRICS_FLAG} at this revision" if not metrics_on
+                       else "no sglang: counters could be scraped from /metrics")
+        unmet = [*([f"{' and '.join(map(_words, others))} not shown to have run: {no_counters}"] if others else []),
                  *([unmet_retractions] if unmet_retractions else [])]
         if unmet:
             fact["vacuous"] = "; ".join(unmet)

@@ -168,9 +168,10 @@ def upgraded(path: Path, what: str, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CorruptResult(f"{path}: corrupt {what} file (a {type(data).__name__}, not an object)")
     while data.get("schema") != SCHEMA_VERSION:
-        step = UPGRADES.get((what, data.get("schema")))  # type: ignore[arg-type]
+        schema = data.get("schema")
+        step = UPGRADES.get((what, schema)) if isinstance(schema, int) else None
         if step is None:
-            raise CorruptResult(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA_VERSION}")
+            raise CorruptResult(f"{path}: schema {schema!r}, expected {SCHEMA_VERSION}")
         data = step(data)
     return data
 

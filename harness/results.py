@@ -415,7 +415,7 @@ class ProbeComparison:
         return {**cell.facts, **self.judged.get(cell.role.value, {})}
 
     def to_dict(self) -> dict[str, Any]:
-        d = {
+        d: dict[str, Any] = {
             "config": self.config,
             "probe": self.probe,
             "verdict": self.verdict.value,

@@ -271,7 +271,7 @@ class ServerProcess:
                 r = call("GET", self.url + HEALTH_POLL_PATH, None, min(30.0, max(0.1, timeout_s - elapsed)),
                          HEALTH_ANSWER)
                 if r.status_code == 200:
-                    self._check_answered_by_own_group()
+                    self._check_answered_by_own_group(self.proc.pid)
                     self.startup_s = time.monotonic() - t0
                     return self.startup_s
             except (DeadlinePassed, ConnectionFailed, AnswerBrokenOff, TooLarge):
@@ -280,11 +280,12 @@ class ServerProcess:
                 on_tick(elapsed)
             time.sleep(health_poll_s(time.monotonic() - t0))
 
-    def _check_answered_by_own_group(self) -> None:
+    def _check_answered_by_own_group(self, leader: int) -> None:
         """A process that took the port while this server loaded answers health checks too:
-        measuring it would credit its answers to this revision."""
+        measuring it would credit its answers to this revision (`leader`: this server's process,
+        its group's id)."""
         pids = listeners(self.port)
-        if any(pid is not None and _group_of(pid) == self.proc.pid for pid in pids):
+        if any(pid is not None and _group_of(pid) == leader for pid in pids):
             return
         foreign = sorted(pid for pid in pids if pid is not None)
         if foreign:

@@ -24,7 +24,8 @@ def columns(xs: Sequence[float], ys: Sequence[float], x_max: float, width: int) 
     span = x_max if x_max > 0 else 1.0
     at = [min(width - 1, max(0, int(x * width / span))) for x in xs]  # product first: exact on integers
     for column, y in zip(at, ys):
-        out[column] = y if out[column] is None else max(out[column], y)
+        earlier = out[column]
+        out[column] = y if earlier is None else max(earlier, y)
     for column in range(min(at) + 1, max(at) + 1):
         if out[column] is None:
             out[column] = out[column - 1]

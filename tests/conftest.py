@@ -197,7 +197,7 @@ def _gpu_skip_reason() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return "needs a CUDA GPU (no nvidia-smi on this machine)"
     if importlib.util.find_spec("sglang") is None:
-        return "needs SGLang importable (see results/h200/gpu-run.sh for the offline kit)"
+        return "needs SGLang importable (see tools/gpu/gpu-run.sh for the offline kit)"
     return None
 
 

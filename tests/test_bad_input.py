@@ -201,7 +201,7 @@ def test_a_mistyped_ref_or_suite_names_the_closest_one(tmp_path):
     repo = make_sglang_repo(tmp_path)
     with pytest.raises(UsageError, match=r"git ref 'mian' does not resolve to a commit in \S+; did you mean 'main'\?"):
         Revision.resolve(repo, "mian")
-    suite = refserver_suite(tmp_path / "default.toml", ["kl"])
+    refserver_suite(tmp_path / "default.toml", ["kl"])  # the file the misspelled name is near
     with pytest.raises(UsageError, match=rf"suite file not found: {tmp_path}/defualt.toml; did you mean "
                                          rf"'{tmp_path}/default.toml'\?"):
         load_suite(tmp_path / "defualt.toml")

@@ -90,7 +90,10 @@ def test_a_rerun_launches_no_server(history, first_run):
 @pytest.mark.slow
 def test_leaves_the_users_checkout_alone(history, first_run):
     h, _, _ = history
-    git = lambda *a: subprocess.run(["git", "-C", str(h.path), *a], capture_output=True, text=True).stdout
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(h.path), *a], capture_output=True, text=True).stdout
+
     assert git("rev-parse", "HEAD").strip() == h.bad
     assert git("status", "--porcelain") == ""
     assert "/bisect/" not in git("worktree", "list")  # the bisect worktree is gone
@@ -146,7 +149,10 @@ def _parent_of(h, sha: str) -> str:
 
 def _result(verdict: str, launches: int = 1) -> RunResult:
     rev = RevisionInfo("r", "0" * 40)
-    cell = lambda role: CellResult("c", "p", role, rev, Status.OK, "cfg", "wl")
+
+    def cell(role: Role) -> CellResult:
+        return CellResult("c", "p", role, rev, Status.OK, "cfg", "wl")
+
     return RunResult("s", "refserver", rev, rev, (cell(Role.BASE), cell(Role.CANDIDATE)),
                      (ProbeComparison("c", "p", verdict, note=f"{verdict} note"),),
                      tuple(Launch("c", Role.CANDIDATE, "0" * 40, 1, 0.1, True) for _ in range(launches)))

@@ -1,4 +1,4 @@
-"""The GPU session's tools that can be checked without a GPU: the backport patches against the
+"""The GPU session's tools (tools/gpu/) that can be checked without a GPU: the backport patches against the
 released 0.5.17 source (downloaded once, skipped when the registry is unreachable), and
 raw_generate.py against the fault server. conformance.py's dry run is in
 tests/conformance/test_sglang_kl_helpers.py."""
@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 from faultlib import Bench
 
-PATCHES = sorted((ROOT / "results/h200/patches").glob("0.5.17-backport-*.patch"))
+PATCHES = sorted((ROOT / "tools/gpu/patches").glob("0.5.17-backport-*.patch"))
 CACHE = Path.home() / ".cache" / "sglang-detcheck" / "sglang-0.5.17"
 
 
@@ -62,14 +62,14 @@ def test_the_backports_apply_in_order_to_the_released_0_5_17_source(tmp_path):
 
 @pytest.mark.slow
 def test_raw_generate_counts_the_nulls_a_server_answers(tmp_path, bare_python):
-    """results/h200/raw_generate.py against the fault server posing as SGLang: a detcheck run's
+    """tools/gpu/raw_generate.py against the fault server posing as SGLang: a detcheck run's
     arguments (the suite's, and --fault null-replay-logprobs), plain HTTP, the nulls where the
     server put them (the cold replay's), none elsewhere."""
     bench = Bench(tmp_path, bare_python)
     suite = bench.write_suite({"nulls": ["--fault", "null-replay-logprobs"]}, startup_timeout_s=60,
                               request_timeout_s=60)
     out = tmp_path / "raw"
-    proc = subprocess.run([sys.executable, str(ROOT / "results/h200/raw_generate.py"), "--suite", str(suite),
+    proc = subprocess.run([sys.executable, str(ROOT / "tools/gpu/raw_generate.py"), "--suite", str(suite),
                            "--config", "nulls", "--repo", str(bench.repo), "--ref", "main", "--python", bare_python,
                            "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300,
                           env={**os.environ, **Bench.env(), "DETCHECK_CACHE_DIR": str(tmp_path / "cache")})

@@ -58,8 +58,10 @@ def expected(name: str, result: dict) -> dict[tuple[str, str], str]:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_reversed_scenario_repo_ends_on_the_clean_tree(tmp_path, name):
     repo = build_repo(SCENARIOS[name], tmp_path, reverse=True)
-    git = lambda *a: subprocess.run(["git", "-C", str(repo.path), *a], capture_output=True,
-                                    text=True, check=True).stdout
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(repo.path), *a], capture_output=True, text=True, check=True).stdout
+
     assert git("diff", "--stat", repo.base, repo.candidate)  # base has the regression
     assert git("diff", f"{repo.candidate}~2", repo.candidate) == ""  # candidate undoes it exactly
 

@@ -319,7 +319,8 @@ def check_baseline_file(path: Path | None) -> None:
 def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
     """Render `result` (JSON with the verdict and this exit code in it), gate it on a baselines
     file if one is given, and return the exit code."""
-    code, gate_lines = run_exit_code(result), []
+    code = run_exit_code(result)
+    gate_lines: list[str] = []
     if baseline_file is not None:
         gated, gate_lines = gate_result(baseline_file, result)
         code = max(code, gated)

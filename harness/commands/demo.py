@@ -92,6 +92,7 @@ def check_keep_dir(root: Path, scenario: Scenario) -> None:
 
 def keep(root: Path, scenario: Scenario, repo: Path, req: RunRequest, seed: int) -> None:
     """Name the kept repo's branches, add a history to bisect, print what to try on them."""
+    assert req.base.sha and req.candidate.sha  # revisions of the demo's repo, never the installed package
     name_branches(repo, base=req.base.sha, candidate=req.candidate.sha)
     history = build_demo_history(root, seed=seed)
     name_branches(history.path, good=history.good)

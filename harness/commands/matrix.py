@@ -90,7 +90,8 @@ def gpus_per_server(entry: MatrixEntry) -> int:
 def placement(slots: tuple[Slot, ...]) -> str:
     """Where the servers go, for the log: each role on its GPUs, or N slots over the GPUs."""
     if all(slot.role is not None for slot in slots):
-        sides = ", ".join(f"{s.role.value} on GPU {s.env['CUDA_VISIBLE_DEVICES']}" for s in slots)
+        sides = ", ".join(f"{role.value} on GPU {s.env['CUDA_VISIBLE_DEVICES']}" for s in slots
+                          if (role := s.role) is not None)
         return f" ({sides}, at the same time)"
     if len(slots) == 1 and slots[0].exclusive:
         return (f" (one server at a time on GPU {slots[0].env['CUDA_VISIBLE_DEVICES']}: base and candidate "
@@ -122,9 +123,9 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     for row in rows:
         where = "runs here" if row["runnable_here"] else f"skipped here: {row['why_not']}"
-        slots = f"{row['slots']} server slot{'s' if row['slots'] != 1 else ''}"
+        slot_count = f"{row['slots']} server slot{'s' if row['slots'] != 1 else ''}"
         target = row["target"] or "checkout"  # none named: what --repo holds
-        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {target:<9} {slots:<15} {where}")
+        print(f"{row['name']:<16} {row['gpus']}× {row['gpu'] or 'CPU':<6} {target:<9} {slot_count:<15} {where}")
     return 0
 
 
@@ -135,8 +136,8 @@ def run_entry(args: argparse.Namespace) -> int:
         return EXIT_NOTHING_MEASURED
     check_baseline_file(args.baseline)
     slurm = slurm_options_from(args)
-    entry = dataclasses.replace(entry, target=chosen_target(
-        entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}"))
+    target = chosen_target(entry.target, args.repo, f"`target` in {args.matrix.name}'s [[entry]] {entry.name!r}")
+    entry = dataclasses.replace(entry, target=target)
     base, candidate = revisions_from(args)
     root = args.out or default_out(entry.name)
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu, gpus_per_server(entry))
@@ -148,7 +149,7 @@ def run_entry(args: argparse.Namespace) -> int:
     for suite in entry.suites:
         claim_out_dir(root / suite.stem, force=args.force)
         reqs.append(RunRequest(
-            suite_path=suite, target=entry.target, base=base, candidate=candidate,
+            suite_path=suite, target=target, base=base, candidate=candidate,
             out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
             slots=slots, start_order=start_order, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
             command_line=command_line()))

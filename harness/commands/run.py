@@ -195,6 +195,9 @@ def resumed_revision(out: Path, repo: Path | None, flag: str, given: str | None,
         if given is not None:
             raise differs(out, flag, given, "the installed package")
         return Revision.installed(stored.ref)
+    if repo is None:
+        raise UsageError(f"--resume: the run in {out} measured {stored.ref} of a repository it does not "
+                         f"record: give --repo")
     revision = dataclasses.replace(Revision.resolve(repo, stored.sha), ref=stored.ref)
     if given is not None and (at := Revision.resolve(repo, given)).sha != stored.sha:
         raise differs(out, flag, f"{given} (at {at.short()})", f"{stored.ref} at {revision.short()}")

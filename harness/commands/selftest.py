@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     args.out = args.out or default_out(f"selftest-{args.suite.stem}")
     req = request_from(args, revision, revision, args.suite)
     worktree = revision.checkout()
+    assert worktree is not None  # a revision of --repo, never the installed package
     registered = registered_fixes(get_target(req.target), worktree)
     unknown = [fix for fix in args.fix if fix not in registered]
     if unknown:

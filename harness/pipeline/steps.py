@@ -151,7 +151,7 @@ def server_flags(caps: Capabilities, server: ServerConfig, probe_args: tuple[str
 def revision_server_flags(caps: Capabilities, server: ServerConfig, probes: tuple[str, ...]) -> tuple[str, ...]:
     """The flags a server of the configuration gets at a revision (its `--help`, `caps`) to
     serve `probes`, as a run's job gets them: for programs that start a server outside a run
-    (the GPU-session tools' results/h200/suite_server.py)."""
+    (the GPU-session tools' tools/gpu/suite_server.py)."""
     return server_flags(caps, server, probe_server_args(probes))
 
 

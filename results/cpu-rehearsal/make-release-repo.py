@@ -1,5 +1,5 @@
 """A fixture repo of the reference server whose two commits model SGLang 0.5.16 (main~1) and
-0.5.17 (main), as results/h200/gpu-run.sh setup makes one of SGLang's released sources.
+0.5.17 (main), as tools/gpu/gpu-run.sh setup makes one of SGLang's released sources.
 
     python results/cpu-rehearsal/make-release-repo.py /tmp/refserver-release
 """

@@ -21,13 +21,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "fixtures"
-if str(FIXTURES) not in sys.path:
-    sys.path.insert(0, str(FIXTURES))
+for folder in (ROOT / "fixtures", ROOT / "tools" / "gpu"):  # the reference server's test kit; the GPU tools
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+from sglang_kl_helpers import HELPERS, SUFFIX_TOKEN, loaded  # noqa: E402
 from tests_refserver.refserver_testlib import (DET, HYBRID, SWA_MODEL, Server,  # noqa: E402
                                               prompts)
-
-from tests.conformance.sglang_kl_helpers import HELPERS, SUFFIX_TOKEN, loaded  # noqa: E402
 
 pytestmark = [pytest.mark.conformance, pytest.mark.slow]
 
@@ -175,7 +174,7 @@ def test_triton_profile_within_sglang_threshold(helpers, use_inputs, tmp_path):
 
 
 def test_the_gpu_conformance_tool_gives_sglangs_figure_beside_detchecks(tmp_path):
-    """results/h200/conformance.py on the reference server (its dry run): one server, SGLang's
+    """tools/gpu/conformance.py on the reference server (its dry run): one server, SGLang's
     helpers and detcheck's probes on the same prompts. The triton profile is not bit-exact, so
     the figures are not zero, and SGLang's decode-vs-replay k3 is detcheck's kl k3."""
     root = fetch_helpers("0.5.16")  # the kit's release, whose helpers the H200 run loads
@@ -197,7 +196,7 @@ deterministic = true
 probes = ["kl", "prefill_cache_hit", "decode_cache_hit"]
 """)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(ROOT / "results/h200/conformance.py"), "--target", "refserver",
+    proc = subprocess.run([sys.executable, str(ROOT / "tools/gpu/conformance.py"), "--target", "refserver",
                            "--suite", str(suite), "--config", "triton", "--helpers", str(root), "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -2,7 +2,7 @@
 one server of a suite's configuration (started as a detcheck run starts it; the configuration's
 `retract_interval` sets SGLANG_TEST_RETRACT / SGLANG_TEST_RETRACT_INTERVAL in its environment).
 
-    python3 results/h200/retract_logprobs.py --suite SUITE --config NAME --repo REPO --ref REF --out DIR
+    python3 tools/gpu/retract_logprobs.py --suite SUITE --config NAME --repo REPO --ref REF --out DIR
                                             [--target sglang|refserver] [--python PY]
 
 On 0.5.16 with forced retraction, detcheck's kl probe got 127 output logprobs for 128 generated

@@ -2,27 +2,27 @@
 # The GPU run tool: ship the kit to the H200, set up the revisions, run, collect.
 # (Replaces the one-off call scripts the older records' COMMAND.txt name; their text is in git.)
 #
-#   here:        bash results/h200/gpu-run.sh prepare        # .gpu-kit/: bundles, kit, extra; prints the calls
-#   device run:  bash results/h200/gpu-run.sh ship N         # every bundle but the last: to /tmp/gpu-kit
-#                bash results/h200/gpu-run.sh install N      # the last bundle, install, smoke, one server's memory
-#                bash results/h200/gpu-run.sh setup          # the revisions and checkpoints (carry extra)
-#                bash results/h200/gpu-run.sh main [SESSION ARGS]  # setup (once per machine), then
+#   here:        bash tools/gpu/gpu-run.sh prepare        # .gpu-kit/: bundles, kit, extra; prints the calls
+#   device run:  bash tools/gpu/gpu-run.sh ship N         # every bundle but the last: to /tmp/gpu-kit
+#                bash tools/gpu/gpu-run.sh install N      # the last bundle, install, smoke, one server's memory
+#                bash tools/gpu/gpu-run.sh setup          # the revisions and checkpoints (carry extra)
+#                bash tools/gpu/gpu-run.sh main [SESSION ARGS]  # setup (once per machine), then
 #                                                            # SESSION (default: session) in the background;
 #                                                            # packs $OUT/h200-main.tgz when it ends or at HOLD s
 #                e.g. main pool NAME [matrix run flags]     # validate(h200x1) alone, from the kit's caches
 #                e.g. main upstream                          # issue 35: selftest of 0.5.16 beside fa4 vs Triton
 #                e.g. main upstream2                         # issue 35's last items: chunked-prefill selftest, vacuity, retraction logprobs
 #                e.g. main upstream3                         # issues 31 + 35: localize beside the chunked stall and the dropped logprob
-#                bash results/h200/gpu-run.sh localize       # issue 31: planted-bug run, then localize
-#                bash results/h200/gpu-run.sh finish         # waits for SESSION, then the follow-ups
+#                bash tools/gpu/gpu-run.sh localize       # issue 31: planted-bug run, then localize
+#                bash tools/gpu/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
 # kit2 (torch 2.13, SGLang 0.5.20 and 0.5.21; ../shared/gpu-kit/kit2, bundles from its build-kit2.sh):
-#   here:        KIT2_BUNDLES=DIR bash results/h200/gpu-run.sh prepare2  # .gpu2/: bundles, kit; prints the calls
-#   device run:  bash results/h200/gpu-run.sh ship2 N        # bundle N (carried) to /tmp/kit2parts
-#                bash results/h200/gpu-run.sh install2 N     # the last bundle, install, the kit2 repo, models
-#                bash results/h200/gpu-run.sh main2 [ARGS]   # SESSION2 (default: seed2) in the background;
+#   here:        KIT2_BUNDLES=DIR bash tools/gpu/gpu-run.sh prepare2  # .gpu2/: bundles, kit; prints the calls
+#   device run:  bash tools/gpu/gpu-run.sh ship2 N        # bundle N (carried) to /tmp/kit2parts
+#                bash tools/gpu/gpu-run.sh install2 N     # the last bundle, install, the kit2 repo, models
+#                bash tools/gpu/gpu-run.sh main2 [ARGS]   # SESSION2 (default: seed2) in the background;
 #                                                            # packs $OUT/h200-kit2.tgz when it ends or at HOLD s
-#   here, CPU:   DRY_RUN=1 bash results/h200/gpu-run.sh dry  # setup + every session command against
+#   here, CPU:   DRY_RUN=1 bash tools/gpu/gpu-run.sh dry  # setup + every session command against
 #                                                            # local release sources and the reference
 #                                                            # server: typos fail here, not on the GPU
 #
@@ -134,11 +134,11 @@ PY
   n=$(ls -d .gpu-kit/bundle-* | wc -l); last=$(printf "%02d" "$n")
   echo "working tree: $(( tree >> 20 )) MiB; the calls (carry | command):"
   for i in $(seq 1 $(( n - 1 ))); do
-    echo "  [\".gpu-kit/bundle-0$i\"] | bash results/h200/gpu-run.sh ship $i"; done
-  echo "  [\".gpu-kit/bundle-$last\", \".gpu-kit/kit\"] | bash results/h200/gpu-run.sh install $n"
-  echo "  [\".gpu-kit/extra\"] | bash results/h200/gpu-run.sh setup"
-  echo "  [] | SPG=40 HOLD=585 bash results/h200/gpu-run.sh main pool NAME [matrix run flags]   (or main: session)"
-  echo "  [] | WAIT=300 bash results/h200/gpu-run.sh finish   (after main session: the follow-ups)"
+    echo "  [\".gpu-kit/bundle-0$i\"] | bash tools/gpu/gpu-run.sh ship $i"; done
+  echo "  [\".gpu-kit/bundle-$last\", \".gpu-kit/kit\"] | bash tools/gpu/gpu-run.sh install $n"
+  echo "  [\".gpu-kit/extra\"] | bash tools/gpu/gpu-run.sh setup"
+  echo "  [] | SPG=40 HOLD=585 bash tools/gpu/gpu-run.sh main pool NAME [matrix run flags]   (or main: session)"
+  echo "  [] | WAIT=300 bash tools/gpu/gpu-run.sh finish   (after main session: the follow-ups)"
   for c in $(ls -d .gpu-kit/bundle-* | xargs -n1 basename) kit extra; do
     local sum=$(( tree + $(du -sb ".gpu-kit/$c" | cut -f1) ))
     [ "$c" = "bundle-$last" ] && sum=$(( sum + $(du -sb .gpu-kit/kit | cut -f1) ))
@@ -241,9 +241,9 @@ prepare2() {  # here: the bundles build-kit2.sh wrote (cut for this tree: MAX_MI
   n=$(ls -d .gpu2/bundle-* | wc -l); last=$(printf "%02d" "$n")
   echo "working tree: $(( tree >> 20 )) MiB; the calls (carry | command):"
   for i in $(seq 1 $(( n - 1 ))); do
-    printf '  [".gpu2/bundle-%02d"] | bash results/h200/gpu-run.sh ship2 %d\n' "$i" "$i"; done
-  echo "  [\".gpu2/bundle-$last\", \".gpu2/kit\"] | bash results/h200/gpu-run.sh install2 $n"
-  echo "  [] | HOLD=570 bash results/h200/gpu-run.sh main2"
+    printf '  [".gpu2/bundle-%02d"] | bash tools/gpu/gpu-run.sh ship2 %d\n' "$i" "$i"; done
+  echo "  [\".gpu2/bundle-$last\", \".gpu2/kit\"] | bash tools/gpu/gpu-run.sh install2 $n"
+  echo "  [] | HOLD=570 bash tools/gpu/gpu-run.sh main2"
   for c in $(ls -d .gpu2/bundle-* | xargs -n1 basename); do
     sum=$(( tree + $(du -sb ".gpu2/$c" | cut -f1) ))
     [ "$c" = "bundle-$last" ] && sum=$(( sum + $(du -sb .gpu2/kit | cut -f1) ))
@@ -377,7 +377,7 @@ upstream2() {
   record vacuity "${LIMIT_VACUITY:-450}" "${cli[@]}" run --target sglang --repo "$REPO" --base 0.5.16 --candidate 0.5.16 \
     --suite suites/h200/vacuity.toml --slots 4 --out "$DEST/vacuity/run" --no-progress --format md &
   local vacuity=$!
-  record retract-logprobs 400 "$PY" results/h200/retract_logprobs.py --suite suites/h200/selftest.toml \
+  record retract-logprobs 400 "$PY" tools/gpu/retract_logprobs.py --suite suites/h200/selftest.toml \
     --config retract-pressure --repo "$REPO" --ref 0.5.16 --out "$DEST/retract-logprobs/run"
   wait $selftest $vacuity
   echo "session done" >> "$DEST/summary.txt"
@@ -391,7 +391,7 @@ upstream3() {
   record chunked "${LIMIT_CHUNKED:-420}" "$PY" -m harness.cli run --target sglang --repo "$REPO" --base 0.5.16 \
     --candidate 0.5.16 --suite suites/h200/chunked.toml --slots 4 --out "$DEST/chunked/run" --no-progress --format md &
   local chunked=$!
-  record retract-logprobs-again 400 "$PY" results/h200/retract_logprobs.py --suite suites/h200/selftest.toml \
+  record retract-logprobs-again 400 "$PY" tools/gpu/retract_logprobs.py --suite suites/h200/selftest.toml \
     --config retract-pressure --repo "$REPO" --ref 0.5.16 --out "$DEST/retract-logprobs-again/run" &
   local retract=$!
   localize_run
@@ -422,7 +422,7 @@ pool() {
 followups() {
   local target=sglang helpers=$SITE suite=suites/h200/release-pools.toml
   if [ "${DRY_RUN:-0}" = 1 ]; then target=refserver helpers=${HELPERS:?HELPERS=DIR holding sglang/test/}; fi
-  record unified-raw 300 "$PY" results/h200/raw_generate.py --target $target --suite $suite \
+  record unified-raw 300 "$PY" tools/gpu/raw_generate.py --target $target --suite $suite \
     --config unified-graphs-off --repo "$REPO" --ref 0.5.17 --out "$DEST/unified-raw/run" &
   # The DFLASH fix pair served token for token (revision_kl, graphs off and on) beside its SWA
   # peak: here, not beside the pool (one server took 3.8 GiB of host memory at its start).
@@ -430,7 +430,7 @@ followups() {
     --candidate dflash-fix --suite suites/h200/dflash-fix-revision.toml --slots 8 \
     --out "$DEST/dflash-fix/run" --no-progress --format md &
   for c in qwen3next inkling; do
-    record conformance-$c 400 "$PY" results/h200/conformance.py --target $target --suite suites/h200/conformance.toml \
+    record conformance-$c 400 "$PY" tools/gpu/conformance.py --target $target --suite suites/h200/conformance.toml \
       --config $c --helpers "$helpers" --out "$DEST/conformance-$c/run" &
   done
   wait

@@ -2,7 +2,7 @@
 arguments a detcheck run gives a configuration: do null logprobs come from the server or from
 the requests detcheck sends?
 
-    python3 results/h200/raw_generate.py --suite SUITE --config NAME --repo REPO --ref REF --out DIR
+    python3 tools/gpu/raw_generate.py --suite SUITE --config NAME --repo REPO --ref REF --out DIR
                                          [--target sglang|refserver] [--python PY]
 
 The revision REF of REPO is checked out as a run checks it out (its python/ first on PYTHONPATH).

@@ -1,8 +1,9 @@
 """SGLang's own KL helpers (`sglang/test/kl_test_utils.py`, `kl_multiturn_utils.py` of a release)
 loaded from their files, without the rest of SGLang: the tokenizer they use only to encode the
 decode-cache-hit suffix "," is a stub, and their prompts are whatever the caller hands
-`get_input_ids`'s stand-in. Used by the CPU conformance test (the files from a downloaded wheel)
-and by results/h200/conformance.py on the GPU machine (the files of the installed package).
+`get_input_ids`'s stand-in. Used by tools/gpu/conformance.py on the GPU machine (the files of the
+installed package) and by the CPU conformance test, tests/conformance/ (the files from a
+downloaded wheel).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """SGLang's own KL checks and detcheck's probes against ONE server, side by side.
 
-    python3 results/h200/conformance.py --suite SUITE --config NAME --helpers DIR --out DIR
+    python3 tools/gpu/conformance.py --suite SUITE --config NAME --helpers DIR --out DIR
                                         [--target sglang|refserver] [--python PY]
 
 Starts one server of a suite's configuration (the installed package: on the GPU machine
@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 from harness.client import SGLangClient  # noqa: E402
 from harness.probes import PROBES, ProbeContext  # noqa: E402
 from harness.workloads import build, suffix_token  # noqa: E402
+from sglang_kl_helpers import loaded  # noqa: E402  (beside this file, as suite_server)
 from suite_server import start, write_record  # noqa: E402
-from tests.conformance.sglang_kl_helpers import loaded  # noqa: E402
 
 PROBE_NAMES = ("kl", "prefill_cache_hit", "decode_cache_hit")
 # SGLang's helper for each of detcheck's probes (the same name in both helper files).

@@ -1,6 +1,6 @@
 """Where the host's CPU goes while a GPU run goes on: one line every INTERVAL seconds.
 
-    python3 results/h200/cpu_monitor.py OUT.txt [INTERVAL]     (runs until killed)
+    python3 tools/gpu/cpu_monitor.py OUT.txt [INTERVAL]     (runs until killed)
 
 Each line: the time (UTC), the load average, host memory used, the GPU's memory and utilisation, the
 share of all cores busy (/proc/stat), then the cores each kind of process used since the last
