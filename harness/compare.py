@@ -223,9 +223,8 @@ def derive(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any
         return kind.versus(base, cand, reference, params)
     if kind.across is not None:
         return kind.across(base, cand, params)
-    # The candidate may lack a base metric (None: one_sided names it), which Across.metrics does
-    # not admit yet: harness/probes/base.py is being reworked, until the pipeline split lands.
-    return Across(tuple((m, cand.metric(m.name)) for m in base.metrics))  # type: ignore[misc]
+    # The candidate may lack a base metric (None: one_sided names it).
+    return Across(tuple((m, cand.metric(m.name)) for m in base.metrics))
 
 
 def reference_of(config: str, probe: str, cells: Mapping[tuple[str, str, Role], CellResult],

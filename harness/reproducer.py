@@ -53,7 +53,10 @@ class Form:
     harness/verify.py posts them, and grows the size back while a cut no longer shows it."""
 
     requests: Callable[[int], tuple[Request, ...]]
-    read: Callable[[int, list], Observed]  # (size, one side's answers in request order) → observed
+    # (size, one side's answers in request order; a reference form: the pair of this
+    # configuration's and the reference's) → observed. Any, not that union: each reader takes
+    # the one shape its form gets, and a reader of one member is no reader of the union.
+    read: Callable[[int, Any], Observed]
     words: Callable[[Observed, Observed], str]  # (base, candidate) → "base returned …, candidate …"
     shortest: int
     full: int
@@ -200,7 +203,7 @@ def cell_top_k(cell: CellResult) -> int:
 
 
 
-def decode_request(what: str, ids: Sequence[int], new: int, top_k: int = 0) -> Request:
+def decode_request(what: str, ids: Sequence[int] | Sequence[Sequence[int]], new: int, top_k: int = 0) -> Request:
     return Request(what, "/generate", generate_body(ids, max_new_tokens=new, logprobs=Logprobs(top_k=top_k)))
 
 

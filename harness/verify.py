@@ -79,10 +79,8 @@ class _Attempts:
             self.ran_out = True
             return None
         self.calls += posts
-        # Form.read takes a reference form's pair of answers too, which its annotation does not
-        # admit yet: harness/reproducer.py is being reworked, until the pipeline split lands.
-        base = self.form.read(size, self.post(Role.BASE, requests))  # type: ignore[arg-type]
-        cand = self.form.read(size, self.post(Role.CANDIDATE, requests))  # type: ignore[arg-type]
+        base = self.form.read(size, self.post(Role.BASE, requests))
+        cand = self.form.read(size, self.post(Role.CANDIDATE, requests))
         shows = self.form.reproduced(base, cand)
         self.tried.append((size, shows))
         self.seen[size] = (base, cand)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from harness.bisect import ABORT, BisectSpec, bisect, session_dir_for, step
+from harness.bisect.driver import commit_sha
 from harness.commands.common_args import add_env_args, add_target_arg, chosen_target, env_options_from
 from harness.paths import cache_dir
 from harness.revisions import Revision
@@ -64,13 +65,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     good = Revision.resolve(args.repo, args.good)
     bad = Revision.resolve(args.repo, args.bad)
-    spec = BisectSpec(repo=good.repo, good=good.sha, suite=args.suite.resolve(), probes=tuple(args.probe),
-                      configs=tuple(args.config), target=chosen_target(args.target, good.repo),
+    repo = good.repo
+    assert repo is not None, "Revision.resolve gives every commit its repository"
+    good_sha, bad_sha = commit_sha(good), commit_sha(bad)
+    spec = BisectSpec(repo=repo, good=good_sha, suite=args.suite.resolve(), probes=tuple(args.probe),
+                      configs=tuple(args.config), target=chosen_target(args.target, repo),
                       store_root=(args.store or cache_dir() / "store").resolve(),
-                      session_dir=session_dir_for(good.repo, good.sha, bad.sha),
+                      session_dir=session_dir_for(repo, good_sha, bad_sha),
                       max_scale=args.max_scale, python=args.python, env_options=env_options_from(args))
     slurm = slurm_options_from(args)
-    out = bisect(spec, bad.sha, slots=args.slots, rounds=BisectRounds(slurm) if slurm else None)
+    out = bisect(spec, bad_sha, slots=args.slots, rounds=BisectRounds(slurm) if slurm else None)
     print(f"servers launched: {out.launches}")
     return 0 if out.ok else 1
 

@@ -145,8 +145,9 @@ def draft_position_accept(samples: Sequence[dict[str, Any]]) -> list[float] | No
     """Per draft position j (1, 2, …): the share of verify rounds that reached draft j (its j − 1
     drafts before were correct) in which draft j was correct too, over every request's
     `spec_correct_drafts_histogram`; None where a request that verified has none."""
-    hists = [s.get("correct_drafts_histogram") for s in samples if s["spec_verify_ct"]]
-    if not hists or any(h is None for h in hists):
+    found = [s.get("correct_drafts_histogram") for s in samples if s["spec_verify_ct"]]
+    hists = [h for h in found if h is not None]
+    if not hists or len(hists) < len(found):
         return None
     rounds = [sum(h[c] for h in hists if c < len(h)) for c in range(max(map(len, hists)))]
     reached = [sum(rounds[c:]) for c in range(len(rounds))]  # rounds with at least c correct

@@ -58,7 +58,7 @@ class Across:
     itself) derives from both sides' samples at compare time: (base, candidate) metric pairs,
     judged like any cell's metrics, and facts about the pair (shown with the candidate's)."""
 
-    metrics: tuple[tuple[Metric, Metric], ...]
+    metrics: tuple[tuple[Metric, Metric | None], ...]
     facts: dict[str, Any] = field(default_factory=dict)
     # Facts about the base side alone (a probe that compares each side with something of its
     # own revision: what the base was found to do), shown with the base's facts.
@@ -321,10 +321,11 @@ class ProbeKind:
         the number of deciding noisy metrics, as compare.py judges them) with the samples the
         suite plans (an exact rank test's smallest p: 2/2^n for n pairs, 2/C(2n, n) for n
         against n), naming the key and the smallest value that works."""
-        if self.planned is None:
+        plan = self.planned
+        if plan is None:
             return
-        planned = self.planned(params, workload, deterministic)
-        self._check_verdict_metrics(params, workload, deterministic, planned, where)
+        planned = plan(params, workload, deterministic)
+        self._check_verdict_metrics(params, workload, deterministic, plan, planned, where)
         deciding = set(deciding_metrics(params, [(m.name, m.kind) for m in planned]))
         noisy = [m for m in planned if m.kind == Kind.NOISY and m.name in deciding]
         # compare.py splits alpha among the deciding noisy metrics (Bonferroni), and a sequential
@@ -352,6 +353,7 @@ class ProbeKind:
                 f"(or raise alpha{' or max_looks' if looks < 8 else ''})")
 
     def _check_verdict_metrics(self, params: dict[str, Any], workload: WorkloadSpec, deterministic: bool,
+                               plan: Callable[[dict[str, Any], WorkloadSpec, bool], tuple[PlannedMetric, ...]],
                                planned: tuple[PlannedMetric, ...], where: str) -> None:
         """UsageError when `verdict_metrics` names a metric the probe never reports (a typo), or
         none of those it reports on this configuration: nothing would decide, and the verdict
@@ -360,7 +362,7 @@ class ProbeKind:
         if not named:
             return
         here = [m.name for m in planned]
-        known = dict.fromkeys([*here, *(m.name for m in self.planned(params, workload, not deterministic))])
+        known = dict.fromkeys([*here, *(m.name for m in plan(params, workload, not deterministic))])
         unknown = [n for n in named if n not in known]
         if unknown:
             raise UsageError(f"{where}.verdict_metrics: {', '.join(map(repr, unknown))} "

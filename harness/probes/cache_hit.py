@@ -38,7 +38,7 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
             lps.append(gen.output_logprobs)
             cached.append(gen.cached_tokens)
     ctx.advance(total_steps - 1, total_steps)
-    lps = require_output_logprobs(lps, "the turn that should hit the cache")
+    scored = require_output_logprobs(lps, "the turn that should hit the cache")
     hits = [i for i, (c, m) in enumerate(zip(cached, min_hit)) if c > m]
     fraction = len(hits) / len(turn2)
     floor = ctx.param("min_hit_fraction")
@@ -54,7 +54,7 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
     sequences = [list(turn2[i]) + list(outputs[i]) for i in hits]
     replay = [r.logprobs for r in cold_replay(ctx.client, sequences, [len(outputs[i]) for i in hits], batch)]
     ctx.advance(total_steps, total_steps)
-    (k3, *located), kl_facts, per = kl_metric(replay, [lps[i] for i in hits],
+    (k3, *located), kl_facts, per = kl_metric(replay, [scored[i] for i in hits],
                                               deterministic=ctx.deterministic, tau=ctx.param("tau"),
                                               paired=False,  # the hit subsets of two sides may differ
                                               prompts=hits)  # the workload's prompts, not the hits' indices
@@ -68,7 +68,7 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
         # `prompt` and `input_ids` (turn 2's) let a reproducer rebuild the requests of one hit.
         {"prompt": i, "input_ids": list(turn2[i]), "prompt_len": len(turn2[i]), "cached_tokens": cached[i],
          "output_ids": list(outputs[i]),
-         "hit_logprobs": lps[i], "replay_logprobs": r, **x}
+         "hit_logprobs": scored[i], "replay_logprobs": r, **x}
         for i, r, x in zip(hits, replay, per)
     )
     return ProbeOutput(samples=samples, metrics=(k3, hit_metric, reused, *located), facts={**kl_facts, **facts})
@@ -182,7 +182,8 @@ def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult)
 def _largest_hit(comp: ProbeComparison, base: CellResult, cand: CellResult, metrics: tuple[Metric, Metric],
                  sign: float) -> Reproducer | None:
     """A noisy cache-hit verdict: the hit whose value is largest on the side the effect points
-    to (the candidate for a rise), its requests whole (seed, hit, flush, cold replay)."""
+    to (the candidate for a rise), its requests whole (seed, hit, flush, cold replay). `metrics`:
+    the deciding metric's (base, candidate) pair."""
     side, cell, deciding = ("candidate", cand, metrics[1]) if sign > 0 else ("base", base, metrics[0])
     prompts = workload_prompts(cell)
     if not deciding.values or prompts is None or len(cell.samples) != len(deciding.values) \
@@ -196,8 +197,8 @@ def _largest_hit(comp: ProbeComparison, base: CellResult, cand: CellResult, metr
         prompts=(s["prompt"],), first_divergent=None, requests=requests(full),
         expect=(f"{comp.decided_by} of the {side}'s hit on prompt {s['prompt']}: {deciding.values[hit]:.6g}, the "
                 f"largest of its {len(deciding.values)} hits (the verdict is over each side's hits, unpaired: "
-                f"base median {comp.metrics[comp.decided_by].base.median:.6g}, candidate "
-                f"{comp.metrics[comp.decided_by].candidate.median:.6g})"),
+                f"base median {comp.metrics[deciding.name].base.median:.6g}, candidate "
+                f"{comp.metrics[deciding.name].candidate.median:.6g})"),
         shrink=f"Not shrunk (a noisy verdict): the {side}'s hit with the largest {comp.decided_by}",
         form=self_form(requests, 2, 4, full, full, sign, name="hit"))
 

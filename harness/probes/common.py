@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from harness import divergence
 from harness.client import Logprobs, SGLangClient
@@ -57,9 +57,9 @@ def cold_replay(client: SGLangClient, sequences: Sequence[Sequence[int]], tails:
             tuple(missing))
     # null, NaN and inf each named as what it is, at its position within the tail.
     scored = require_output_logprobs(rows, "cold replay", kind="input")
-    if top_k:
-        require_top_logprobs(tops, "cold replay", kind="input top-k")
-    return [Replayed(lps, [list(t) for t in top]) for lps, top in zip(scored, tops)]
+    # Without top_k no position has entries (each `top` above is empty).
+    checked = require_top_logprobs(tops, "cold replay", kind="input top-k") if top_k else [[] for _ in tops]
+    return [Replayed(lps, top) for lps, top in zip(scored, checked)]
 
 
 def degenerate_outputs(outputs: Sequence[Sequence[int]], min_len: int = 8) -> int:
@@ -89,7 +89,7 @@ def _broken_rows(rows: Sequence[Sequence[Any]], bad_at: Any) -> list[dict[str, A
     return broken
 
 
-def _raise_broken(what: str, kind: str, broken: list[dict[str, Any]], total: int) -> None:
+def _raise_broken(what: str, kind: str, broken: list[dict[str, Any]], total: int) -> NoReturn:
     first = broken[0]
     firsts = [*first["null_positions"], *(j for j, _ in first.get("non_finite_positions", []))]
     labels = sorted({"null" for b in broken if b["null_positions"]}
@@ -107,13 +107,15 @@ def require_output_logprobs(rows: Sequence[Sequence[float | None]], what: str,
     broken = _broken_rows(rows, lambda v: value_label(v) if _unusable(v) else "")
     if broken:
         _raise_broken(what, kind, broken, len(rows))
-    return [[float(v) for v in row] for row in rows]
+    # Nothing broken: no position is null, so the filter drops none; it narrows the type.
+    return [[float(v) for v in row if v is not None] for row in rows]
 
 
 def require_top_logprobs(rows: Sequence[Sequence[Sequence[tuple[float | None, int]] | None]],
-                         what: str, kind: str = "top-k") -> None:
+                         what: str, kind: str = "top-k") -> list[list[list[tuple[float, int]]]]:
     """Every output position of every answer has its top-k entries, each with a logprob that is
-    not null, NaN or +inf, or a ServerFinding that says on how many prompts and where."""
+    not null, NaN or +inf, or a ServerFinding that says on how many prompts and where. Returns
+    the rows as checked: every position's entries, none null."""
     def bad(top: Sequence[tuple[float | None, int]] | None) -> str:
         if top is None:
             return "null"
@@ -122,6 +124,8 @@ def require_top_logprobs(rows: Sequence[Sequence[Sequence[tuple[float | None, in
     broken = _broken_rows(rows, bad)
     if broken:
         _raise_broken(what, kind, broken, len(rows))
+    # Nothing broken: no position or logprob is null, so the filters drop none; they narrow the type.
+    return [[[(lp, t) for lp, t in top if lp is not None] for top in row if top is not None] for row in rows]
 
 
 def kl_metric(refs: Sequence[Sequence[float]], tests: Sequence[Sequence[float]], *,

@@ -45,29 +45,28 @@ def run(ctx: ProbeContext) -> ProbeOutput:
             decode_lps.append(gen.output_logprobs)
             decode_top.append(gen.output_top_logprobs)
         ctx.advance(len(outputs), total)
-    decode_lps = require_output_logprobs(decode_lps, "decode")
-    if top_k:
-        require_top_logprobs(decode_top, "decode")
+    decode_scored = require_output_logprobs(decode_lps, "decode")
+    decode_tops = require_top_logprobs(decode_top, "decode") if top_k else []
     sequences = [list(p) + list(o) for p, o in zip(prompts, outputs)]
     replay = cold_replay(ctx.client, sequences, [len(o) for o in outputs], batch, top_k)
     ctx.advance(total, total)
     tau = ctx.param("tau")
-    (k3, *located), facts, per = kl_metric([r.logprobs for r in replay], decode_lps,
+    (k3, *located), facts, per = kl_metric([r.logprobs for r in replay], decode_scored,
                                            deterministic=ctx.deterministic, tau=tau, paired=True)
     facts["degenerate_prompts"] = degenerate_outputs(outputs)
     metrics = (k3, *located)
     if top_k:
-        top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_top, top_k,
+        top_metric, top_facts, top_per = topk_metric([r.top for r in replay], decode_tops, top_k,
                                                      deterministic=ctx.deterministic, tau=tau)
         # Under deterministic mode the decode's top-k must be the replay's as a list, in order: a
         # top-k KL and a top-1 agreement read two lists with the same entries in another order alike.
-        ordered = (ordered_topk_metric([r.top for r in replay], decode_top),) if ctx.deterministic else ()
+        ordered = (ordered_topk_metric([r.top for r in replay], decode_tops),) if ctx.deterministic else ()
         metrics, facts = (k3, top_metric, *located, *ordered), {**facts, **top_facts}
         per = [{**x, **y} for x, y in zip(per, top_per)]
     samples = tuple(
         {"prompt_len": len(p), "output_ids": list(o), "decode_logprobs": d, "replay_logprobs": r.logprobs,
          **({"decode_top_logprobs": dt, "replay_top_logprobs": r.top} if top_k else {}), **x}
-        for p, o, d, dt, r, x in zip(prompts, outputs, decode_lps, decode_top, replay, per)
+        for p, o, d, dt, r, x in zip(prompts, outputs, decode_scored, decode_top, replay, per)
     )
     return ProbeOutput(samples=samples, metrics=metrics, facts=facts)
 
@@ -161,6 +160,7 @@ def _largest_effect_requests(comp: ProbeComparison, cand: CellResult, i: int,
     if found is None:
         return (), None
     output, (flush, decode, after) = found
+    assert decode.body is not None, "noisy_decode's decode is a /generate request, with its body"
     prompt = decode.body["input_ids"]
     requests = (flush, decode, after, score_request("cold replay of prompt + output" + OWN_OUTPUT.format("candidate"),
                                                     prompt + output, cell_top_k(cand), (1, len(prompt))))

@@ -78,11 +78,10 @@ def _serve(ctx: ProbeContext, phase: str, sequences: list[list[int]]) -> list[di
         answers += ctx.client.generate(list(chunk), max_new_tokens=ctx.workload.output_len,
                                        logprobs=Logprobs(top_k=ctx.param("top_k")))
     lps = require_output_logprobs([g.output_logprobs for g in answers], f"the {phase} phase")
-    require_top_logprobs([g.output_top_logprobs for g in answers], f"the {phase} phase")
+    tops = require_top_logprobs([g.output_top_logprobs for g in answers], f"the {phase} phase")
     return [{"phase": phase, "request": i, "input_ids": list(seq), "output_ids": list(g.output_ids),
-             "output_logprobs": lp, "output_top_logprobs": _lists(g.output_top_logprobs),
-             "cached_tokens": g.cached_tokens}
-            for i, (seq, g, lp) in enumerate(zip(sequences, answers, lps))]
+             "output_logprobs": lp, "output_top_logprobs": _lists(top), "cached_tokens": g.cached_tokens}
+            for i, (seq, g, lp, top) in enumerate(zip(sequences, answers, lps, tops))]
 
 
 def run(ctx: ProbeContext) -> ProbeOutput:

@@ -91,7 +91,7 @@ def _score(ctx: ProbeContext, sequences: list[list[int]], batch: int) -> list[Re
 
 
 def _greedy(ctx: ProbeContext, prompts: list[list[int]], batch: int, top_k: int, advance
-            ) -> tuple[list[list[int]], list[list[float]], list]:
+            ) -> tuple[list[list[int]], list[list[float]], list[list[list[tuple[float, int]]]]]:
     """A greedy decode of every prompt on a flushed cache: ids, logprobs, top-k per position."""
     ctx.client.flush_cache()
     outputs, lps, tops = [], [], []
@@ -102,9 +102,7 @@ def _greedy(ctx: ProbeContext, prompts: list[list[int]], batch: int, top_k: int,
             lps.append(gen.output_logprobs)
             tops.append(gen.output_top_logprobs)
         advance(len(outputs))
-    lps = require_output_logprobs(lps, "greedy decode")
-    require_top_logprobs(tops, "greedy decode")
-    return outputs, lps, tops
+    return outputs, require_output_logprobs(lps, "greedy decode"), require_top_logprobs(tops, "greedy decode")
 
 
 def run(ctx: ProbeContext) -> ProbeOutput:
@@ -206,10 +204,11 @@ def across(base: CellResult, cand: CellResult, params: dict[str, Any]) -> Across
     exact = base.facts.get("deterministic") and cand.facts.get("deterministic")
     if exact:
         def pair(name: str, values, headline: str) -> tuple[Metric, Metric]:
-            return tuple(Metric(name, Kind.EXACT, values(cell.samples), headline=headline) for cell in (base, cand))
+            base_m, cand_m = (Metric(name, Kind.EXACT, values(cell.samples), headline=headline) for cell in (base, cand))
+            return base_m, cand_m
 
         # Logprobs read as their mean; ids and flattened top-k lists have no telling statistic.
-        metrics = (pair("scored_logprobs", lambda s: _flat([x["scored_logprobs"] for x in s]), "mean"),
+        metrics: tuple[tuple[Metric, Metric], ...] = (pair("scored_logprobs", lambda s: _flat([x["scored_logprobs"] for x in s]), "mean"),
                    pair("scored_topk", lambda s: _flat_top([x["scored_top_logprobs"] for x in s]), ""),
                    pair("greedy_ids", lambda s: _flat([x["output_ids"] for x in s]), ""),
                    pair("greedy_logprobs", lambda s: _flat([x["output_logprobs"] for x in s]), "mean"),

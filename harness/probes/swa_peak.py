@@ -24,7 +24,7 @@ from harness.errors import ProbeNotApplicable, ServerError
 from harness.params import Param
 from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
-                                 parameter, register, summary)
+                                 register, summary)
 from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
 from harness.results import CellResult, Metric, ProbeOutput, Role

@@ -360,7 +360,8 @@ def _check_aborts(answered: list[RequestResult], window_s: float, allowed_s: flo
             tuple(dataclasses.asdict(r) for r in given_up))
     late = [r for r in cut if allowed_s is not None and r.abort_answer_s is not None and r.abort_answer_s > allowed_s]
     if late:
-        answer = [r.abort_answer_s for r in late]
+        # Every late request has its answer time (`late` says so): the filter narrows the type.
+        answer = [r.abort_answer_s for r in late if r.abort_answer_s is not None]
         raise ServerFinding(
             f"the server honoured /abort_request late: {len(late)} of {len(cut)} requests cut by the "
             f"{window_s:g} s window ended {min(answer):.2f}-{max(answer):.2f} s after their abort was answered "
@@ -501,6 +502,7 @@ def _measurement_reproducer(comp: ProbeComparison, base: CellResult, cand: CellR
     throughput probe alone, at the level that decided where every deciding metric is of that
     level (else at the suite's levels), as `command` (report.md puts the run's own options before
     it), and the workload it measured."""
+    assert comp.decided_by is not None, "reproduce.py asks for the measurement of a decided comparison only"
     levels = [int(c) for c in cand.facts.get("concurrency") or ()]
     level = next((c for c in levels if comp.decided_by in (metric_name(c), request_metric_name(c))), None)
     c = comp.metrics[comp.decided_by]

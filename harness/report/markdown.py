@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import Any, Sequence
 
 from harness.probes import PROBES
 from harness.paths import safe_name
@@ -168,7 +169,9 @@ class MarkdownReport:
                     keys.append(k)
         if not keys:
             return []
-        get = lambda side, k: fmt(side[k]) if k in side else "–"
+
+        def get(side: dict[str, Any], k: str) -> str:
+            return fmt(side[k]) if k in side else "–"
         return md_table(("fact", "base", "candidate"), ((k, *(get(side, k) for side in facts)) for k in keys)) + [""]
 
     def _footer(self) -> list[str]:
@@ -230,7 +233,7 @@ RUN_FLAGS = (("python", "--python"), ("base_python", "--base-python"), ("candida
              ("env_pip_arg", "--env-pip-arg"))
 
 
-def _reproducer(rep: Reproducer, server_lines: list[str], command_lines: list[str] = ()) -> list[str]:
+def _reproducer(rep: Reproducer, server_lines: list[str], command_lines: Sequence[str] = ()) -> list[str]:
     """A *different* row's smallest request: the commands that start each side's server with
     the row's own argv, each step's curl line, what to compare, how it was shrunk; a row no
     request shows (`command_lines`): the command that measures it again."""

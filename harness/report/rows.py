@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeGuard
 
 from harness import path_proof
 from harness.compare import CHANGED_NOT_DECIDING, leaning, metric_pairs, overall, reference_of
@@ -347,7 +347,7 @@ def value_place(item: str, cells: tuple[CellResult | None, CellResult | None],
     name = next((m.name for m in metrics if m is not None), "")
     declared = _declared(probe, name)
 
-    def one_for_one(cell: CellResult | None, metric: Metric | None, i: int) -> bool:
+    def one_for_one(cell: CellResult | None, metric: Metric | None, i: int) -> TypeGuard[CellResult]:
         return cell is not None and metric is not None and len(cell.samples) == len(metric.values) > i
 
     def named(cell: CellResult | None, i: int) -> str:
