@@ -82,3 +82,26 @@ def test_raw_generate_counts_the_nulls_a_server_answers(tmp_path, bare_python):
     replay = rows[("cold replay", "input_token_logprobs")]
     assert replay["prompts_with_nulls"] == 2 and replay["nulls_in_replayed_output"] > 0
     assert "| cold replay | `input_token_logprobs` | 2 of 2 |" in (out / "raw_generate.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("faults, dropped", [([], []), (["--fault", "drop-first-logprob"], [0])])
+def test_retract_logprobs_names_the_position_whose_logprob_the_server_dropped(tmp_path, bare_python, faults, dropped):
+    """tools/gpu/retract_logprobs.py against the fault server posing as SGLang (no /metrics, as
+    SGLang without --enable-metrics): every request of its plan answered; per prompt, the
+    positions whose logprob is missing, none where the server drops none, position 0 where it
+    drops each decode's first (as 0.5.16 did for a request retracted at its prefill)."""
+    bench = Bench(tmp_path, bare_python)
+    suite = bench.write_suite({"c": faults}, startup_timeout_s=60, request_timeout_s=60)
+    out = tmp_path / "retract"
+    proc = subprocess.run([sys.executable, str(ROOT / "tools/gpu/retract_logprobs.py"), "--suite", str(suite),
+                           "--config", "c", "--repo", str(bench.repo), "--ref", "main", "--python", bare_python,
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, **Bench.env(), "DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "retract_logprobs.json").read_text())
+    assert record["argv"] and "launch_failure" not in record
+    assert len(record["requests"]) == 7  # three rounds of two batches, and prompt 0 alone
+    prompts = [p for r in record["requests"] for p in r["prompts"]]
+    assert prompts and all(p["generated"] == p["logprobs"] + len(dropped) and p["dropped"] == dropped for p in prompts)
+    assert (out / "retract_logprobs.md").exists()

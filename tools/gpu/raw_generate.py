@@ -18,21 +18,20 @@ DIR/raw_generate.json (with the first prompt's answer as received) and DIR/raw_g
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite_server import start, write_record  # noqa: E402
+from suite_server import revision_parser, start_at_revision, write_record  # noqa: E402
 
-from harness.revisions import Revision  # noqa: E402
 from harness.workloads import build  # noqa: E402
 
 
-def post(url: str, path: str, body: dict | None = None, timeout: float = 600) -> object:
+def post(url: str, path: str, body: dict | None = None, timeout: float = 600) -> Any:
     data = json.dumps(body or {}).encode()
     req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
     try:
@@ -62,26 +61,12 @@ def variant(name: str, answers: list[dict], key: str, tail: list[int] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", type=Path, required=True)
-    p.add_argument("--config", required=True)
-    p.add_argument("--repo", type=Path, required=True)
-    p.add_argument("--ref", required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--target", default="sglang", choices=("sglang", "refserver"))
-    p.add_argument("--python", default=None)
-    args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    revision = Revision.resolve(args.repo, args.ref)
-    started = start(args.suite, args.config, args.target, None, args.out / "server.log", args.python,
-                    revision.checkout(), revision.sha)
+    args = revision_parser(__doc__).parse_args(argv)
+    started, record = start_at_revision(args)
     server = started.server
-    record = {"suite": str(args.suite), "config": args.config, "ref": args.ref, "sha": revision.sha,
-              "argv": list(server.argv), "rows": []}
+    record["rows"] = []
     if started.failure is not None:
-        record["launch_failure"] = str(started.failure)
         write(args.out, record)
-        print(f"server did not start: {started.failure}\n{started.failure.log_tail}", file=sys.stderr)
         return 1
     try:
         url = server.url

@@ -16,19 +16,18 @@ DIR/retract_logprobs.json and DIR/retract_logprobs.md.
 
 from __future__ import annotations
 
-import argparse
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from raw_generate import post  # noqa: E402
-from suite_server import start, write_record  # noqa: E402
+from suite_server import revision_parser, start_at_revision, write_record  # noqa: E402
 
 from harness.client import parse_prometheus_samples  # noqa: E402
 from harness.logparse import retractions  # noqa: E402
 from harness.path_proof import RETRACTED  # noqa: E402
-from harness.revisions import Revision  # noqa: E402
 from harness.workloads import build  # noqa: E402
 
 
@@ -45,9 +44,15 @@ def dropped_positions(output_ids: list[int], entries: list) -> list[int]:
 
 
 def retracted_requests(url: str) -> float | None:
-    """The server's retracted-requests counter (None where it exports none)."""
-    with urllib.request.urlopen(url + "/metrics", timeout=60) as resp:
-        samples = parse_prometheus_samples(resp.read().decode(errors="replace"))
+    """The server's retracted-requests counter (None where it exports none, or no /metrics at
+    all: SGLang without --enable-metrics answers 404)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=60) as resp:
+            samples = parse_prometheus_samples(resp.read().decode(errors="replace"))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
     values = [value for name, _labels, value in samples if name in RETRACTED]
     return sum(values) if values else None
 
@@ -68,26 +73,12 @@ def per_prompt(answers: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", type=Path, required=True)
-    p.add_argument("--config", required=True)
-    p.add_argument("--repo", type=Path, required=True)
-    p.add_argument("--ref", required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--target", default="sglang", choices=("sglang", "refserver"))
-    p.add_argument("--python", default=None)
-    args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    revision = Revision.resolve(args.repo, args.ref)
-    log = args.out / "server.log"
-    started = start(args.suite, args.config, args.target, None, log, args.python, revision.checkout(), revision.sha)
-    server = started.server
-    record: dict = {"suite": str(args.suite), "config": args.config, "ref": args.ref, "sha": revision.sha,
-                    "argv": list(server.argv), "env": started.config.env, "requests": []}
+    args = revision_parser(__doc__).parse_args(argv)
+    started, record = start_at_revision(args)
+    server, log = started.server, args.out / "server.log"
+    record.update(env=started.config.env, requests=[])
     if started.failure is not None:
-        record["launch_failure"] = str(started.failure)
         write(args.out, record)
-        print(f"server did not start: {started.failure}\n{started.failure.log_tail}", file=sys.stderr)
         return 1
     try:
         workload = build(started.suite.workload.with_overrides(started.suite.probe_spec("kl").params))

@@ -6,6 +6,7 @@ raw_generate.py). `worktree` None: the installed package (on the GPU machine PYT
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from harness.errors import LaunchError  # noqa: E402
 from harness.suite import ServerConfig, Suite, load_suite  # noqa: E402
 from harness.probes import known_probes  # noqa: E402
 from harness.pipeline.steps import revision_server_flags  # noqa: E402
+from harness.revisions import Revision  # noqa: E402
 from harness.server import ServerProcess, launch  # noqa: E402
 from harness.targets import TRANSIENT_LAUNCH_FAILURES, get_target  # noqa: E402
 
@@ -45,6 +47,34 @@ def start(suite_path: Path, config_name: str, target_name: str, probes: tuple[st
     launched = launch(lambda port: target.launch_argv(config, flags, port), target.env(worktree, config.env),
                       log_path, worktree, suite.startup_timeout_s, TRANSIENT_LAUNCH_FAILURES)
     return Started(suite, config, launched.server, launched.failure)
+
+
+def revision_parser(description: str | None) -> argparse.ArgumentParser:
+    """The arguments of a tool that starts one configuration's server at a revision of a repo."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", type=Path, required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--repo", type=Path, required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--target", default="sglang", choices=("sglang", "refserver"))
+    p.add_argument("--python", default=None)
+    return p
+
+
+def start_at_revision(args: argparse.Namespace) -> tuple[Started, dict]:
+    """The server `revision_parser`'s arguments name, its log at OUT/server.log; and the head of
+    the tool's record (what was started, with which argv)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    revision = Revision.resolve(args.repo, args.ref)
+    started = start(args.suite, args.config, args.target, None, args.out / "server.log", args.python,
+                    revision.checkout(), revision.sha)
+    record = {"suite": str(args.suite), "config": args.config, "ref": args.ref, "sha": revision.sha,
+              "argv": list(started.server.argv)}
+    if started.failure is not None:
+        record["launch_failure"] = str(started.failure)
+        print(f"server did not start: {started.failure}\n{started.failure.log_tail}", file=sys.stderr)
+    return started, record
 
 
 def write_record(out: Path, stem: str, record: dict, table: list[str]) -> None:
