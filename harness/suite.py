@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from harness.configs import Features, ServerConfig, SpeculativeSpec
+from harness.configs import Features, ServerConfig, SpeculativeSpec, flag_value
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
 from harness.targets import TARGET_NAMES
@@ -246,7 +246,7 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     target_args = {t: _server_args(target_args_table.named("[server.target_args]"), t) for t in target_args_table.raw}
     _check_graph_args(path, (*server_args, *(a for args in target_args.values() for a in args)), configs)
 
-    return Suite(
+    suite = Suite(
         name=top.string("name", default=path.stem),
         path=path,
         description=top.string("description", default=""),
@@ -260,6 +260,10 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
         configs=configs,
         probe_params=probe_params,
     )
+    for c in configs:
+        if "sglang" in models or "sglang" in c.model:
+            _check_deterministic_chunking(path, suite.server_config(c, "sglang"))
+    return suite
 
 
 def _with_overrides(tables: dict[str, Any], overrides: Mapping[str, Mapping[str, Any]],
@@ -476,6 +480,35 @@ def _check_graph_args(path: Path, suite_args: tuple[str, ...], configs: tuple[Co
             if a.split("=", 1)[0] in GRAPH_OFF_FLAGS:
                 raise UsageError(f"{path}: [[config]] {c.name!r}: {a} contradicts cuda_graph / graph_modes "
                                  f"(the harness spells graphs off per revision); drop it from the args")
+
+
+# SGLang's deterministic inference cuts a chunked prefill only at a multiple of the attention
+# backend's alignment (Scheduler.init_deterministic_inference_config: these switches, 4096 by
+# default, in 0.5.16 and later). A chunk budget below it never admits a prompt longer than the
+# budget: the request is requeued for ever while /health stays 200 (SGLang issue 36344; on the
+# H200, 0.5.16 with --chunked-prefill-size 128 never prefilled a batch of 300-token prompts).
+DETERMINISTIC_PREFILL_ALIGNMENT = {"triton": ("SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE", 4096),
+                                   "flashinfer": ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", 4096)}
+
+
+def _check_deterministic_chunking(path: Path, server: ServerConfig) -> None:
+    """Refuse a deterministic SGLang configuration whose prefill chunk is below its backend's
+    alignment: it would stall, and every cell would err only after its request timeout."""
+    backend = flag_value(server.args, ("--attention-backend",))
+    chunk = flag_value(server.args, ("--chunked-prefill-size",))
+    if not server.features.deterministic or backend not in DETERMINISTIC_PREFILL_ALIGNMENT or chunk is None:
+        return
+    switch, default = DETERMINISTIC_PREFILL_ALIGNMENT[backend]
+    try:
+        size, align = int(chunk), int(server.env.get(switch, default))
+    except ValueError:
+        return  # not a number: SGLang refuses it at launch, in its own words
+    if 0 < size < align:
+        raise UsageError(
+            f"{path}: [[config]] {server.name!r}: --chunked-prefill-size {size} is below the {align}-token "
+            f"alignment SGLang's deterministic inference cuts {backend} prefill chunks at ({switch}), so no "
+            f"prompt longer than {size} tokens is ever prefilled (SGLang issue 36344): set "
+            f'env = {{ {switch} = "{size}" }} in the configuration, or a chunk of {align} or more')
 
 
 def _resolve_model(suite_path: Path, rel: str, field_name: str) -> Path:

@@ -186,6 +186,43 @@ def test_cuda_graph_must_be_bool(tmp_path):
         load_suite(write(tmp_path, text), known_probes())
 
 
+CHUNKED = """
+name = "t"
+[models]
+sglang = "{model}"
+[server.target_args]
+sglang = ["--attention-backend", "%s"]
+[[config]]
+name = "a"
+probes = ["kl"]
+deterministic = %s
+target_args = { sglang = ["--chunked-prefill-size", "%s"] }
+%s
+"""
+
+
+@pytest.mark.parametrize("backend, deterministic, chunk, env, refused", [
+    ("triton", "true", "128", "", "below the 4096-token alignment"),
+    ("flashinfer", "true", "2048", "", "SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"),
+    ("triton", "true", "128", 'env = { SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE = "256" }', "below the 256-token"),
+    ("triton", "true", "128", 'env = { SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE = "128" }', None),
+    ("triton", "true", "4096", "", None),
+    ("triton", "false", "128", "", None),  # off deterministic mode chunks are cut anywhere
+    ("fa3", "true", "128", "", None),  # no alignment for it in SGLang's table
+])
+def test_a_deterministic_chunk_below_sglangs_alignment_is_refused_with_the_switch_to_set(
+        tmp_path, backend, deterministic, chunk, env, refused):
+    """SGLang 0.5.16 on the H200: deterministic Triton with --chunked-prefill-size 128 never
+    prefilled a prompt longer than 128 tokens (issue 36344): refused at load, not two timeouts."""
+    path = write(tmp_path, CHUNKED % (backend, deterministic, chunk, env))
+    if refused is None:
+        assert load_suite(path, known_probes()).configs[0].name == "a"
+        return
+    with pytest.raises(UsageError, match=refused) as err:
+        load_suite(path, known_probes())
+    assert "[[config]] 'a'" in str(err.value) and "issue 36344" in str(err.value)
+
+
 def test_every_committed_suite_passes_the_design_check(monkeypatch):
     # The GPU suites name models that exist only on the GPU machines: the design check needs
     # their tables and configurations, not the weights.

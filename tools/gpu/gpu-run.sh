@@ -13,6 +13,7 @@
 #                e.g. main upstream                          # issue 35: selftest of 0.5.16 beside fa4 vs Triton
 #                e.g. main upstream2                         # issue 35's last items: chunked-prefill selftest, vacuity, retraction logprobs
 #                e.g. main upstream3                         # issues 31 + 35: localize beside the chunked stall and the dropped logprob
+#                e.g. main upstream4                         # issue 35: the chunked rows with the alignment at the chunk size
 #                bash tools/gpu/gpu-run.sh localize       # issue 31: planted-bug run, then localize
 #                bash tools/gpu/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
@@ -399,6 +400,21 @@ upstream3() {
   echo "session done" >> "$DEST/summary.txt"
 }
 
+# Issue 35's chunked rows again, with the alignment at the chunk size (the stall's cause, SGLang
+# issue 36344): chunked prefill alone and under STANDALONE (suites/h200/chunked.toml), beside the
+# selftest's chunked row with 26329 (and 25015, the positive control) reverted.
+upstream4() {
+  export PYTHONPATH=$SITE:$FA4_PATH
+  record chunked-aligned "${LIMIT_CHUNKED:-420}" "$PY" -m harness.cli run --target sglang --repo "$REPO" --base 0.5.16 \
+    --candidate 0.5.16 --suite suites/h200/chunked.toml --slots 4 --out "$DEST/chunked-aligned/run" --no-progress --format md &
+  local chunked=$!
+  record selftest-chunked-aligned "${LIMIT_SELFTEST:-500}" "$PY" -m harness.cli selftest --target sglang --repo "$REPO" \
+    --rev 0.5.16 --suite suites/h200/selftest.toml --config standalone-chunked-prefill --fix 26329 --fix 25015 \
+    --slots 6 --out "$DEST/selftest-chunked-aligned/run" --no-progress
+  wait $chunked
+  echo "session done" >> "$DEST/summary.txt"
+}
+
 # pool NAME [FLAGS]: validate(h200x1), 0.5.16 vs 0.5.17, alone on the machine, into $DEST/NAME,
 # with FLAGS added to its `matrix run` (--first-per-model, --order-from …). Each such run starts
 # from a copy of the JIT caches as the kit's install left them (~/.triton, ~/.cache: the smoke
@@ -493,6 +509,7 @@ case "${1:-}" in
   upstream) upstream ;;
   upstream2) upstream2 ;;
   upstream3) upstream3 ;;
+  upstream4) upstream4 ;;
   pool) shift; pool "$@" ;;
   finish)
     export PYTHONPATH=$SITE
@@ -510,5 +527,5 @@ case "${1:-}" in
     export LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300}
     if [ -n "${DRY_SESSION:-}" ]; then $DRY_SESSION; else session; followups; fi  # DRY_SESSION: e.g. "pool NAME FLAGS"
     pack h200-dry ;;
-  *) sed -n 2,21p "$0"; exit 2 ;;
+  *) sed -n 2,22p "$0"; exit 2 ;;
 esac
