@@ -262,7 +262,7 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     )
     for c in configs:
         if "sglang" in models or "sglang" in c.model:
-            _check_deterministic_chunking(path, suite.server_config(c, "sglang"))
+            check_deterministic_chunking(suite.server_config(c, "sglang"), f"{path}: [[config]] {c.name!r}")
     return suite
 
 
@@ -491,9 +491,10 @@ DETERMINISTIC_PREFILL_ALIGNMENT = {"triton": ("SGLANG_TRITON_PREFILL_TRUNCATION_
                                    "flashinfer": ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", 4096)}
 
 
-def _check_deterministic_chunking(path: Path, server: ServerConfig) -> None:
+def check_deterministic_chunking(server: ServerConfig, where: str) -> None:
     """Refuse a deterministic SGLang configuration whose prefill chunk is below its backend's
-    alignment: it would stall, and every cell would err only after its request timeout."""
+    alignment: it would stall, and every cell would err only after its request timeout. Checked
+    as the suite loads and again with the run's own --server-arg / env (pipeline/plan.py)."""
     backend = flag_value(server.args, ("--attention-backend",))
     chunk = flag_value(server.args, ("--chunked-prefill-size",))
     if not server.features.deterministic or backend not in DETERMINISTIC_PREFILL_ALIGNMENT or chunk is None:
@@ -505,7 +506,7 @@ def _check_deterministic_chunking(path: Path, server: ServerConfig) -> None:
         return  # not a number: SGLang refuses it at launch, in its own words
     if 0 < size < align:
         raise UsageError(
-            f"{path}: [[config]] {server.name!r}: --chunked-prefill-size {size} is below the {align}-token "
+            f"{where}: --chunked-prefill-size {size} is below the {align}-token "
             f"alignment SGLang's deterministic inference cuts {backend} prefill chunks at ({switch}), so no "
             f"prompt longer than {size} tokens is ever prefilled (SGLang issue 36344): set "
             f'env = {{ {switch} = "{size}" }} in the configuration, or a chunk of {align} or more')

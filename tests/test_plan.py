@@ -223,6 +223,25 @@ def test_a_deterministic_chunk_below_sglangs_alignment_is_refused_with_the_switc
     assert "[[config]] 'a'" in str(err.value) and "issue 36344" in str(err.value)
 
 
+def test_a_run_whose_own_server_args_shrink_the_chunk_below_the_alignment_is_refused_before_a_launch(tmp_path):
+    """--server-arg / the matrix entry's args and env are the run's, not the suite's: the plan
+    checks the configuration with them (a suite that passes alone may not with them)."""
+    suite = load_suite(write(tmp_path, CHUNKED % ("triton", "true", "4096", "")), known_probes())
+
+    def request(args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> RunRequest:
+        return RunRequest(suite_path=suite.path, target="sglang", base=Revision.installed(),
+                          candidate=Revision.installed(), out_dir=tmp_path, store_root=tmp_path,
+                          extra_args=args, extra_env=env or {})
+
+    assert [cp.spec.name for cp in plan(suite, request())] == ["a"]
+    with pytest.raises(UsageError, match="'a' with this run's server args and environment: --chunked-prefill-size 256"):
+        plan(suite, request(("--chunked-prefill-size", "256")))
+    with pytest.raises(UsageError, match="below the 8192-token alignment"):
+        plan(suite, request(env={"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "8192"}))
+    aligned = request(("--chunked-prefill-size", "256"), {"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "256"})
+    assert [cp.server.env["SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE"] for cp in plan(suite, aligned)] == ["256"]
+
+
 def test_every_committed_suite_passes_the_design_check(monkeypatch):
     # The GPU suites name models that exist only on the GPU machines: the design check needs
     # their tables and configurations, not the weights.

@@ -13,7 +13,7 @@ from harness.pipeline.slots import Unit, side_by_side
 from harness.probes import PROBES, known_probes
 from harness.results import Role
 from harness.verdict_stats import Kind
-from harness.suite import Suite, WorkloadSpec, check_reserved, load_suite
+from harness.suite import Suite, WorkloadSpec, check_deterministic_chunking, check_reserved, load_suite
 from harness.workloads import build as build_workload
 
 
@@ -64,6 +64,9 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
         server = suite.server_config(spec, req.target)
         server = dataclasses.replace(server, args=(*server.args, *req.extra_args),
                                      env={**server.env, **req.extra_env})
+        if req.target == "sglang" and (req.extra_args or req.extra_env):
+            check_deterministic_chunking(server, f"{suite.path}: [[config]] {spec.name!r} with this run's "
+                                                 f"server args and environment")
         workloads = {p: build_workload(scaled(suite.workload.with_overrides(suite.probe_spec(p).params),
                                               req.workload_scale))
                      for p in probes}
