@@ -2,7 +2,7 @@
 
 `detcheck localize --out RUN_DIR --repo R --row CONFIG/PROBE` takes the row's verified reproducer
 from the run's results.json and, per side in turn, starts one server from the cell's recorded
-argv with SGLang's tensor dumper switched on through its environment (SGLang 0.5.16's
+argv (checked first: `RecordedServer`, as a results.json may come from elsewhere) with SGLang's tensor dumper switched on through its environment (SGLang 0.5.16's
 `sglang.srt.debug_utils.dumper`: `DUMPER_ENABLE=1`, `DUMPER_DIR`, `DUMPER_EXP_NAME` = the side,
 `DUMPER_NON_INTRUSIVE_MODE=all`: forward hooks on every module of the model, registered by
 `ModelRunner` at load; `DUMPER_ENABLE_OUTPUT_CONSOLE=0`: no log line per tensor), posts the
@@ -17,7 +17,12 @@ reads the answer:
   submodules) — that module's inputs agreed, what it computed inline did not;
 * it is the forward batch (`input_ids`, `positions`, …): the model was fed differently, so the
   difference is before it (the scheduler, the cache);
+* a tensor only one side dumped: the sides ran different modules;
 * nothing differs: the difference is after the last dumped module (sampling?).
+
+Two outcomes name nothing and are exit 3: the sides' answers to the reproducer were alike on the
+dumping servers (graphs off: a graphs-only difference does not show there), or no tensor was
+compared.
 
 The record is `localize.json` in the run directory (versioned: `SCHEMA`), one entry per row
 localized, and `localize.md`, the section (`markdown`). A revision without the dumper's module
@@ -218,9 +223,9 @@ def summary(loc: Localization) -> str:
     """The finding in one sentence."""
     c, first = loc.culprit, loc.entries[-1] if loc.entries else None
     if c.kind == "not-reproduced":
-        flags = DUMPING_FLAGS[loc.target]
-        started = (f" (started with {' '.join(flags)}: a difference only those servers' defaults make does not "
-                   f"show there)" if flags else "")
+        flags = DUMPING_FLAGS.get(loc.target, ())
+        started = (f" (started with {' '.join(flags)}, as dumping needs: a difference only the run's servers "
+                   f"make without it does not show there)" if flags else "")
         return (f"the reproducer did not differ on the dumping servers{started}: both sides answered its "
                 f"{plural(loc.requests, 'request')} alike, nothing to localize")
     if c.kind == "nothing-compared":
@@ -421,8 +426,8 @@ def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeou
         launched = launch(lambda port: [target.python, *with_secrets(server.argv_on(target, port), secrets)],
                           target.env(worktrees[role], env), log, worktrees[role], startup_timeout_s,
                           TRANSIENT_LAUNCH_FAILURES)
-        scrub_file(log, tuple(secrets.values()))  # a server may echo its argv
         if launched.failure is not None:
+            scrub_file(log, tuple(secrets.values()))  # a server may echo its argv
             raise LaunchError(f"the {role.value}'s dumping server did not start: {launched.failure}",
                               scrub(launched.failure.log_tail, tuple(secrets.values())), launched.failure.exit_code)
         try:
@@ -430,7 +435,7 @@ def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeou
                                               rep.requests))
         finally:
             launched.server.stop()
-            scrub_file(log, tuple(secrets.values()))
+            scrub_file(log, tuple(secrets.values()))  # once it stopped writing: the rewrite is a rename
         dumps = here / role.value
         sides.append(Side(role, info.sha or info.ref, tuple(server.argv_on(target, REPRODUCER_PORT)),
                           str(log.relative_to(out_dir)), str(dumps.relative_to(out_dir)),
