@@ -13,7 +13,8 @@ pairing, with its `duplicate_index`). SGLang's own `dump_comparator` prints pros
 
 Pairs are walked in the base's order (step, dump_index) until the first that differs (bit for
 bit: a NaN equals a NaN in the same place) or has no partner; the answer holds the pairs of that
-forward pass up to it, or where none differs the candidate's first unpaired file.
+forward pass up to it, or where none differs the candidate's first unpaired file (appended to
+its forward pass's entries: a tensor one side alone dumped is a difference, `only` names the side).
 """
 
 from __future__ import annotations
@@ -56,11 +57,16 @@ def _value(path: Path) -> Any:
 
 
 def compare_values(a: Any, b: Any) -> dict[str, Any]:
-    """`equal` (None: not tensors, not compared), `max_abs_diff`, shapes and dtypes."""
+    """`equal` (None: neither is a tensor, not compared), `max_abs_diff`, shapes and dtypes; a
+    tensor on one side only differs (`why` says what the other side dumped)."""
     import torch
 
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+    tensors = isinstance(a, torch.Tensor), isinstance(b, torch.Tensor)
+    if not any(tensors):
         return {"equal": None}
+    if not all(tensors):
+        return {"equal": False, "max_abs_diff": None,
+                "why": f"a {type(a).__name__} on the base, a {type(b).__name__} on the candidate"}
     facts: dict[str, Any] = {"shape": list(a.shape), "dtype": str(a.dtype).removeprefix("torch.")}
     if a.shape != b.shape or a.dtype != b.dtype:
         return {**facts, "equal": False, "max_abs_diff": None,
@@ -83,21 +89,18 @@ def _entry(tags: dict[str, str], path: Path) -> dict[str, Any]:
 def compare_dirs(base: Path, cand: Path) -> dict[str, Any]:
     base_files, cand_files = ordered(base), ordered(cand)
     cand_by_key = {key: (tags, path) for key, tags, path in cand_files}
-    paired: set[tuple[Any, ...]] = set()
-    entries: list[dict[str, Any]] = []
+    base_keys = {key for key, _tags, _path in base_files}
+    passes: dict[int, list[dict[str, Any]]] = {}  # forward pass -> its entries, in the base's order
     compared = not_tensors = 0
-    step = None
     first: dict[str, Any] | None = None
     for key, tags, path in base_files:
-        if tags.get("step") != step:  # a new forward pass: only the deciding one is written back
-            step, entries = tags.get("step"), []
         entry = _entry(tags, path)
+        entries = passes.setdefault(entry["step"], [])
         partner = cand_by_key.get(key)
         if partner is None:
-            first = {**entry, "equal": False, "why": "dumped by the base only"}
+            first = {**entry, "equal": False, "only": "base"}
             entries.append(first)
             break
-        paired.add(key)
         facts = compare_values(_value(path), _value(partner[1]))
         if facts["equal"] is None:
             not_tensors += 1
@@ -107,12 +110,15 @@ def compare_dirs(base: Path, cand: Path) -> dict[str, Any]:
         if not facts["equal"]:
             first = entries[-1]
             break
-    if first is None:
-        extra = next(((tags, p) for key, tags, p in cand_files if key not in paired), None)
+    if first is None:  # every base file agreed: a file the candidate alone dumped still differs
+        extra = next(((tags, p) for key, tags, p in cand_files if key not in base_keys), None)
         if extra is not None:
-            first = {**_entry(*extra), "equal": False, "why": "dumped by the candidate only"}
+            first = {**_entry(*extra), "equal": False, "only": "candidate"}
+            passes.setdefault(first["step"], []).append(first)
+    # The deciding forward pass: the first difference's, else the last one compared.
+    deciding = passes.get(first["step"], []) if first is not None else passes[max(passes)] if passes else []
     return {"base_files": len(base_files), "candidate_files": len(cand_files), "compared": compared,
-            "not_tensors": not_tensors, "first": first, "entries": entries[-MAX_ENTRIES:]}
+            "not_tensors": not_tensors, "first": first, "entries": deciding[-MAX_ENTRIES:]}
 
 
 if __name__ == "__main__":

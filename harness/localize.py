@@ -2,7 +2,7 @@
 
 `detcheck localize --out RUN_DIR --repo R --row CONFIG/PROBE` takes the row's verified reproducer
 from the run's results.json and, per side in turn, starts one server from the cell's recorded
-argv with SGLang's tensor dumper switched on through its environment (SGLang 0.5.16's
+argv (checked first: `RecordedServer`, as a results.json may come from elsewhere) with SGLang's tensor dumper switched on through its environment (SGLang 0.5.16's
 `sglang.srt.debug_utils.dumper`: `DUMPER_ENABLE=1`, `DUMPER_DIR`, `DUMPER_EXP_NAME` = the side,
 `DUMPER_NON_INTRUSIVE_MODE=all`: forward hooks on every module of the model, registered by
 `ModelRunner` at load; `DUMPER_ENABLE_OUTPUT_CONSOLE=0`: no log line per tensor), posts the
@@ -17,7 +17,12 @@ reads the answer:
   submodules) — that module's inputs agreed, what it computed inline did not;
 * it is the forward batch (`input_ids`, `positions`, …): the model was fed differently, so the
   difference is before it (the scheduler, the cache);
+* a tensor only one side dumped: the sides ran different modules;
 * nothing differs: the difference is after the last dumped module (sampling?).
+
+Two outcomes name nothing and are exit 3: the sides' answers to the reproducer were alike on the
+dumping servers (graphs off: a graphs-only difference does not show there), or no tensor was
+compared.
 
 The record is `localize.json` in the run directory (versioned: `SCHEMA`), one entry per row
 localized, and `localize.md`, the section (`markdown`). A revision without the dumper's module
@@ -36,19 +41,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.client import SGLangClient
+from harness.client import Generation, SGLangClient
 from harness.errors import LaunchError, UsageError
 from harness.paths import PROJECT_ROOT, safe_name
+from harness.redaction import REDACTED, scrub, scrub_file
 from harness.result_files import atomic_write_json, atomic_write_text, read_json, read_run
 from harness.results import REPRODUCER_PORT, ProbeComparison, Role, RunResult
 from harness.revisions import Revision
 from harness.server import launch
-from harness.targets import TRANSIENT_LAUNCH_FAILURES, Target
+from harness.suite import Suite
+from harness.targets import HOST, TRANSIENT_LAUNCH_FAILURES, Target
 from harness.textfmt import fmt, md_code, md_table, plural
 from harness.verdict_stats import Kind, Verdict
 from harness.verify import post_all
 
-SCHEMA = 1
+# 2: `answers_differ`, a tensor's `only` side
+SCHEMA = 2
 LOCALIZE_FILE = "localize.json"
 SECTION_FILE = "localize.md"
 # Where each target's dumper lives in a checkout, and the text that says it hooks modules.
@@ -73,7 +81,8 @@ class Tensor:
     layer_id: int | None
     equal: bool
     max_abs_diff: float | None = None
-    why: str = ""
+    why: str = ""  # why a pair differs other than in value (shapes, a tensor against a non-tensor)
+    only: Role | None = None  # the side that alone dumped it (no partner on the other)
 
     @property
     def module(self) -> str | None:
@@ -88,17 +97,18 @@ class Tensor:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "step": self.step, "layer_id": self.layer_id, "equal": self.equal,
-                "max_abs_diff": self.max_abs_diff, "why": self.why}
+                "max_abs_diff": self.max_abs_diff, "why": self.why, "only": self.only and self.only.value}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Tensor:
         return cls(d["name"], int(d["step"]), d.get("layer_id"), bool(d["equal"]), d.get("max_abs_diff"),
-                   d.get("why", ""))
+                   d.get("why", ""), Role(d["only"]) if d.get("only") else None)
 
 
 @dataclass(frozen=True)
 class Culprit:
-    """What the first difference says: `kind` is module, inline, batch, one-side or agree."""
+    """What the first difference says: `kind` is module, inline, batch, one-side or agree (by
+    `culprit`), or, for a whole localization, not-reproduced or nothing-compared."""
 
     kind: str
     module: str | None  # the module named (module, inline); None otherwise
@@ -111,7 +121,7 @@ def culprit(entries: list[Tensor]) -> Culprit:
     if not entries or entries[-1].equal:
         return Culprit("agree", None, ())
     *before, first = entries
-    if first.why:
+    if first.only is not None:
         return Culprit("one-side", None, ())
     open_calls: list[tuple[str, list[str]]] = []  # modules entered and not yet left, their inputs
     for t in before:
@@ -155,13 +165,15 @@ class Side:
 
 @dataclass(frozen=True)
 class Localization:
-    """One row localized: both sides' servers, what was compared, and the culprit."""
+    """One row localized: both sides' servers, whether their answers to the reproducer still
+    differed there, what was compared, and the culprit."""
 
     config: str
     probe: str
     target: str
     requests: int
     sides: tuple[Side, ...]
+    answers_differ: bool
     compared: int
     not_tensors: int
     entries: tuple[Tensor, ...]  # the deciding forward pass, up to the first difference
@@ -172,12 +184,24 @@ class Localization:
 
     @property
     def culprit(self) -> Culprit:
-        return culprit(list(self.entries))
+        if not self.answers_differ:  # the dumps would show a difference the answers do not
+            return Culprit("not-reproduced", None, ())
+        found = culprit(list(self.entries))
+        if found.kind == "agree" and not self.compared:
+            return Culprit("nothing-compared", None, ())
+        return found
+
+    @property
+    def localized(self) -> bool:
+        """A difference was found in the dumps (a module, inline code, the batch, one side's
+        extra tensor) or they agree where tensors were compared: an answer, not a refusal."""
+        return self.culprit.kind not in ("not-reproduced", "nothing-compared")
 
     def to_dict(self) -> dict[str, Any]:
         c = self.culprit
         return {"config": self.config, "probe": self.probe, "target": self.target, "requests": self.requests,
-                "sides": [s.to_dict() for s in self.sides], "compared": self.compared,
+                "sides": [s.to_dict() for s in self.sides], "answers_differ": self.answers_differ,
+                "compared": self.compared,
                 "not_tensors": self.not_tensors, "outcome": c.kind, "module": c.module,
                 "inputs_agreed": list(c.inputs), "summary": summary(self),
                 "entries": [t.to_dict() for t in self.entries]}
@@ -185,7 +209,8 @@ class Localization:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Localization:
         return cls(d["config"], d["probe"], d["target"], int(d["requests"]),
-                   tuple(Side.from_dict(s) for s in d["sides"]), int(d["compared"]), int(d["not_tensors"]),
+                   tuple(Side.from_dict(s) for s in d["sides"]), bool(d["answers_differ"]), int(d["compared"]),
+                   int(d["not_tensors"]),
                    tuple(Tensor.from_dict(t) for t in d["entries"]))
 
 
@@ -197,10 +222,20 @@ def _where(t: Tensor) -> str:
 def summary(loc: Localization) -> str:
     """The finding in one sentence."""
     c, first = loc.culprit, loc.entries[-1] if loc.entries else None
+    if c.kind == "not-reproduced":
+        flags = DUMPING_FLAGS.get(loc.target, ())
+        started = (f" (started with {' '.join(flags)}, as dumping needs: a difference only the run's servers "
+                   f"make without it does not show there)" if flags else "")
+        return (f"the reproducer did not differ on the dumping servers{started}: both sides answered its "
+                f"{plural(loc.requests, 'request')} alike, nothing to localize")
+    if c.kind == "nothing-compared":
+        return (f"no tensor was compared ({plural(loc.not_tensors, 'dump')} of something else than a tensor "
+                f"skipped): nothing localized")
     if c.kind == "agree" or first is None:
         return (f"the dumps agree ({plural(loc.compared, 'tensor')} compared): the difference is after the last "
                 f"dumped module (sampling?)")
-    diff = "" if first.max_abs_diff is None else f", max abs diff {fmt(first.max_abs_diff)}"
+    diff = (f", {first.why}" if first.why else
+            "" if first.max_abs_diff is None else f", max abs diff {fmt(first.max_abs_diff)}")
     if c.kind == "module":
         agreed = f"its inputs agree ({', '.join(c.inputs)})" if c.inputs else "it has no dumped tensor inputs"
         return f"{c.module or '(root model)'}: {agreed}, its output {first.name} differs ({_where(first)}{diff})"
@@ -209,7 +244,8 @@ def summary(loc: Localization) -> str:
                 f"differs ({_where(first)}{diff})")
     if c.kind == "batch":
         return f"the model's inputs differ ({first.name}, {_where(first)}{diff}): the difference is before the model"
-    return f"the sides dumped different tensors: {first.name} was {first.why} ({_where(first)})"
+    assert first.only is not None  # one-side: the only kind left
+    return f"the sides dumped different tensors: only the {first.only.value} dumped {first.name} ({_where(first)})"
 
 
 def markdown(loc: Localization) -> str:
@@ -221,7 +257,7 @@ def markdown(loc: Localization) -> str:
              f"compared in forward order, bit for bit.", "",
              f"**{'Named' if c.kind in ('module', 'inline') else 'Not localized to a module'}:** {summary(loc)}.", ""]
     agreed = [t for t in loc.entries if t.equal][-AGREED_SHOWN:]
-    if agreed and c.kind != "agree":
+    if agreed and loc.localized and c.kind != "agree":
         lines += ["Agreed just before it:", "",
                   *md_table(["tensor", "forward pass", "layer"],
                             [[md_code(t.name), t.step, "" if t.layer_id is None else t.layer_id] for t in agreed]), ""]
@@ -259,52 +295,155 @@ def check_dumper(target: Target, worktree: Path | None, role: Role, sha: str) ->
                          f"{mark}): nothing can be localized there")
 
 
-def dumping_argv(target: Target, argv: list[str], port: int) -> list[str]:
-    """The cell's recorded server argv on `port`, with the flags dumping needs."""
-    argv = [*argv]
-    argv[argv.index("--port") + 1] = str(port)
-    return [target.python, *argv, *(f for f in DUMPING_FLAGS[target.name] if f not in argv)]
+# Environment variables that choose what code a process loads (the dynamic loader's, the
+# interpreter's; PYTHONWARNINGS imports the module a category names): a results.json may come from
+# elsewhere (a CI artifact), so its recorded server environment does not pick them, unless the
+# suite's own configuration (`--suite`) sets the same value.
+CODE_LOADING_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
+                    "PYTHONEXECUTABLE", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "PYTHONPYCACHEPREFIX")
+CODE_LOADING_ENV_PREFIXES = ("LD_", "DYLD_")  # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, DYLD_INSERT_LIBRARIES
+
+
+def loads_code(name: str) -> bool:
+    return name in CODE_LOADING_ENV or name.startswith(CODE_LOADING_ENV_PREFIXES)
+
+
+@dataclass(frozen=True)
+class RecordedServer:
+    """A cell's recorded server, checked before anything of it runs: its argv (the target's
+    module, secrets still `<redacted>` as results.json keeps them) and the environment the
+    dumping server gets from it."""
+
+    argv: tuple[str, ...]  # after the interpreter; --host and --port left to `argv_on`
+    env: dict[str, str]
+
+    @classmethod
+    def checked(cls, target: Target, metadata: dict[str, Any], suite_env: dict[str, str],
+                secret_args: dict[str, str]) -> RecordedServer:
+        """UsageError for a recorded server localize must not start as it is: another program
+        than the target's server, a secret it lacks, a variable that changes what code loads."""
+        argv = [str(a) for a in metadata.get("server_argv") or []]
+        if argv[:2] != ["-m", target.module]:
+            raise UsageError(f"results.json's server argv does not start the {target.name} server "
+                             f"(`-m {target.module}`): {shlex.join(argv[:4])} … is not run")
+        for flag in redacted_flags(argv):
+            if flag not in secret_args:
+                raise UsageError(f"results.json records the server flag {flag} as {REDACTED} (results keep no "
+                                 f"secret): pass its value with --secret-arg {flag}=VALUE")
+        env = {}
+        for name, value in ((str(k), str(v)) for k, v in (metadata.get("server_env") or {}).items()):
+            if REDACTED in value:
+                if name not in os.environ:
+                    raise UsageError(f"results.json records the server's {name} as {REDACTED} (results keep no "
+                                     f"secret): export {name} with its value and run localize again")
+                continue  # the user's own value, which the server inherits (Target.env)
+            if loads_code(name) and suite_env.get(name) != value:
+                raise UsageError(f"results.json sets {name}={shlex.quote(value)} for the server, which changes "
+                                 f"what code it loads: localize sets it only as the run's suite does (--suite)")
+            env[name] = value
+        return cls(tuple(argv), env)
+
+    def argv_on(self, target: Target, port: int) -> list[str]:
+        """The recorded argv after the interpreter, bound to 127.0.0.1 on `port` (whatever host
+        and port it recorded), with the flags dumping needs."""
+        kept: list[str] = []
+        words = iter(self.argv)
+        for word in words:
+            if word in ("--host", "--port"):
+                next(words, None)  # its value
+            elif not word.startswith(("--host=", "--port=")):
+                kept.append(word)
+        return [*kept, "--host", HOST, "--port", str(port), *(f for f in DUMPING_FLAGS[target.name] if f not in kept)]
+
+
+def redacted_flags(argv: list[str]) -> list[str]:
+    """The flags whose recorded value is (or holds) `<redacted>`: `--flag=<redacted>` or
+    `--flag <redacted>`; a bare word, the word itself."""
+    flags = []
+    for i, word in enumerate(argv):
+        if REDACTED in word:
+            previous = argv[i - 1] if i else ""
+            flags.append(word.partition("=")[0] if word.startswith("--") else
+                         previous if previous.startswith("--") and "=" not in previous else word)
+    return flags
+
+
+def with_secrets(argv: list[str], secret_args: dict[str, str]) -> list[str]:
+    """`argv` with each redacted flag's value the user gave (`--secret-arg FLAG=VALUE`)."""
+    out = []
+    for i, word in enumerate(argv):
+        flag = word.partition("=")[0]
+        if REDACTED in word and word.startswith("--") and flag in secret_args:
+            out.append(f"{flag}={secret_args[flag]}")
+        elif REDACTED in word and i and argv[i - 1] in secret_args:
+            out.append(secret_args[argv[i - 1]])
+        else:
+            out.append(word)
+    return out
+
+
+# What an answer says, as a reproducer's forms read it: its tokens and logprobs, never its timings.
+ANSWER_FIELDS = ("input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "output_top_logprobs")
+
+
+def answered(answers: list[Generation | None]) -> str:
+    """One side's answers to the reproducer as comparable text (a NaN is `NaN`: equal to itself)."""
+    return json.dumps([None if g is None else [list(g.output_ids), *(g.meta.get(k) for k in ANSWER_FIELDS)]
+                       for g in answers], sort_keys=True)
 
 
 def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeout_s: float,
-             request_timeout_s: float) -> Localization:
-    """Dump both sides' forward passes on the row's reproducer and compare them."""
+             request_timeout_s: float, suite: Suite | None = None,
+             secret_args: dict[str, str] | None = None) -> Localization:
+    """Dump both sides' forward passes on the row's reproducer and compare them. `suite`: the
+    run's, whose configuration's environment may set what results.json alone may not;
+    `secret_args`: the values of the server flags results.json keeps redacted."""
     result = read_run(out_dir)
     comp = exact_different_row(result, row)
     rep = comp.reproducer
     assert rep is not None
+    secrets = secret_args or {}
+    suite_env = suite.server_config(suite.config(comp.config), target.name).env if suite is not None else {}
     revisions = {Role.BASE: result.base, Role.CANDIDATE: result.candidate}
+    servers = {}
+    for role in revisions:
+        cell = result.cell(comp.config, comp.probe, role)
+        if cell is None:
+            raise UsageError(f"--row {row}: results.json has no {role.value} cell")
+        servers[role] = RecordedServer.checked(target, cell.metadata, suite_env, secrets)
     worktrees = {}
     for role, info in revisions.items():
         worktrees[role] = Revision.resolve(repo, info.sha or info.ref).checkout()
         check_dumper(target, worktrees[role], role, info.sha or info.ref)
     here = out_dir / "localize" / safe_name(f"{comp.config}-{comp.probe}")
     shutil.rmtree(here, ignore_errors=True)  # this row's dumps of an earlier localize
-    sides = []
+    sides, answers = [], {}
     for role, info in revisions.items():
-        cell = next(c for c in result.cells if c.config == comp.config and c.probe == comp.probe and c.role == role)
-        recorded = list(cell.metadata.get("server_argv") or [])
-        env = {**{k: str(v) for k, v in (cell.metadata.get("server_env") or {}).items()},
-               "DUMPER_ENABLE": "1", "DUMPER_DIR": str(here), "DUMPER_EXP_NAME": role.value,
+        server = servers[role]
+        env = {**server.env, "DUMPER_ENABLE": "1", "DUMPER_DIR": str(here), "DUMPER_EXP_NAME": role.value,
                "DUMPER_NON_INTRUSIVE_MODE": "all", "DUMPER_ENABLE_OUTPUT_CONSOLE": "0"}
         log = here / f"{role.value}.log"
-        launched = launch(lambda port: dumping_argv(target, recorded, port), target.env(worktrees[role], env), log,
-                          worktrees[role], startup_timeout_s, TRANSIENT_LAUNCH_FAILURES)
+        launched = launch(lambda port: [target.python, *with_secrets(server.argv_on(target, port), secrets)],
+                          target.env(worktrees[role], env), log, worktrees[role], startup_timeout_s,
+                          TRANSIENT_LAUNCH_FAILURES)
         if launched.failure is not None:
+            scrub_file(log, tuple(secrets.values()))  # a server may echo its argv
             raise LaunchError(f"the {role.value}'s dumping server did not start: {launched.failure}",
-                              launched.failure.log_tail, launched.failure.exit_code)
+                              scrub(launched.failure.log_tail, tuple(secrets.values())), launched.failure.exit_code)
         try:
-            post_all(SGLangClient(launched.server.url, timeout_s=request_timeout_s), rep.requests)
+            answers[role] = answered(post_all(SGLangClient(launched.server.url, timeout_s=request_timeout_s),
+                                              rep.requests))
         finally:
             launched.server.stop()
+            scrub_file(log, tuple(secrets.values()))  # once it stopped writing: the rewrite is a rename
         dumps = here / role.value
-        sides.append(Side(role, info.sha or info.ref, tuple(dumping_argv(target, recorded, REPRODUCER_PORT)[1:]),
+        sides.append(Side(role, info.sha or info.ref, tuple(server.argv_on(target, REPRODUCER_PORT)),
                           str(log.relative_to(out_dir)), str(dumps.relative_to(out_dir)),
                           len(list(dumps.glob("*.pt"))) if dumps.is_dir() else 0))
     compared = compare(target, here / Role.BASE.value, here / Role.CANDIDATE.value)
     return Localization(comp.config, comp.probe, target.name, len(rep.requests), tuple(sides),
-                        int(compared["compared"]), int(compared["not_tensors"]),
-                        tuple(Tensor.from_dict(e) for e in compared["entries"]))
+                        answers[Role.BASE] != answers[Role.CANDIDATE], int(compared["compared"]),
+                        int(compared["not_tensors"]), tuple(Tensor.from_dict(e) for e in compared["entries"]))
 
 
 def compare(target: Target, base: Path, cand: Path) -> dict[str, Any]:

@@ -10,12 +10,22 @@ from pathlib import Path
 
 from harness.commands.common_args import chosen_target
 from harness.errors import LaunchError, UsageError
-from harness.localize import LOCALIZE_FILE, SECTION_FILE, localize, markdown, record
+from harness.localize import LOCALIZE_FILE, SECTION_FILE, localize, markdown, record, summary
 from harness.result_files import read_run
+from harness.suite import load_suite
 from harness.targets import get_target
 
-# Exit status when a side's server wrote no dump: nothing was compared (README, exit 3).
-NOTHING_DUMPED = 3
+# Exit status when nothing was compared: a side's server wrote no dump, no tensor was compared, or
+# the reproducer's answers no longer differed on the dumping servers (README, exit 3: never a pass).
+NOTHING_COMPARED = 3
+
+
+def secret_arg(text: str) -> tuple[str, str]:
+    """`--api-key=VALUE` → ("--api-key", "VALUE")."""
+    flag, eq, value = text.partition("=")
+    if not (flag.startswith("--") and eq):
+        raise argparse.ArgumentTypeError(f"{text!r}: not FLAG=VALUE (e.g. --api-key=VALUE)")
+    return flag, value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", default=None,
                    help="the interpreter that runs the servers and reads the dumps (it needs torch; "
                         "default: this one)")
+    p.add_argument("--suite", type=Path, default=None,
+                   help="the run's suite: an environment variable that changes what code a server loads "
+                        "(LD_PRELOAD, PYTHONPATH, …) is set only as its configuration sets it, never from "
+                        "results.json alone")
+    p.add_argument("--secret-arg", type=secret_arg, action="append", default=[], metavar="FLAG=VALUE",
+                   help="the value of a server flag results.json records as <redacted> (repeatable)")
     p.add_argument("--startup-timeout", type=float, default=900.0, metavar="S",
                    help="seconds a dumping server may take to start (default 900)")
     p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
@@ -41,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     named = chosen_target(result.target, args.repo, named_by="the run's results.json")
     try:
         loc = localize(args.out, args.row, args.repo, get_target(named, args.python), args.startup_timeout,
-                       args.request_timeout)
+                       args.request_timeout, load_suite(args.suite) if args.suite else None, dict(args.secret_arg))
     except LaunchError as exc:
         print(f"detcheck: localize: {exc}\n{exc.log_tail}", file=sys.stderr)
         return 1
@@ -49,8 +65,11 @@ def run(args: argparse.Namespace) -> int:
     if empty:
         print(f"detcheck: localize: the {empty[0].role.value}'s server wrote no tensor dump under "
               f"{args.out / empty[0].dumps}: its dumper did not run, nothing compared", file=sys.stderr)
-        return NOTHING_DUMPED
+        return NOTHING_COMPARED
     record(args.out, loc)
     print(markdown(loc), end="")
     print(f"recorded in {args.out / LOCALIZE_FILE} and {args.out / SECTION_FILE}", file=sys.stderr)
+    if not loc.localized:
+        print(f"detcheck: localize: {summary(loc)}", file=sys.stderr)
+        return NOTHING_COMPARED
     return 0
