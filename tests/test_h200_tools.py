@@ -78,7 +78,7 @@ def test_raw_generate_counts_the_nulls_a_server_answers(tmp_path, bare_python):
     server put them (the cold replay's), none elsewhere."""
     bench = Bench(tmp_path, bare_python)
     bench.write_suite({"nulls": ["--fault", "null-replay-logprobs"]}, startup_timeout_s=60,
-                              request_timeout_s=60)
+                      request_timeout_s=60)
     out = tmp_path / "raw"
     proc = run_tool("raw_generate", bench, "nulls", out)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -122,7 +122,7 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
 
 
 # Every figure each shipped probe records, by role: a figure a probe starts to write appears here
-# (and in the probe's ProbeKind.figures) or its cell fails (run.probe_outcome), so nothing is
+# (and in the probe's ProbeKind.figures) or its cell fails (pipeline/outcome.probe_outcome), so nothing is
 # recorded that no verdict reads without saying why.
 DECLARED = {
     'accept_length': {
