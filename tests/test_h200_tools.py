@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, make_sglang_repo
 from faultlib import Bench
 
 PATCHES = sorted((ROOT / "tools/gpu/patches").glob("0.5.17-backport-*.patch"))
@@ -60,19 +61,26 @@ def test_the_backports_apply_in_order_to_the_released_0_5_17_source(tmp_path):
     assert kernel.count("custom_mask != 0") == 3
 
 
+def run_tool(tool: str, bench: Bench, config: str, out: Path, pythonpath: str = "") -> subprocess.CompletedProcess:
+    """tools/gpu/`tool`.py on the configuration `config` of the bench's suite, at the bench repo's main
+    (`pythonpath`: more of it, ahead of the fault server's)."""
+    return subprocess.run([sys.executable, str(ROOT / f"tools/gpu/{tool}.py"), "--suite", str(bench.suite),
+                           "--config", config, "--repo", str(bench.repo), "--ref", "main", "--python", bench.python,
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (pythonpath, *Bench.env().values()))),
+                               "DETCHECK_CACHE_DIR": str(bench.root / "cache")})
+
+
 @pytest.mark.slow
 def test_raw_generate_counts_the_nulls_a_server_answers(tmp_path, bare_python):
     """tools/gpu/raw_generate.py against the fault server posing as SGLang: a detcheck run's
     arguments (the suite's, and --fault null-replay-logprobs), plain HTTP, the nulls where the
     server put them (the cold replay's), none elsewhere."""
     bench = Bench(tmp_path, bare_python)
-    suite = bench.write_suite({"nulls": ["--fault", "null-replay-logprobs"]}, startup_timeout_s=60,
-                              request_timeout_s=60)
+    bench.write_suite({"nulls": ["--fault", "null-replay-logprobs"]}, startup_timeout_s=60,
+                      request_timeout_s=60)
     out = tmp_path / "raw"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools/gpu/raw_generate.py"), "--suite", str(suite),
-                           "--config", "nulls", "--repo", str(bench.repo), "--ref", "main", "--python", bare_python,
-                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, **Bench.env(), "DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    proc = run_tool("raw_generate", bench, "nulls", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "raw_generate.json").read_text())
     assert "--fault" in record["argv"] and "null-replay-logprobs" in record["argv"]
@@ -92,12 +100,9 @@ def test_retract_logprobs_names_the_position_whose_logprob_the_server_dropped(tm
     positions whose logprob is missing, none where the server drops none, position 0 where it
     drops each decode's first (as 0.5.16 did for a request retracted at its prefill)."""
     bench = Bench(tmp_path, bare_python)
-    suite = bench.write_suite({"c": faults}, startup_timeout_s=60, request_timeout_s=60)
+    bench.write_suite({"c": faults}, startup_timeout_s=60, request_timeout_s=60)
     out = tmp_path / "retract"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools/gpu/retract_logprobs.py"), "--suite", str(suite),
-                           "--config", "c", "--repo", str(bench.repo), "--ref", "main", "--python", bare_python,
-                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, **Bench.env(), "DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    proc = run_tool("retract_logprobs", bench, "c", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "retract_logprobs.json").read_text())
     assert record["argv"] and "launch_failure" not in record
@@ -105,3 +110,50 @@ def test_retract_logprobs_names_the_position_whose_logprob_the_server_dropped(tm
     prompts = [p for r in record["requests"] for p in r["prompts"]]
     assert prompts and all(p["generated"] == p["logprobs"] + len(dropped) and p["dropped"] == dropped for p in prompts)
     assert (out / "retract_logprobs.md").exists()
+
+
+# The fault server, taking what SGLang takes: an API key, and a flag whose name says nothing but
+# whose --help says it is a password (redaction.help_secret_flags finds it).
+KEYED_SERVER = '''
+from faults import server
+
+plain_parser = server.build_parser
+
+
+def build_parser():
+    parser = plain_parser()
+    parser.add_argument("--api-key", help="the key clients send")
+    parser.add_argument("--admin-word", help="the admin password")
+    return parser
+
+
+server.build_parser = build_parser
+server.main()
+'''
+SECRET, HELP_SECRET = "hunter2-plain-words", "swordfish-admin"  # no credentials by their form
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["raw_generate", "retract_logprobs"])
+def test_a_tool_records_and_prints_the_server_argv_redacted_and_shell_quoted(tmp_path, bare_python, tool):
+    """A configuration whose args carry `--api-key SECRET` and a flag its server's --help calls a
+    password, its `--state` a path with a space: the record's argv has both values masked, the
+    .md's line of it is that argv shell-quoted (it splits back into it), and neither value is in
+    either file or the tool's output."""
+    root = tmp_path / "a bench"
+    (root / "server").mkdir(parents=True)
+    (root / "server" / "keyed_faults.py").write_text(KEYED_SERVER)
+    bench = Bench(root, bare_python, make_sglang_repo(root, module="keyed_faults"))
+    bench.write_suite({"keyed": ["--api-key", SECRET, f"--admin-word={HELP_SECRET}"]}, startup_timeout_s=60,
+                      request_timeout_s=60)
+    out = tmp_path / tool
+    proc = run_tool(tool, bench, "keyed", out, pythonpath=str(root / "server"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    argv = json.loads((out / f"{tool}.json").read_text())["argv"]
+    assert argv[argv.index("--api-key") + 1] == "<redacted>" and "--admin-word=<redacted>" in argv
+    assert str(bench.state / "keyed") in argv
+    markdown = (out / f"{tool}.md").read_text()
+    printed = next(line for line in markdown.splitlines() if line.startswith("    "))
+    assert shlex.split(printed) == argv
+    for text in ((out / f"{tool}.json").read_text(), markdown, proc.stdout, proc.stderr):
+        assert SECRET not in text and HELP_SECRET not in text

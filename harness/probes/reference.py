@@ -47,7 +47,7 @@ from harness.verdict_stats import Kind
 PHASES = ("cold", "hit", "multiturn", "multiturn_cold", "single")
 # A request's value where it is bit-identical to the reference's answer.
 IDENTICAL = -1
-GRAPH_SUFFIX = "-graphs-"  # plan.py's graph_modes names: <name>-graphs-<mode>
+GRAPH_SUFFIX = "-graphs-"  # suite.py's graph_modes names: <name>-graphs-<mode>
 
 
 def _against(value: dict[str, str]) -> str | None:

@@ -199,7 +199,7 @@ def _row_note(comp: ProbeComparison, base: CellResult | None, cand: CellResult |
 
 def in_turn_text(base: CellResult | None, cand: CellResult | None) -> str:
     """An interleaved probe whose sides could not be up together (one slot holding one server:
-    harness/schedule.py): each side's rounds ran on its own server, one side after the other."""
+    harness/pipeline/schedule.py): each side's rounds ran on its own server, one side after the other."""
     if any(c is not None and c.facts.get("placement") == "in turn" for c in (base, cand)):
         return "sides measured in turn, not in alternating rounds (one server fits at a time)"
     return ""

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
 
 
 # Every figure each shipped probe records, by role: a figure a probe starts to write appears here
-# (and in the probe's ProbeKind.figures) or its cell fails (run.probe_outcome), so nothing is
+# (and in the probe's ProbeKind.figures) or its cell fails (pipeline/outcome.probe_outcome), so nothing is
 # recorded that no verdict reads without saying why.
 DECLARED = {
     'accept_length': {
@@ -282,21 +283,52 @@ def test_an_entry_point_that_fails_or_names_no_probe_is_an_error_naming_it():
         load_entry_points([other])
 
 
+def detcheck_on_path(plug_in_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """Plain `detcheck` with `plug_in_dir` (a module and its distribution's dist-info, as a
+    package's `[project.entry-points."detcheck.probes"]` installs them) on the path."""
+    code = "import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env={**os.environ, "PYTHONPATH": f"{plug_in_dir}:{ROOT}"})
+
+
 @pytest.mark.slow
 def test_a_probe_outside_the_tree_found_by_its_entry_point_runs_end_to_end(tmp_path):
-    """tests/data/external_probe: one module and its distribution's entry point (what a package's
-    `[project.entry-points."detcheck.probes"]` installs); plain `detcheck` finds it."""
+    """tests/data/external_probe: plain `detcheck` finds its probe by the entry point."""
     suite = refserver_suite(tmp_path / "ext.toml", ["toy_external"], "[probe.toy_external]\ntokens = 5\n",
                             config="plain", deterministic=False, prompt_len=(8, 8))
     out = tmp_path / "run"
-    code = "import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.run([sys.executable, "-c", code, "run", "--suite", str(suite), "--out", str(out),
-                           "--no-progress", "--format", "md"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, env={**os.environ, "PYTHONPATH": f"{EXTERNAL}:{ROOT}"})
+    proc = detcheck_on_path(EXTERNAL, "run", "--suite", str(suite), "--out", str(out), "--no-progress",
+                            "--format", "md")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert [c["verdict"] for c in result["comparisons"]] == ["same"]
     assert "| plain | `toy_external` | 2 requests | 2 requests | ✅ same |" in proc.stdout
-    listed = subprocess.run([sys.executable, "-c", code, "probes"], capture_output=True, text=True, cwd=ROOT,
-                            timeout=120, env={**os.environ, "PYTHONPATH": f"{EXTERNAL}:{ROOT}"})
+    listed = detcheck_on_path(EXTERNAL, "probes")
     assert "toy_external  (exact)" in listed.stdout and "    tokens=3  measured: tokens per request" in listed.stdout
+
+
+BROKEN_PLUG_INS = {
+    "raising": "detcheck: error: probe entry point raising = 'detcheck_raising_probe:PROBE' of "
+               "detcheck-raising-probe 1.0 (group detcheck.probes) failed to import: RuntimeError: "
+               "this plug-in needs a GPU library that is not installed\n",
+    "clashing": "detcheck: error: probe entry point clashing = 'detcheck_clashing_probe:PROBE' of "
+                "detcheck-clashing-probe 2.1 (group detcheck.probes): two probes are named 'kl'\n",
+}
+
+
+@pytest.mark.parametrize("plug_in", sorted(BROKEN_PLUG_INS))
+def test_a_broken_plug_in_is_one_line_naming_it_and_exit_2_and_help_still_works(tmp_path, plug_in):
+    """A plug-in that raises on import, or whose ProbeKind is refused, stops the commands that
+    need the registry with the bad-input line and exit 2, not a traceback; `--help`, which
+    needs none, still works."""
+    plug_in_dir = ROOT / "tests" / "data" / f"external_probe_{plug_in}"
+    helped = detcheck_on_path(plug_in_dir, "--help")
+    assert (helped.returncode, helped.stderr) == (0, "") and "usage: detcheck" in helped.stdout
+    listed = detcheck_on_path(plug_in_dir, "probes")
+    assert (listed.returncode, listed.stderr, listed.stdout) == (2, BROKEN_PLUG_INS[plug_in], "")
+    suite = refserver_suite(tmp_path / "kl.toml", ["kl"])
+    run = detcheck_on_path(plug_in_dir, "run", "--suite", str(suite), "--out", str(tmp_path / "run"),
+                           "--no-progress")
+    assert run.returncode == 2 and run.stderr.endswith(BROKEN_PLUG_INS[plug_in]), run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "run").exists()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite_server import revision_parser, start_at_revision, write_record  # noqa: E402
+from suite_server import command_line, revision_parser, start_at_revision, write_record  # noqa: E402
 
 from harness.workloads import build  # noqa: E402
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def write(out: Path, record: dict) -> None:
     lines = [f"`{record['config']}` of `{record['suite']}` at {record['ref']}: raw `/generate`, the server's "
-             f"arguments those of a detcheck run:", "", f"    {' '.join(record['argv'])}", "",
+             f"arguments those of a detcheck run:", "", f"    {command_line(record)}", "",
              "| request | field | prompts with a null | nulls / positions | first null (prompt, position) | "
              "nulls in the replayed output |", "|---|---|---|---|---|---|"]
     for r in record["rows"]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from raw_generate import post  # noqa: E402
-from suite_server import revision_parser, start_at_revision, write_record  # noqa: E402
+from suite_server import command_line, revision_parser, start_at_revision, write_record  # noqa: E402
 
 from harness.client import parse_prometheus_samples  # noqa: E402
 from harness.logparse import retractions  # noqa: E402
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 def write(out: Path, record: dict) -> None:
     lines = [f"`{record['config']}` of `{record['suite']}` at {record['ref']} (env {record['env']}): raw "
              "`/generate`, the server's arguments those of a detcheck run:", "",
-             f"    {' '.join(record['argv'])}", "",
+             f"    {command_line(record)}", "",
              "| request | prompt | generated | logprobs | top logprobs | dropped positions | retractions | cached tokens |",
              "|---|---|---|---|---|---|---|---|"]
     for req in record["requests"]:
