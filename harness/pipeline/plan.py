@@ -79,7 +79,7 @@ def plan(suite: Suite, req: RunRequest) -> tuple[ConfigPlan, ...]:
 def plan_units(req: RunRequest, suite: Suite, plans: tuple[ConfigPlan, ...]) -> list[Unit]:
     """The jobs in plan order, sides alternating per configuration; a configuration with an
     interleaved or a sequential probe is one unit of both jobs (its servers are up together),
-    unless the run's slots hold only one server at a time (`schedule.side_by_side`): then its
+    unless the run's slots hold only one server at a time (`slots.side_by_side`): then its
     sides run in turn, and its interleaved probes' cells say so (`IN_TURN`)."""
     units = []
     together = side_by_side(req.slots)

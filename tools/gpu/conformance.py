@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     started = start(args.suite, args.config, args.target, PROBE_NAMES, args.out / "server.log", args.python)
     suite, config, server, failure = started.suite, started.config, started.server, started.failure
     record = {"suite": str(args.suite), "config": args.config, "target": args.target,
-              "argv": list(server.argv), "startup_s": round(server.startup_s, 1), "checks": []}
+              "argv": started.recorded_argv(), "startup_s": round(server.startup_s, 1), "checks": []}
     if failure is not None:
         record["launch_failure"] = str(failure)
         write(args.out, record)
