@@ -14,6 +14,7 @@
 #                e.g. main upstream2                         # issue 35's last items: chunked-prefill selftest, vacuity, retraction logprobs
 #                e.g. main upstream3                         # issues 31 + 35: localize beside the chunked stall and the dropped logprob
 #                e.g. main upstream4                         # issue 35: the chunked rows with the alignment at the chunk size
+#                e.g. main upstream5                         # fa4 under chunked prefill: bit-exact or not
 #                bash tools/gpu/gpu-run.sh localize       # issue 31: planted-bug run, then localize
 #                bash tools/gpu/gpu-run.sh finish         # waits for SESSION, then the follow-ups
 #                                                            # (FOLLOWUPS), packs $OUT/h200-finish.tgz
@@ -415,6 +416,15 @@ upstream4() {
   echo "session done" >> "$DEST/summary.txt"
 }
 
+# fa4 under chunked prefill (suites/h200/fa4-chunked.toml): deterministic mode aligns chunks only
+# for Triton and FlashInfer, so does fa4 stay bit-exact when a prompt is cut at 128 or 200?
+upstream5() {
+  export PYTHONPATH=$SITE:$FA4_PATH
+  record fa4-chunked "${LIMIT_FA4:-480}" "$PY" -m harness.cli run --target sglang --repo "$REPO" --base 0.5.16 \
+    --candidate 0.5.16 --suite suites/h200/fa4-chunked.toml --slots 6 --out "$DEST/fa4-chunked/run" --no-progress --format md
+  echo "session done" >> "$DEST/summary.txt"
+}
+
 # pool NAME [FLAGS]: validate(h200x1), 0.5.16 vs 0.5.17, alone on the machine, into $DEST/NAME,
 # with FLAGS added to its `matrix run` (--first-per-model, --order-from …). Each such run starts
 # from a copy of the JIT caches as the kit's install left them (~/.triton, ~/.cache: the smoke
@@ -510,6 +520,7 @@ case "${1:-}" in
   upstream2) upstream2 ;;
   upstream3) upstream3 ;;
   upstream4) upstream4 ;;
+  upstream5) upstream5 ;;
   pool) shift; pool "$@" ;;
   finish)
     export PYTHONPATH=$SITE
@@ -527,5 +538,5 @@ case "${1:-}" in
     export LIMIT_VALIDATE=${LIMIT_VALIDATE:-300} LIMIT_BACKPORTS=${LIMIT_BACKPORTS:-300} LIMIT_DFLASH=${LIMIT_DFLASH:-300}
     if [ -n "${DRY_SESSION:-}" ]; then $DRY_SESSION; else session; followups; fi  # DRY_SESSION: e.g. "pool NAME FLAGS"
     pack h200-dry ;;
-  *) sed -n 2,22p "$0"; exit 2 ;;
+  *) sed -n 2,23p "$0"; exit 2 ;;
 esac
