@@ -23,6 +23,7 @@ import threading
 from harness import __version__
 from harness.commands import (baseline, bisect, compare, demo, localize, make_model, matrix, probes, report, run,
                               selftest)
+from harness.commands.common_args import release_out_dirs
 from harness.errors import CorruptResult, UsageError
 from harness.server import stop_all
 
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         resume = f"; `{shlex.join(['detcheck', 'run', '--resume', '--out', str(out)])}` continues" if out else ""
         print(f"detcheck: interrupted; servers stopped, finished cells kept{resume}", file=sys.stderr)
         return 130
+    finally:
+        release_out_dirs()  # the command ended: its run directories are free for the next writer
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from harness.verify import post_all
 SCHEMA = 2
 LOCALIZE_FILE = "localize.json"
 SECTION_FILE = "localize.md"
+LOCALIZE_DIR = "localize"  # each row's dumps and dumping servers' logs, under the run directory
 # Where each target's dumper lives in a checkout, and the text that says it hooks modules.
 DUMPER_SOURCE = {"sglang": ("python/sglang/srt/debug_utils/dumper.py", "register_non_intrusive_dumper"),
                  "refserver": ("python/refserver/dumper.py", "DUMPER_NON_INTRUSIVE_MODE")}
@@ -415,7 +416,7 @@ def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeou
     for role, info in revisions.items():
         worktrees[role] = Revision.resolve(repo, info.sha or info.ref).checkout()
         check_dumper(target, worktrees[role], role, info.sha or info.ref)
-    here = out_dir / "localize" / safe_name(f"{comp.config}-{comp.probe}")
+    here = out_dir / LOCALIZE_DIR / safe_name(f"{comp.config}-{comp.probe}")
     shutil.rmtree(here, ignore_errors=True)  # this row's dumps of an earlier localize
     sides, answers = [], {}
     for role, info in revisions.items():

@@ -44,6 +44,9 @@ from harness.verdict_stats import Verdict
 from harness.targets import Target
 from harness.textfmt import md_code, md_table
 
+# What a selftest writes into its --out beside its runs' folders (`run_dirs`).
+SELFTEST_FILE, SELFTEST_REPORT = "selftest.json", "selftest.md"
+
 REVERT_ENV = "SGLANG_DEBUG_REVERT_PR"
 _REGISTRY = re.compile(r"^_PR_FIX_REVERT_YAML\b[^=\n]*=\s*\{(?P<body>.*?)^\}", re.M | re.S)
 _KEY = re.compile(r"^\s*(\d+)\s*:", re.M)

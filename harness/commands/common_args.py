@@ -5,6 +5,8 @@ gate). Commands import this module, never one another."""
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import shlex
 import shutil
 import sys
@@ -22,7 +24,8 @@ from harness.paths import cache_dir
 from harness.redaction import redact_command
 from harness.report.console import ConsoleObserver
 from harness.report.emit import FORMATS, emit
-from harness.report.files import PLOT_DIR, report_files
+from harness.localize import LOCALIZE_DIR, LOCALIZE_FILE, SECTION_FILE
+from harness.report.files import PLOT_DIR, REPORT_FILE, report_files
 from harness.result_files import run_files
 from harness.results import Role, RunResult
 from harness.revisions import Revision, uncommitted_changes
@@ -31,6 +34,8 @@ from harness.pipeline.slots import check_slot_count, cpu_slots, default_slot_cou
 from harness.pipeline.start_order import JobTimes, StartOrder, read_job_times
 from harness.pipeline.steps import LOG_DIR, server_logs
 from harness.run import RunRequest
+from harness.selftest import SELFTEST_FILE, SELFTEST_REPORT
+from harness.slurm import SLURM_DIR
 from harness.verdict_stats import Verdict
 from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
 
@@ -191,14 +196,82 @@ def revisions_from(args: argparse.Namespace) -> tuple[Revision, Revision]:
     return base, candidate
 
 
+# The lock file of the one detcheck writing a run directory (`hold_out_dir`); it holds that
+# process's pid, for the message that refuses a second writer.
+OUT_LOCK = ".detcheck.lock"
+# What detcheck writes into a run directory besides its results, report, logs and plots: a
+# localize's record and dumps, a slurm run's job folders, a selftest's summary.
+OWN_NAMES = (OUT_LOCK, LOCALIZE_FILE, SECTION_FILE, LOCALIZE_DIR, SLURM_DIR, SELFTEST_FILE, SELFTEST_REPORT)
+_held: dict[Path, TextIO] = {}  # the run directories this process writes, each one's locked file
+
+
+def hold_out_dir(out: Path) -> None:
+    """One writer per run directory: an exclusive lock on its OUT_LOCK, held until this process
+    ends (the kernel releases it however it ends: a crash leaves nothing held) or `release_out_dirs`.
+    A directory another detcheck holds is bad input naming that process."""
+    key = out.resolve()
+    if key in _held:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = open(out / OUT_LOCK, "a+")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise UsageError(f"--out {out} is being written by another detcheck (pid {holder}); wait for it to "
+                         f"end, or pass another --out") from None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _held[key] = handle
+
+
+def release_out_dirs() -> None:
+    """The run directories this process held, free for another writer (its command ended)."""
+    while _held:
+        _held.popitem()[1].close()  # closing the file releases its lock
+
+
+def foreign_files(out: Path) -> list[str]:
+    """What a run directory without results holds that detcheck did not write, by name relative
+    to it: anything but an interrupted run's server logs, detcheck's own files (OWN_NAMES) and
+    folders that hold a run of their own (a selftest's)."""
+    if not out.is_dir():
+        return []
+    logs = set(server_logs(out))
+    found: list[Path] = []
+    for entry in out.iterdir():
+        if entry.name == LOG_DIR and entry.is_dir() and not entry.is_symlink():
+            found += [p for p in entry.iterdir() if p not in logs]
+        elif entry.name not in OWN_NAMES and not (entry.is_dir() and run_files(entry)):
+            found.append(entry)
+    return sorted(str(p.relative_to(out)) for p in found)
+
+
 def claim_out_dir(out: Path, force: bool, resumable: bool = True) -> None:
-    """An --out holding another run (results.json, or results.json.gz or .xz) is never overwritten by
-    accident: `--resume` continues it (`resumed_run`), --force replaces it: the files detcheck
-    wrote there go (results, report, server logs, the plots the report links), so they are not
-    appended across runs; anything else in the directory stays. `resumable`: whether the
-    command has --resume to offer (demo has not)."""
+    """An --out is never overwritten by accident. One holding another run (results.json, or
+    results.json.gz or .xz): `--resume` continues it (`resumed_run`), --force replaces it: the
+    files detcheck wrote there go (results, report, server logs, the plots the report links), so
+    they are not appended across runs; anything else in the directory stays. One holding files
+    detcheck did not write: refused without --force, and with it they stay, the user's own
+    report.md never replaced. `resumable`: whether the command has --resume to offer (demo has
+    not). The directory is held for this process first (`hold_out_dir`)."""
+    hold_out_dir(out)
     earlier = run_files(out)
     if not earlier:
+        foreign = foreign_files(out)
+        if foreign and not force:
+            shown = ", ".join(foreign[:5]) + (f", … ({len(foreign)} in all)" if len(foreign) > 5 else "")
+            raise UsageError(f"--out {out} holds files detcheck did not write ({shown}); pass --force to write "
+                             f"the run beside them (they are kept), or another --out")
+        if REPORT_FILE in foreign:
+            raise UsageError(f"--out {out}: {REPORT_FILE} was not written by detcheck (no run beside it), and "
+                             f"--force replaces only what detcheck wrote: move it, or pass another --out")
         return
     if not force:
         raise UsageError(f"--out {out} holds an earlier run; pass "
@@ -236,7 +309,9 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         if python and shutil.which(python) is None:
             raise UsageError(f"{option} {python}: no such executable")
     out = args.out or default_out(suite.stem)
-    if not args.resume:  # a resumed --out was checked to hold the run it continues
+    if args.resume:  # a resumed --out was checked to hold the run it continues
+        hold_out_dir(out)
+    else:
         claim_out_dir(out, args.force)
     return RunRequest(
         suite_path=suite, target=target, base=base, candidate=candidate,

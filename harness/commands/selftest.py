@@ -19,11 +19,9 @@ from harness.report.emit import emit
 from harness.result_files import atomic_write_text
 from harness.results import RunResult
 from harness.revisions import Revision
-from harness.selftest import markdown, registered_fixes, registry_path, run_dirs, run_selftest, summary
+from harness.selftest import (SELFTEST_FILE, SELFTEST_REPORT, markdown, registered_fixes, registry_path, run_dirs,
+                              run_selftest, summary)
 from harness.targets import get_target
-
-SELFTEST_FILE, SELFTEST_REPORT = "selftest.json", "selftest.md"
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("selftest", help="revert each past fix the revision registers and report which the suite catches",
