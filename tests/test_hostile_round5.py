@@ -64,7 +64,7 @@ def test_make_model_never_replaces_a_checkpoint_without_force(tmp_path, capsys):
     capsys.readouterr()
     assert main(["make-model", str(config), "--out", str(out), "--seed", "2"]) == 2
     err = capsys.readouterr().err
-    assert f"--out {out} holds config.json, model.safetensors: pass --force to replace them" in err, err
+    assert f"--out {out} holds config.json, generation_config.json, model.safetensors: pass --force to replace them" in err, err
     assert (out / "model.safetensors").read_bytes() == first
     assert (out / "config.json").read_text() == '{"edited": "by the user"}'
     assert main(["make-model", str(config), "--out", str(out), "--seed", "2", "--force"]) == 0

@@ -23,6 +23,7 @@ from typing import Any
 from harness.checkpoints.architectures import ARCHITECTURES, TensorSpec
 from harness.errors import UsageError
 
+WEIGHTS_FILE = "model.safetensors"
 _DTYPES = {"bfloat16": ("BF16", 2), "float16": ("F16", 2), "float32": ("F32", 4)}
 
 
@@ -69,7 +70,9 @@ def write_safetensors(path: Path, tensors: dict[str, Any], dtype: str) -> None:
             f.write(raw)
 
 
-def make_model(config_dir: Path, out_dir: Path, seed: int = 0, scale: float = 1.0) -> Path:
+def make_model(config_dir: Path, out_dir: Path, seed: int = 0, scale: float = 1.0, force: bool = False) -> Path:
+    """config_dir's JSON files and seeded weights (model.safetensors) written into out_dir; a
+    file of those already there is replaced only with `force` (it may be a checkpoint of its own)."""
     cfg_path = config_dir / "config.json"
     if not cfg_path.is_file():
         raise UsageError(f"{config_dir}: no config.json")
@@ -81,11 +84,14 @@ def make_model(config_dir: Path, out_dir: Path, seed: int = 0, scale: float = 1.
     dtype = cfg.get("torch_dtype", "bfloat16")
     if dtype not in _DTYPES:
         raise UsageError(f"{cfg_path}: torch_dtype {dtype} not supported (use one of {', '.join(_DTYPES)})")
+    configs = sorted(item for item in config_dir.iterdir() if item.suffix == ".json")
+    there = sorted(name for name in {*(item.name for item in configs), WEIGHTS_FILE} if (out_dir / name).exists())
+    if there and not force:
+        raise UsageError(f"--out {out_dir} holds {', '.join(there)}: pass --force to replace them")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for item in config_dir.iterdir():
-        if item.suffix == ".json":
-            shutil.copy2(item, out_dir / item.name)
+    for item in configs:
+        shutil.copy2(item, out_dir / item.name)
     tensors = {s.name: _tensor(s, seed, dtype, scale) for s in ARCHITECTURES[arch](cfg)}
-    target = out_dir / "model.safetensors"
+    target = out_dir / WEIGHTS_FILE
     write_safetensors(target, tensors, dtype)
     return target

@@ -20,10 +20,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiplier on the 1/sqrt(fan_in) weight std (default 1)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the model.safetensors and config files --out already holds")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    path = make_model(args.config_dir, args.out, args.seed, args.scale)
+    path = make_model(args.config_dir, args.out, args.seed, args.scale, args.force)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     return 0

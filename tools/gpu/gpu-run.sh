@@ -221,7 +221,7 @@ for ref in sys.argv[2:]:
 PY
   for m in $MODELS; do
     if [ "${DRY_RUN:-0}" = 1 ]; then mkdir -p .models && ln -sfn "../fixtures/models/$m" ".models/$m"
-    else $PY -m harness.cli make-model "fixtures/models/$m" --out ".models/$m" --seed 0 || return 1; fi
+    else $PY -m harness.cli make-model "fixtures/models/$m" --out ".models/$m" --seed 0 --force || return 1; fi
   done
 }
 
@@ -301,7 +301,7 @@ for ref in sys.argv[2:]:
 PY
   for m in ${MODELS2:-tiny-inkling}; do
     if [ "${DRY_RUN:-0}" = 1 ]; then mkdir -p .models && ln -sfn "../fixtures/models/$m" ".models/$m"
-    else $PY -m harness.cli make-model "fixtures/models/$m" --out ".models/$m" --seed 0 || return 1; fi
+    else $PY -m harness.cli make-model "fixtures/models/$m" --out ".models/$m" --seed 0 --force || return 1; fi
   done
 }
 
