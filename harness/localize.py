@@ -43,6 +43,7 @@ from typing import Any
 
 from harness.client import Generation, SGLangClient
 from harness.errors import LaunchError, UsageError
+from harness.jobs import REPRODUCER_BUDGET
 from harness.paths import PROJECT_ROOT, safe_name
 from harness.redaction import REDACTED, scrub, scrub_file
 from harness.result_files import atomic_write_json, atomic_write_text, read_json, read_run
@@ -281,6 +282,10 @@ def exact_different_row(result: RunResult, row: str) -> ProbeComparison:
     rep = comp.reproducer
     if rep is None or not rep.requests:
         raise UsageError(f"--row {row}: its reproducer has no request to post")
+    if len(rep.requests) > REPRODUCER_BUDGET:
+        raise UsageError(f"--row {row}: its reproducer lists {plural(len(rep.requests), 'request')}; localize posts "
+                         f"at most {REPRODUCER_BUDGET} to a side (the requests a reproducer is verified within by "
+                         f"default), and posts none of these")
     if rep.verification is None or not rep.verification.shows:
         said = rep.verification.error or rep.verification.observed if rep.verification else "never posted"
         raise UsageError(f"--row {row}: its reproducer was not verified on servers ({said}): run it again first")
@@ -296,17 +301,18 @@ def check_dumper(target: Target, worktree: Path | None, role: Role, sha: str) ->
                          f"{mark}): nothing can be localized there")
 
 
-# Environment variables that choose what code a process loads (the dynamic loader's, the
-# interpreter's; PYTHONWARNINGS imports the module a category names): a results.json may come from
-# elsewhere (a CI artifact), so its recorded server environment does not pick them, unless the
-# suite's own configuration (`--suite`) sets the same value.
-CODE_LOADING_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
-                    "PYTHONEXECUTABLE", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "PYTHONPYCACHEPREFIX")
-CODE_LOADING_ENV_PREFIXES = ("LD_", "DYLD_")  # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, DYLD_INSERT_LIBRARIES
+# What a configuration may set in its servers' environment from a results.json alone (one may
+# come from elsewhere: a CI artifact): SGLang's own switches and the GPUs a server sees. Anything
+# else (OPENSSL_CONF, GCONV_PATH, PATH, LD_PRELOAD, PYTHONPATH, … whatever else a loader reads)
+# is set only as the suite's own configuration (`--suite`) sets it; so is a value that names a
+# file or directory, whatever its variable: a switch takes a number or a word, not a path.
+CONFIG_ENV_PREFIXES = ("SGLANG_", "SGL_")
+CONFIG_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
+_PATH_LIKE = re.compile(r"[/\\~]")
 
 
-def loads_code(name: str) -> bool:
-    return name in CODE_LOADING_ENV or name.startswith(CODE_LOADING_ENV_PREFIXES)
+def configuration_may_set(name: str, value: str) -> bool:
+    return (name.startswith(CONFIG_ENV_PREFIXES) or name in CONFIG_ENV_NAMES) and not _PATH_LIKE.search(value)
 
 
 @dataclass(frozen=True)
@@ -322,7 +328,8 @@ class RecordedServer:
     def checked(cls, target: Target, metadata: dict[str, Any], suite_env: dict[str, str],
                 secret_args: dict[str, str]) -> RecordedServer:
         """UsageError for a recorded server localize must not start as it is: another program
-        than the target's server, a secret it lacks, a variable that changes what code loads."""
+        than the target's server, a secret it lacks, a variable a configuration may not set
+        from a results file (`configuration_may_set`)."""
         argv = [str(a) for a in metadata.get("server_argv") or []]
         if argv[:2] != ["-m", target.module]:
             raise UsageError(f"results.json's server argv does not start the {target.name} server "
@@ -338,9 +345,11 @@ class RecordedServer:
                     raise UsageError(f"results.json records the server's {name} as {REDACTED} (results keep no "
                                      f"secret): export {name} with its value and run localize again")
                 continue  # the user's own value, which the server inherits (Target.env)
-            if loads_code(name) and suite_env.get(name) != value:
-                raise UsageError(f"results.json sets {name}={shlex.quote(value)} for the server, which changes "
-                                 f"what code it loads: localize sets it only as the run's suite does (--suite)")
+            if not configuration_may_set(name, value) and suite_env.get(name) != value:
+                raise UsageError(f"results.json sets {name}={shlex.quote(value)} for the server, which may change "
+                                 f"what code it loads (a results file sets only {', '.join(CONFIG_ENV_NAMES)} and "
+                                 f"{'*, '.join(CONFIG_ENV_PREFIXES)}* switches without a path): localize sets it "
+                                 f"only as the run's suite does (--suite)")
             env[name] = value
         return cls(tuple(argv), env)
 

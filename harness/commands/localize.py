@@ -38,8 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the interpreter that runs the servers and reads the dumps (it needs torch; "
                         "default: this one)")
     p.add_argument("--suite", type=Path, default=None,
-                   help="the run's suite: an environment variable that changes what code a server loads "
-                        "(LD_PRELOAD, PYTHONPATH, …) is set only as its configuration sets it, never from "
+                   help="the run's suite: a server environment variable other than CUDA_VISIBLE_DEVICES and "
+                        "SGLang's SGLANG_*/SGL_* switches, or one whose value is a path (OPENSSL_CONF, "
+                        "LD_PRELOAD, PYTHONPATH, …), is set only as its configuration sets it, never from "
                         "results.json alone")
     p.add_argument("--secret-arg", type=secret_arg, action="append", default=[], metavar="FLAG=VALUE",
                    help="the value of a server flag results.json records as <redacted> (repeatable)")
