@@ -51,7 +51,7 @@ from harness.results import REPRODUCER_PORT, ProbeComparison, Role, RunResult
 from harness.revisions import Revision
 from harness.server import launch
 from harness.suite import Suite
-from harness.targets import HOST, TRANSIENT_LAUNCH_FAILURES, Target
+from harness.targets import HOST, TRANSIENT_LAUNCH_FAILURES, Target, foreign_server_argv
 from harness.textfmt import fmt, md_code, md_table, plural
 from harness.verdict_stats import Kind, Verdict
 from harness.verify import post_all
@@ -331,9 +331,9 @@ class RecordedServer:
         than the target's server, a secret it lacks, a variable a configuration may not set
         from a results file (`configuration_may_set`)."""
         argv = [str(a) for a in metadata.get("server_argv") or []]
-        if argv[:2] != ["-m", target.module]:
-            raise UsageError(f"results.json's server argv does not start the {target.name} server "
-                             f"(`-m {target.module}`): {shlex.join(argv[:4])} … is not run")
+        foreign = foreign_server_argv(target.name, argv)
+        if foreign:
+            raise UsageError(f"{foreign}: {shlex.join(argv[:4])} … is not run")
         for flag in redacted_flags(argv):
             if flag not in secret_args:
                 raise UsageError(f"results.json records the server flag {flag} as {REDACTED} (results keep no "

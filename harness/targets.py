@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from harness.configs import ServerConfig
@@ -166,6 +167,18 @@ def target_of_checkout(repo: Path) -> Target | None:
     """The target whose package the checkout's tree holds (python/sglang: SGLang, python/refserver:
     a reference-server fixture repo); None when it holds neither."""
     return next((t for t in TARGETS.values() if (repo / t.package_dir / t.package).is_dir()), None)
+
+
+def foreign_server_argv(target: str, argv: Sequence[object]) -> str:
+    """Why a server argv read from a results file is not run or printed as a command: it must
+    start the target's own server (`-m <module>`); a results.json may come from elsewhere, and
+    `-c …` or another module would be its code. "" where it does."""
+    known = TARGETS.get(target)
+    words = [str(a) for a in argv]
+    if known is not None and words[:2] == ["-m", known.module]:
+        return ""
+    start = f"the {target} server (`-m {known.module}`)" if known else f"a server of a known target ({target!r} is none)"
+    return f"results.json's server argv does not start {start}"
 
 
 def get_target(name: str, python: str | None = None) -> Target:

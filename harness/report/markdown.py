@@ -16,6 +16,7 @@ from harness.results import (PORT_VARIABLE, REPRODUCER_PORT, CellResult, Metric,
                              RunResult, Status)
 from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
                              shell_join)
+from harness.targets import foreign_server_argv
 
 # Every string of a results file (names, refs, commit subjects, a server's words) lands here
 # escaped for where it lands: md_text in prose, md_code in a code span, md_fence around log
@@ -148,7 +149,7 @@ class MarkdownReport:
         """The shell lines that start each side's server for one row: that row's cells' own
         argv (a configuration's flags differ row by row), one line where both sides' agree."""
         r = self.result
-        started = [(role, info, server_line(cell.metadata["server_argv"]))
+        started = [(role, info, server_line(r.target, cell.metadata["server_argv"]))
                    for role, info, cell in ((Role.BASE, r.base, base), (Role.CANDIDATE, r.candidate, cand))
                    if cell is not None and cell.metadata.get("server_argv")]
         # A revision's name is a comment on one line: a line break in it would be a command.
@@ -190,8 +191,10 @@ class MarkdownReport:
             if env:
                 out.append(f"- environment: {md_text(env)}; machine {md_text(str(m.get('machine', '?')))}")
             # portable() after the quoting: it rewrites paths within a word, never across quotes
-            out.append(f"- server args ({md_text(cell.config)}): "
-                       f"{md_code(portable(shlex.join(str(a) for a in m['server_argv'])))}")
+            foreign = foreign_server_argv(r.target, m["server_argv"])
+            out.append(f"- server args ({md_text(cell.config)}): " + (
+                f"not shown: {md_text(foreign)}" if foreign else
+                md_code(portable(shlex.join(str(a) for a in m['server_argv'])))))
         if meta.get("command"):
             out.append(f"- command: {md_code(portable(str(meta['command'])))}")
         out.append(f"- detcheck {md_text(str(meta.get('harness_version', '?')))}, "
@@ -215,9 +218,13 @@ PORT_LINE = f"PORT=${{PORT:-{REPRODUCER_PORT}}}"
 SERVER_PYTHON = "python3"
 
 
-def server_line(argv: list) -> str:
+def server_line(target: str, argv: list) -> str:
     """A server's recorded argv as a line that starts it on the shell's `$PORT`: every word
-    shell-quoted but the port (a model directory named `m $(touch x)` stays one word)."""
+    shell-quoted but the port (a model directory named `m $(touch x)` stays one word); an argv
+    that does not start the target's server (`-c …`), a comment saying so, never the line."""
+    foreign = foreign_server_argv(target, argv)
+    if foreign:
+        return f"# not shown: {one_line(foreign)}"
     words = [SERVER_PYTHON, *(str(a) for a in argv)]
     for i, word in enumerate(words[:-1]):
         if word == "--port":
