@@ -69,8 +69,10 @@ class Bench:
         return detcheck(*self.args(*extra), env=self.env(), timeout=timeout)
 
     def resume(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        """`detcheck run --resume --out <out>`: the run's own options come from its results.json."""
-        return detcheck("run", "--resume", "--out", str(self.out), "--format", "json", "--no-progress", *extra,
+        """`detcheck run --resume --out <out>`: the run's own options come from its results.json,
+        the servers' interpreter given again as the run had it (a resume runs none unasked)."""
+        return detcheck("run", "--resume", "--out", str(self.out), "--python", self.python, "--format", "json",
+                        "--no-progress", *extra,
                         env=self.env(), timeout=timeout)
 
     def start(self, *extra: str, command: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -145,7 +145,7 @@ def resume_args(out: Path, *extra: str):
 
 
 def recorded_programs(data):
-    data["metadata"]["options"].update(python="/opt/elsewhere/bin/python", env_pip_arg=["--index-url=https://x.invalid"],
+    data["metadata"]["options"].update(repo=None, python="/opt/elsewhere/bin/python", env_pip_arg=["--index-url=https://x.invalid"],
                                        server_arg=["--enable-mixed-chunk"])
 
 
@@ -155,7 +155,7 @@ def test_resume_says_what_it_would_run_and_refuses_what_differs_unless_asked(tmp
 
     out = stored_run(tmp_path / "run", edit=recorded_programs)
     with pytest.raises(UsageError, match=r"--resume: the run in .* ran with --python /opt/elsewhere/bin/python "
-                                         r"\(this run: none\).*--trust-recorded"):
+                                         r"\(this run: this detcheck's interpreter\).*--trust-recorded"):
         resumed_run(resume_args(out))
     err = capsys.readouterr().err
     assert "--python /opt/elsewhere/bin/python" in err and "--env-pip-arg --index-url=https://x.invalid" in err

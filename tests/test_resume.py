@@ -51,7 +51,10 @@ def test_resume_with_no_option_continues_the_stored_comparison(tmp_path):
                        "--slots", "3", "--", "--page-size", "16")
     candidate_sha = sha(stored.repo, "main")
     git(stored.repo, "commit", "-q", "--allow-empty", "-m", "main moves on after the run started")
-    args, resumed = stored.resume()
+    with pytest.raises(UsageError, match=r"ran with --python \S+ \(this run: this detcheck's interpreter\), "
+                                         r"--server-arg --page-size 16 \(this run: none\)"):
+        stored.resume()  # the interpreter and server arguments it records: run only when asked
+    args, resumed = stored.resume("--trust-recorded")
     assert (args.repo, args.suite, args.target) == (stored.repo, stored.suite, "sglang")
     assert (args.config, args.overrides, args.server_arg) == (["det"], ["kl.tau=1e-6"], ["--page-size", "16"])
     assert (args.python, args.slots) == (sys.executable, 3)

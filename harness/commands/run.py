@@ -10,6 +10,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_execution_args(p)
     p.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file (see `detcheck baseline`)")
+    p.add_argument("--trust-recorded", action="store_true",
+                   help="with --resume: run the interpreters, pip arguments and server arguments the run in "
+                        "--out records (printed) even where they differ from this run's options")
     p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
                    help="also write the run as JUnit XML: one test case per (configuration, probe), "
                         "failed when it differs or errs, the row's reason as the failure's text")
@@ -172,6 +176,7 @@ def resumed_run(args: argparse.Namespace) -> ResumedRun:
                          f"detcheck: {earlier.metadata.get('command', 'no command recorded')}); "
                          f"run it again with --force")
     stored = {**stored, "target": earlier.target}  # as the run chose it, not chosen again
+    check_recorded_programs(args, stored)
     for option in RUN_OPTIONS:
         given = getattr(args, option.dest)
         value = stored.get(option.dest, args.option_defaults[option.dest])
@@ -186,6 +191,34 @@ def resumed_run(args: argparse.Namespace) -> ResumedRun:
     return ResumedRun(*(resumed_revision(args.out, args.repo, flag, getattr(args, dest), info)
                         for dest, flag, info in (("base", "--base", earlier.base),
                                                  ("candidate", "--candidate", earlier.candidate))))
+
+
+# What a resumed run would run that the stored run chose: the servers' interpreters, what pip
+# installs into a revision's environment, the servers' own arguments.
+PROGRAM_OPTIONS = ("python", "base_python", "candidate_python", "env_pip_arg", "server_arg")
+
+
+def check_recorded_programs(args: argparse.Namespace, stored: dict[str, Any]) -> None:
+    """Say what of the programs `--resume` would run the stored run records (a results.json may
+    come from elsewhere), and refuse each that this run, as given, would not run (an option left
+    out is this run's default), unless given again as recorded or `--trust-recorded`."""
+    options = [option for option in RUN_OPTIONS if option.dest in PROGRAM_OPTIONS]
+    recorded = [(option, stored.get(option.dest)) for option in options]
+    recorded = [(option, value) for option, value in recorded if value not in (None, [])]
+    if not recorded:
+        return
+    print(f"detcheck: --resume: the run in {args.out} records "
+          + "; ".join(f"{option.flag} {shown(value)}" for option, value in recorded), file=sys.stderr)
+    # A value holding a secret results.json never kept must be given again anyway (resumed_run says so).
+    differing = [(option, value) for option, value in recorded if not args.trust_recorded and REDACTED not in str(value)
+                 and option.recorded.key(option.recorded.record(getattr(args, option.dest))) != option.recorded.key(value)]
+    if differing:
+        this_run = {"python": "this detcheck's interpreter", "base_python": "none", "candidate_python": "none"}
+        raise UsageError(f"--resume: the run in {args.out} ran with "
+                         + ", ".join(f"{option.flag} {shown(value)} (this run: "
+                                     f"{this_run.get(option.dest) or shown(getattr(args, option.dest))})"
+                                     for option, value in differing)
+                         + "; give each again as recorded, or pass --trust-recorded to run what the run records")
 
 
 def resumed_revision(out: Path, repo: Path | None, flag: str, given: str | None, stored: RevisionInfo) -> Revision:
