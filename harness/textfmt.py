@@ -53,10 +53,24 @@ def displayable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+# Characters a terminal acts on (ESC opens a set-title or clear-screen sequence, C1's CSI one
+# too) and XML 1.0 cannot hold at all (NUL, the other C0 controls, U+FFFE, U+FFFF); tab and line
+# feed are text. A lone surrogate (an undecodable file name's byte) is `displayable`'s.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as its escape (ESC as `\\x1b`): what a server's
+    coloured log line or a hostile results file holds reaches no terminal or XML reader as a
+    control. JSON needs none of this: its writer escapes them, and keeps the text exact."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100
+                        else f"\\u{ord(m.group(0)):04x}", text)
+
+
 def one_line(text: str) -> str:
-    """`text` on one line: every line break (\\n, \\r, Unicode's separators) a space. A line of
-    its own is where Markdown opens a block and a shell runs a command."""
-    return " ".join(text.splitlines())
+    """`text` on one line, printable: every line break (\\n, \\r, Unicode's separators) a space.
+    A line of its own is where Markdown opens a block and a shell runs a command."""
+    return printable(" ".join(text.splitlines()))
 
 
 def md_escape(text: str) -> str:
@@ -89,7 +103,7 @@ def md_fence(lines: Iterable[str], info: str = "") -> list[str]:
     """Lines as a fenced code block whose fence no line of theirs can close: one backtick more
     than the longest run that opens any of them (a log line of ``` would end a fixed fence and
     let the rest render as Markdown and HTML)."""
-    lines = list(lines)
+    lines = [printable(line) for line in lines]
     longest = max((len(m.group(1)) for line in lines if (m := re.match(r"\s*(`+)", line))), default=0)
     fence = "`" * max(3, longest + 1)
     return [f"{fence}{info}", *lines, fence]

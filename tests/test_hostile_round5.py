@@ -200,6 +200,9 @@ def test_control_characters_reach_no_renderer_but_json(tmp_path):
         for cell in data["cells"]:
             if cell["probe"] == "kl":
                 cell["status"], cell["reason"] = "error", HOSTILE_REASON
+        for comp in data["comparisons"]:
+            if comp["probe"] == "kl":
+                comp.update(verdict="error", note=HOSTILE_REASON, metrics={}, decided_by=None, reproducer=None)
         data["suite"] = "suite\x1b[2J"
 
     path = stored_run(tmp_path, edit=hostile) / "results.json"

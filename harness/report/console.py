@@ -12,6 +12,7 @@ from rich.table import Table
 
 from harness.report.rows import Sides, headline, launches_text, revision_label, rows
 from harness.results import CellResult, Launch, RunResult, Status
+from harness.textfmt import printable
 
 VERDICT_STYLE = {"same": "green", "different": "bold red", "unknown": "yellow",
                  "n/a": "dim", "error": "bold magenta"}
@@ -24,15 +25,17 @@ class ConsoleReport:
 
     def table(self) -> Table:
         r = self.result
-        t = Table(title=f"detcheck {r.suite} ({r.target}): base {revision_label(r.base)} → "
-                        f"candidate {revision_label(r.candidate)}",
-                  caption=f"verdict: {headline(r)} · {launches_text(r)}", show_lines=False)
+        # Every string of the result printable: a results file's or a server's control
+        # characters (a set-title, a clear-screen) never reach the terminal as such.
+        t = Table(title=printable(f"detcheck {r.suite} ({r.target}): base {revision_label(r.base)} → "
+                                  f"candidate {revision_label(r.candidate)}"),
+                  caption=printable(f"verdict: {headline(r)} · {launches_text(r)}"), show_lines=False)
         for col in ("configuration", "probe", "base", "candidate", "verdict", "comparison"):
             t.add_column(col, overflow="fold")
         for row in rows(r, self.sides):
             style = VERDICT_STYLE.get(row.verdict, "")
-            t.add_row(row.config, row.probe, row.base, row.candidate,
-                      f"[{style}]{row.verdict}[/]" if style else row.verdict, row.note)
+            t.add_row(printable(row.config), printable(row.probe), printable(row.base), printable(row.candidate),
+                      f"[{style}]{row.verdict}[/]" if style else printable(row.verdict), printable(row.note))
         return t
 
     def print(self, console: Console | None = None) -> None:
@@ -44,8 +47,8 @@ class ConsoleReport:
             if c.status in (Status.ERROR, Status.FINDING):
                 failed.setdefault((c.status.value, c.config, c.role.value, c.reason), []).append(c.probe)
         for (status, config, role, reason), probes in failed.items():
-            console.print(f"[magenta]{status}[/] {config}/{', '.join(probes)} ({role}): {escape(reason)}",
-                          soft_wrap=True)
+            console.print(f"[magenta]{status}[/] {escape(printable(config))}/{escape(printable(', '.join(probes)))} "
+                          f"({role}): {escape(printable(reason))}", soft_wrap=True)
 
 
 class ConsoleObserver:
@@ -101,8 +104,9 @@ class ConsoleObserver:
                 repeated = said in self._said
                 self._said.add(said)
             if not repeated:  # long lines unwrapped: the terminal wraps them, a log keeps them whole
-                self.progress.console.print(f"{cell.config}/{cell.probe} @ {cell.role.value}: "
-                                            f"{cell.status.value}: {escape(cell.reason[:200])}", soft_wrap=True)
+                self.progress.console.print(f"{escape(printable(cell.config))}/{escape(printable(cell.probe))} @ "
+                                            f"{cell.role.value}: {cell.status.value}: "
+                                            f"{escape(printable(cell.reason[:200]))}", soft_wrap=True)
 
     def job_done(self, config: str, role: str) -> None:
         with self._lock:

@@ -12,15 +12,23 @@ import xml.etree.ElementTree as ET
 
 from harness.report.rows import Row, rows
 from harness.results import RunResult
+from harness.textfmt import displayable, printable
 from harness.verdict_stats import Verdict
 
 FAILING = (Verdict.DIFFERENT.value, Verdict.ERROR.value)
 
 
+def xml_text(text: str) -> str:
+    """Text any XML 1.0 reader takes: control characters escaped (`printable`: a server's
+    coloured log line in a reason would make the file not well-formed, and a CI reader rejects
+    it whole), undecodable bytes as U+FFFD; ElementTree escapes the markup."""
+    return printable(displayable(text))
+
+
 def junit_xml(result: RunResult) -> str:
     table = rows(result)
     suite = ET.Element("testsuite", {
-        "name": f"detcheck {result.suite} ({result.target}): {result.base.short} → {result.candidate.short}",
+        "name": xml_text(f"detcheck {result.suite} ({result.target}): {result.base.short} → {result.candidate.short}"),
         "tests": str(len(table)),
         "failures": str(sum(row.verdict in FAILING for row in table)),
         "errors": "0",
@@ -33,12 +41,13 @@ def junit_xml(result: RunResult) -> str:
 
 
 def case_element(row: Row) -> ET.Element:
-    case = ET.Element("testcase", {"classname": row.config, "name": row.probe})
+    case = ET.Element("testcase", {"classname": xml_text(row.config), "name": xml_text(row.probe)})
     if row.verdict in FAILING:
-        failure = ET.SubElement(case, "failure", {"message": f"{row.verdict}: {row.note}", "type": row.verdict})
-        failure.text = f"base: {row.base}\ncandidate: {row.candidate}\n{row.note}"
+        failure = ET.SubElement(case, "failure", {"message": xml_text(f"{row.verdict}: {row.note}"),
+                                                  "type": row.verdict})
+        failure.text = xml_text(f"base: {row.base}\ncandidate: {row.candidate}\n{row.note}")
     elif row.verdict == Verdict.NOT_APPLICABLE.value:
-        ET.SubElement(case, "skipped", {"message": row.note or f"{row.base}; {row.candidate}"})
+        ET.SubElement(case, "skipped", {"message": xml_text(row.note or f"{row.base}; {row.candidate}")})
     elif row.note:
-        ET.SubElement(case, "system-out").text = f"{row.verdict}: {row.note}"
+        ET.SubElement(case, "system-out").text = xml_text(f"{row.verdict}: {row.note}")
     return case
