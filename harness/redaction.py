@@ -14,6 +14,9 @@ _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.I)  # PASS: PASSWOR
 # Words of a name (split at `_`) that make it secret where they are a whole word: as a part of a
 # longer word they are not (GIT_AUTHOR_NAME, PATH, PWD alone: the working directory).
 _SECRET_NAME_WORDS = {"AUTH", "OAUTH", "AUTHORIZATION", "PAT", "PWD", "COOKIE", "COOKIES"}
+# Last words of a name that make it secret (DB_CRED, APP_SESSION, GPG_PRIVATE, RELEASE_SIGNING); as
+# the first word they name a place or a format (SESSION_DIR, PRIVATE_DIR, SIGNING_FORMAT).
+_SECRET_LAST_WORDS = {"CRED", "CREDS", "SESSION", "PRIVATE", "SIGNING"}
 _NOT_SECRET_NAMES = {"PWD"}
 # Values that are credentials by their form, whatever their variable or flag is called: the
 # issuers' token formats (GitHub, Hugging Face, OpenAI/Anthropic, AWS, Slack, GitLab), JSON web
@@ -24,6 +27,13 @@ _CREDENTIAL_VALUE = re.compile(
     r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"
     r"|(?<=Bearer )[A-Za-z0-9._~+/=-]{8,}|(?<=Basic )[A-Za-z0-9+/=]{8,}")
+# Secrets inside a longer value, the secret the first group: a connection string's or a URL
+# query's password (`Server=db;Password=…;`, `?password=…&`; a value that starts with `/` is a
+# working directory, `PWD=/home/…`), a netrc `password` token (one line or a block of them).
+_CREDENTIAL_IN_TEXT = (
+    re.compile(r"(?i)(?:^|[;&?,\s])(?:password|passwd|pwd)\s*=\s*((?!/)[^;&\s'\"]+)"),
+    re.compile(r"(?im)(?:^[ \t]*|\b(?:machine|login|account)[ \t]+\S+[ \t]+)password[ \t]+(\S+)"),
+)
 # What a server's `--help` says of a flag whose value is a secret, its name aside.
 _SECRET_HELP = re.compile(r"\b(?:api[ -]?keys?|secrets?|passwords?|passphrases?|credentials?|private keys?"
                           r"|(?:access|auth|authentication|bearer) tokens?)\b", re.I)
@@ -31,7 +41,7 @@ _SECRET_HELP = re.compile(r"\b(?:api[ -]?keys?|secrets?|passwords?|passphrases?|
 _HELP_OPTION = re.compile(r"^ {1,8}(?:-\w[ ,]+)*(--[a-z0-9][a-z0-9-]*)")
 # Flags are matched by whole word: --api-key and --hf-token are secret, --max-total-tokens is not.
 _SECRET_FLAG_WORDS = {"token", "key", "secret", "password", "passwd", "pass", "passphrase", "apikey",
-                      "credential", "credentials"}
+                      "credential", "credentials", "cred", "creds"}
 # detcheck's option whose values reach the server's argv; argparse also takes any unambiguous
 # prefix of it (`--server-a=…`).
 _SERVER_ARG = "--server-arg"
@@ -41,15 +51,19 @@ _URL_CREDENTIALS = re.compile(r"://([^/@\s]+)@")
 
 
 def is_secret(name: str) -> bool:
-    """Environment variable names: any mention of TOKEN, KEY, SECRET, PASS or CREDENTIAL, or a
-    word AUTH, PAT, PWD, COOKIE of it (MY_AUTH, GH_PAT, DB_PWD, SESSION_COOKIE)."""
-    words = set(name.upper().split("_"))
-    return bool(_SECRET.search(name)) or bool(words & _SECRET_NAME_WORDS) and name.upper() not in _NOT_SECRET_NAMES
+    """Environment variable names: any mention of TOKEN, KEY, SECRET, PASS or CREDENTIAL, a
+    word AUTH, PAT, PWD, COOKIE of it (MY_AUTH, GH_PAT, DB_PWD, SESSION_COOKIE), or a last word
+    CRED, SESSION, PRIVATE, SIGNING (DB_CRED, APP_SESSION)."""
+    words = name.upper().split("_")
+    return (bool(_SECRET.search(name)) or bool(set(words) & _SECRET_NAME_WORDS) and name.upper() not in _NOT_SECRET_NAMES
+            or len(words) > 1 and words[-1] in _SECRET_LAST_WORDS)
 
 
 def credential_tokens(text: str) -> list[str]:
-    """The parts of `text` that are credentials by their form (a GitHub token, a JWT, …)."""
-    return [m.group(0) for m in _CREDENTIAL_VALUE.finditer(text)]
+    """The parts of `text` that are credentials by their form (a GitHub token, a JWT, …) or by
+    where they stand (a connection string's `Password=`, a netrc `password`)."""
+    return [*(m.group(0) for m in _CREDENTIAL_VALUE.finditer(text)),
+            *(m.group(1) for pattern in _CREDENTIAL_IN_TEXT for m in pattern.finditer(text))]
 
 
 def is_secret_flag(flag: str, secret_flags: Collection[str] = ()) -> bool:
