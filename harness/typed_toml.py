@@ -30,6 +30,10 @@ MAX_SECONDS = 86_400
 _KINDS: dict[type, str] = {dict: "table", list: "list"}
 
 
+# What a TOML text nested past what the reader recurses through is told (a suite, a matrix, --set).
+TOO_DEEP = "nested deeper than detcheck reads (arrays or tables inside hundreds of others): not valid input"
+
+
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """A TOML file's table, or UsageError naming the file (`what`: "suite", "matrix", …)."""
     if not path.is_file():
@@ -39,6 +43,8 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         return tomllib.loads(read_file_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level: a few hundred arrays deep end it
+        raise UsageError(f"{path}: {TOO_DEEP}") from None
     except TooLarge as exc:
         raise UsageError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:

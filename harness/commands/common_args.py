@@ -38,6 +38,7 @@ from harness.selftest import SELFTEST_FILE, SELFTEST_REPORT
 from harness.slurm import SLURM_DIR
 from harness.verdict_stats import Verdict
 from harness.targets import TARGET_NAMES, TARGETS, target_of_checkout
+from harness.typed_toml import TOO_DEEP
 
 # Exit codes, as `detcheck --help` and README list them.
 EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOTHING_MEASURED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -296,6 +297,8 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
             value = tomllib.loads(f"value = {text.strip()}")["value"]
         except tomllib.TOMLDecodeError:
             value = text.strip()
+        except RecursionError:
+            raise UsageError(f"--set {item[:40]}{'…' if len(item) > 40 else ''}: {TOO_DEEP}") from None
         out.setdefault(probe, {})[param] = value
     return out
 
