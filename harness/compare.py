@@ -301,6 +301,13 @@ def check_verdicts(result: RunResult, where: Path, strict: bool) -> None:
     """CorruptResult (exit 2) naming every row whose stored verdict its samples do not give:
     no stored verdict is trusted. A file that cannot be judged again fails too where `strict`
     (a verdict is asked of it), else a line on stderr says its verdicts are as stored."""
+    missing = sorted({c.probe for c in result.comparisons if c.probe not in PROBES})
+    if missing:  # a plug-in's run read where the plug-in is not installed: its rows as stored
+        said = (f"probe{'s' if len(missing) > 1 else ''} {', '.join(missing)} {'are' if len(missing) > 1 else 'is'} "
+                f"not installed (a plug-in: install the package whose `detcheck.probes` entry point provides it)")
+        if strict:
+            raise CorruptResult(f"{where}: {said}: its rows cannot be judged again")
+        print(f"detcheck: {where}: {said}: its rows are shown as stored, not judged again", file=sys.stderr)
     rows = rejudged_rows(result)
     if not rows:
         return
@@ -330,7 +337,8 @@ def rejudged_rows(result: RunResult) -> list[str]:
                  for probe, raw in params.items() if probe in PROBES and isinstance(raw, dict)}
     fresh = compare_run(result.cells, validated, [(c.config, c.probe) for c in result.comparisons])
     return [f"{stored.config} / {stored.probe}: stored {stored.verdict.value}, its samples give {again.verdict.value}"
-            for stored, again in zip(result.comparisons, fresh) if stored.verdict != again.verdict]
+            for stored, again in zip(result.comparisons, fresh)
+            if stored.probe in PROBES and stored.verdict != again.verdict]  # a probe not installed: check_verdicts
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
