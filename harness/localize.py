@@ -37,6 +37,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,8 +251,9 @@ def summary(loc: Localization) -> str:
     return f"the sides dumped different tensors: only the {first.only.value} dumped {first.name} ({_where(first)})"
 
 
-def markdown(loc: Localization) -> str:
-    """The Markdown section of one localized row (localize.md)."""
+def markdown(loc: Localization, shown: Callable[[str], str] = str) -> str:
+    """The Markdown section of one localized row (localize.md); `shown`: a server's command line
+    as a report shows it (the command passes report.format.portable: no path of this machine)."""
     c = loc.culprit
     lines = [f"### Localized: {md_code(loc.row)}", "",
              f"The row's reproducer ({plural(loc.requests, 'request')}) posted to one server of each side with "
@@ -264,7 +266,7 @@ def markdown(loc: Localization) -> str:
                   *md_table(["tensor", "forward pass", "layer"],
                             [[md_code(t.name), t.step, "" if t.layer_id is None else t.layer_id] for t in agreed]), ""]
     lines += md_table(["side", "revision", "dumped tensors", "server"],
-                      [[s.role.value, md_code(s.sha[:12]), s.files, md_code(shlex.join(s.argv))] for s in loc.sides])
+                      [[s.role.value, md_code(s.sha[:12]), s.files, md_code(shown(shlex.join(s.argv)))] for s in loc.sides])
     return "\n".join(lines) + "\n"
 
 
@@ -468,8 +470,8 @@ def compare(target: Target, base: Path, cand: Path) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def record(out_dir: Path, loc: Localization) -> None:
-    """localize.json (this row's entry replaced, others kept) and localize.md."""
+def record(out_dir: Path, loc: Localization, section: Callable[[Localization], str] = markdown) -> None:
+    """localize.json (this row's entry replaced, others kept) and localize.md, each row's `section`."""
     path = out_dir / LOCALIZE_FILE
     rows = {}
     if path.exists():
@@ -479,5 +481,5 @@ def record(out_dir: Path, loc: Localization) -> None:
         rows = {f"{r['config']}/{r['probe']}": r for r in stored["rows"]}
     rows[loc.row] = loc.to_dict()
     atomic_write_json(path, {"schema": SCHEMA, "rows": list(rows.values())})
-    sections = [markdown(Localization.from_dict(r)) for r in rows.values()]
+    sections = [section(Localization.from_dict(r)) for r in rows.values()]
     atomic_write_text(out_dir / SECTION_FILE, "\n".join(sections))

@@ -99,6 +99,7 @@ def test_localize_names_the_planted_module(planted_run):
     assert all(s["files"] > 0 and (out / s["dumps"]).is_dir() for s in row["sides"])
     assert "**Named:** model.layers.1.mlp: its inputs agree" in proc.stdout
     assert (out / "localize.md").read_text() == proc.stdout
+    assert "--model-path fixtures/refmodels/" in proc.stdout and "--model-path /" not in proc.stdout  # no machine path
 
 
 @pytest.mark.slow

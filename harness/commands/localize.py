@@ -10,7 +10,8 @@ from pathlib import Path
 
 from harness.commands.common_args import chosen_target
 from harness.errors import LaunchError, UsageError
-from harness.localize import LOCALIZE_FILE, SECTION_FILE, localize, markdown, record, summary
+from harness.localize import LOCALIZE_FILE, SECTION_FILE, Localization, localize, markdown, record, summary
+from harness.report.format import portable
 from harness.result_files import read_run
 from harness.suite import load_suite
 from harness.targets import get_target
@@ -51,6 +52,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def section(loc: Localization) -> str:
+    """A localized row's section as localize.md and the command print it: no path of this
+    machine (a model directory reads as the project's, or `…/<last two parts>`)."""
+    return markdown(loc, portable)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.python and shutil.which(args.python) is None:
         raise UsageError(f"--python {args.python}: no such executable")
@@ -67,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"detcheck: localize: the {empty[0].role.value}'s server wrote no tensor dump under "
               f"{args.out / empty[0].dumps}: its dumper did not run, nothing compared", file=sys.stderr)
         return NOTHING_COMPARED
-    record(args.out, loc)
-    print(markdown(loc), end="")
+    record(args.out, loc, section)
+    print(section(loc), end="")
     print(f"recorded in {args.out / LOCALIZE_FILE} and {args.out / SECTION_FILE}", file=sys.stderr)
     if not loc.localized:
         print(f"detcheck: localize: {summary(loc)}", file=sys.stderr)
