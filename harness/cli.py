@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C may have cut a server's teardown short: kill what is left at once.
         stop_all(grace_s=0)
         out = getattr(exc, "resume_out", None)
-        resume = f"; `{shlex.join(['detcheck', 'run', '--resume', '--out', str(out)])}` continues" if out else ""
+        resume = f"; `{run.resume_command(out, getattr(exc, 'resume_options', {}))}` continues" if out else ""
         print(f"detcheck: interrupted; servers stopped, finished cells kept{resume}", file=sys.stderr)
         return 130
     finally:

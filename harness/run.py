@@ -53,6 +53,7 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
             run.save(partial=True)
         # The `run` command's own run (it records its options) continues with `run --resume`.
         exc.resume_out = reqs[0].out_dir if len(reqs) == 1 and reqs[0].options else None  # type: ignore[attr-defined]
+        exc.resume_options = reqs[0].options  # type: ignore[attr-defined]
         raise
     finally:
         observer.end()

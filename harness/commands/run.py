@@ -221,6 +221,16 @@ def check_recorded_programs(args: argparse.Namespace, stored: dict[str, Any]) ->
                          + "; give each again as recorded, or pass --trust-recorded to run what the run records")
 
 
+def resume_command(out: Path, options: dict[str, Any]) -> str:
+    """The command that continues an interrupted run: `--resume --out D`, with the programs the
+    run records given again as recorded (a resume runs none unasked: check_recorded_programs)."""
+    words = ["detcheck", "run", "--resume", "--out", str(out)]
+    for option in RUN_OPTIONS:
+        value = options.get(option.dest) if option.dest in PROGRAM_OPTIONS else None
+        words += [f"{option.flag}={item}" for item in (value if isinstance(value, list) else [value] if value else [])]
+    return shlex.join(words)
+
+
 def resumed_revision(out: Path, repo: Path | None, flag: str, given: str | None, stored: RevisionInfo) -> Revision:
     """The side's revision at the sha the run measured, named by the ref it was given as (a
     branch that moved since is not followed); a ref given with --resume must be at that sha."""
