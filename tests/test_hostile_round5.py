@@ -297,6 +297,7 @@ def test_deeply_nested_toml_is_one_line_of_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--set kl.tau=[[[" in err and "nested deeper than" in err, err
     assert len([line for line in err.splitlines() if "error" in line]) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # bad input leaves no --out behind, nor its lock
 
 
 def test_a_run_of_a_plugin_probe_not_installed_names_it_and_renders_as_stored(tmp_path, capsys):

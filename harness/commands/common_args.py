@@ -203,7 +203,9 @@ OUT_LOCK = ".detcheck.lock"
 # What detcheck writes into a run directory besides its results, report, logs and plots: a
 # localize's record and dumps, a slurm run's job folders, a selftest's summary.
 OWN_NAMES = (OUT_LOCK, LOCALIZE_FILE, SECTION_FILE, LOCALIZE_DIR, SLURM_DIR, SELFTEST_FILE, SELFTEST_REPORT)
-_held: dict[Path, TextIO] = {}  # the run directories this process writes, each one's locked file
+# The run directories this process writes: each one's locked file, and whether this process made
+# the directory (one that bad input stopped before anything was written is then removed again).
+_held: dict[Path, tuple[TextIO, bool]] = {}
 
 
 def hold_out_dir(out: Path) -> None:
@@ -213,6 +215,7 @@ def hold_out_dir(out: Path) -> None:
     key = out.resolve()
     if key in _held:
         return
+    made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
         handle = open(out / OUT_LOCK, "a+")
@@ -229,13 +232,18 @@ def hold_out_dir(out: Path) -> None:
     handle.truncate(0)
     handle.write(f"{os.getpid()}\n")
     handle.flush()
-    _held[key] = handle
+    _held[key] = handle, made
 
 
 def release_out_dirs() -> None:
-    """The run directories this process held, free for another writer (its command ended)."""
+    """The run directories this process held, free for another writer (its command ended); one
+    it made that holds nothing but the lock (bad input ended the command) is removed."""
     while _held:
-        _held.popitem()[1].close()  # closing the file releases its lock
+        out, (handle, made) = _held.popitem()
+        if made and [p.name for p in out.iterdir()] == [OUT_LOCK]:
+            (out / OUT_LOCK).unlink()
+            out.rmdir()
+        handle.close()  # closing the file releases its lock
 
 
 def foreign_files(out: Path) -> list[str]:
