@@ -297,7 +297,8 @@ def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, ba
 
     secret = {name: f"{name}-{os.urandom(6).hex()}" for name in
               ("abbrev", "passwd", "credential", "suite_cred", "suite_pass", "url",
-               "my_auth", "gh_pat", "db_pwd", "session_cookie", "hub_login")}
+               "my_auth", "gh_pat", "db_pwd", "session_cookie", "hub_login",
+              "conn_pw", "netrc_pw", "db_cred", "app_session", "gpg_private", "release_signing")}
     secret["by_value"] = f"ghp_{os.urandom(18).hex()}"  # a GitHub token under a name that says nothing
     repo = make_sglang_repo(tmp_path, module="faults")
     (repo / "python" / "sglang" / "launch_server.py").write_text(ECHO_SHIM)
@@ -308,7 +309,12 @@ def test_secrets_of_every_spelling_are_masked_in_every_file_written(tmp_path, ba
     bench.write_suite({"one": ["--fault", "http-500"]},  # a failing cell keeps a log tail too
                       env={"SERVICE_CREDENTIAL": secret["suite_cred"], "PGPASS": secret["suite_pass"],
                            "MY_AUTH": secret["my_auth"], "GH_PAT": secret["gh_pat"], "DB_PWD": secret["db_pwd"],
-                           "SESSION_COOKIE": secret["session_cookie"], "BUILD_SETTING": secret["by_value"]})
+                           "SESSION_COOKIE": secret["session_cookie"], "BUILD_SETTING": secret["by_value"],
+                           # round 5: secrets by the shape of a value, and names by their last word
+                           "DB_CONNECTION": f"Server=db;User Id=u;Password={secret['conn_pw']};Encrypt=yes",
+                           "HUB_NETRC": f"machine hub.invalid login u password {secret['netrc_pw']}",
+                           "DB_CRED": secret["db_cred"], "APP_SESSION": secret["app_session"],
+                           "GPG_PRIVATE": secret["gpg_private"], "RELEASE_SIGNING": secret["release_signing"]})
     proc = detcheck_with(bench, {"MIRROR_URL": f"https://mirror-user:{secret['url']}@mirror.invalid/simple"},
                          f"--server-a=--api-key={secret['abbrev']}",  # argparse's abbreviation of --server-arg
                          "--server-arg=--db-passwd", f"--server-arg={secret['passwd']}",
