@@ -154,15 +154,15 @@ def test_resume_says_what_it_would_run_and_refuses_what_differs_unless_asked(tmp
     from harness.commands.run import resumed_run
 
     out = stored_run(tmp_path / "run", edit=recorded_programs)
-    with pytest.raises(UsageError, match=r"--resume: the run in .* ran with --python /opt/elsewhere/bin/python "
+    with pytest.raises(UsageError, match=r"--resume: the run in .* ran with --python=/opt/elsewhere/bin/python "
                                          r"\(this run: this detcheck's interpreter\).*--trust-recorded"):
         resumed_run(resume_args(out))
     err = capsys.readouterr().err
-    assert "--python /opt/elsewhere/bin/python" in err and "--env-pip-arg --index-url=https://x.invalid" in err
-    assert "--server-arg --enable-mixed-chunk" in err
+    assert "--python=/opt/elsewhere/bin/python" in err and "--env-pip-arg=--index-url=https://x.invalid" in err
+    assert "--server-arg=--enable-mixed-chunk" in err
     # asked explicitly: given again as recorded, or all of them at once
     with pytest.raises(UsageError, match="--env-pip-arg"):
-        resumed_run(resume_args(out, "--python", "/opt/elsewhere/bin/python"))
+        resumed_run(resume_args(out, "--python=/opt/elsewhere/bin/python"))
     with pytest.raises(UsageError, match="give --repo"):  # past the check: the revisions are next
         resumed_run(resume_args(out, "--trust-recorded"))
 

@@ -51,8 +51,8 @@ def test_resume_with_no_option_continues_the_stored_comparison(tmp_path):
                        "--slots", "3", "--", "--page-size", "16")
     candidate_sha = sha(stored.repo, "main")
     git(stored.repo, "commit", "-q", "--allow-empty", "-m", "main moves on after the run started")
-    with pytest.raises(UsageError, match=r"ran with --python \S+ \(this run: this detcheck's interpreter\), "
-                                         r"--server-arg --page-size 16 \(this run: none\)"):
+    with pytest.raises(UsageError, match=r"ran with --python=\S+ \(this run: this detcheck's interpreter\), "
+                                         r"--server-arg=--page-size --server-arg=16 \(this run: none\)"):
         stored.resume()  # the interpreter and server arguments it records: run only when asked
     args, resumed = stored.resume("--trust-recorded")
     assert (args.repo, args.suite, args.target) == (stored.repo, stored.suite, "sglang")

@@ -208,14 +208,14 @@ def check_recorded_programs(args: argparse.Namespace, stored: dict[str, Any]) ->
     if not recorded:
         return
     print(f"detcheck: --resume: the run in {args.out} records "
-          + "; ".join(f"{option.flag} {shown(value)}" for option, value in recorded), file=sys.stderr)
+          + " ".join(shlex.join(as_given(option, value)) for option, value in recorded), file=sys.stderr)
     # A value holding a secret results.json never kept must be given again anyway (resumed_run says so).
     differing = [(option, value) for option, value in recorded if not args.trust_recorded and REDACTED not in str(value)
                  and option.recorded.key(option.recorded.record(getattr(args, option.dest))) != option.recorded.key(value)]
     if differing:
         this_run = {"python": "this detcheck's interpreter", "base_python": "none", "candidate_python": "none"}
         raise UsageError(f"--resume: the run in {args.out} ran with "
-                         + ", ".join(f"{option.flag} {shown(value)} (this run: "
+                         + ", ".join(f"{shlex.join(as_given(option, value))} (this run: "
                                      f"{this_run.get(option.dest) or shown(getattr(args, option.dest))})"
                                      for option, value in differing)
                          + "; give each again as recorded, or pass --trust-recorded to run what the run records")
@@ -226,9 +226,14 @@ def resume_command(out: Path, options: dict[str, Any]) -> str:
     run records given again as recorded (a resume runs none unasked: check_recorded_programs)."""
     words = ["detcheck", "run", "--resume", "--out", str(out)]
     for option in RUN_OPTIONS:
-        value = options.get(option.dest) if option.dest in PROGRAM_OPTIONS else None
-        words += [f"{option.flag}={item}" for item in (value if isinstance(value, list) else [value] if value else [])]
+        if option.dest in PROGRAM_OPTIONS:
+            words += as_given(option, options.get(option.dest))
     return shlex.join(words)
+
+
+def as_given(option: RunOption, value: Any) -> list[str]:
+    """A recorded option's value as the words that give it again (`--server-arg=--page-size`)."""
+    return [f"{option.flag}={item}" for item in (value if isinstance(value, list) else [value] if value else [])]
 
 
 def resumed_revision(out: Path, repo: Path | None, flag: str, given: str | None, stored: RevisionInfo) -> Revision:
