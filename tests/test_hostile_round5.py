@@ -98,6 +98,18 @@ def test_one_writer_per_out_and_a_killed_one_leaves_it_free(tmp_path):
     claim_out_dir(out, force=True)  # the lock went with the process
 
 
+def test_a_lock_file_that_is_a_link_is_never_followed(tmp_path):
+    from harness.commands.common_args import OUT_LOCK, claim_out_dir
+
+    out, precious = tmp_path / "out", tmp_path / "precious"
+    out.mkdir()
+    precious.write_text("the user's")
+    (out / OUT_LOCK).symlink_to(precious)
+    with pytest.raises(UsageError, match=rf"--out {out}: {out / OUT_LOCK}: Too many levels of symbolic links"):
+        claim_out_dir(out, force=True)
+    assert precious.read_text() == "the user's"
+
+
 # -- code a results file chooses ---------------------------------------------------------
 
 

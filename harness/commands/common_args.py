@@ -218,9 +218,10 @@ def hold_out_dir(out: Path) -> None:
     made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        handle = open(out / OUT_LOCK, "a+")
-    except OSError as exc:
-        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+        # never through a link: the pid written below would truncate whatever file it names
+        handle = os.fdopen(os.open(out / OUT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
+    except OSError as exc:  # not a directory, not writable, the lock a link
+        raise UsageError(f"--out {out}: {exc.filename or out}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
