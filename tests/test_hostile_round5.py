@@ -204,6 +204,7 @@ def test_control_characters_reach_no_renderer_but_json(tmp_path):
     """Before: the JUnit file was not well-formed XML and the console printed the sequences."""
     from rich.console import Console
 
+    from harness.report.combined import combined_markdown
     from harness.report.console import ConsoleReport
     from harness.report.junit import junit_xml
     from harness.report.markdown import MarkdownReport
@@ -223,7 +224,8 @@ def test_control_characters_reach_no_renderer_but_json(tmp_path):
     ET.fromstring(xml.encode())  # well-formed
     console = StringIO()
     ConsoleReport(result).print(Console(file=console, width=200))
-    rendered = {"junit": xml, "console": console.getvalue(), "md": MarkdownReport(result).render()}
+    rendered = {"junit": xml, "console": console.getvalue(), "md": MarkdownReport(result).render(),
+                "combined": combined_markdown([(tmp_path, result)])}
     for name, text in rendered.items():
         assert not [c for c in text if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0], name
         assert "\\x1b]0;pwned\\x07" in text.replace("\\\\", "\\"), name  # shown, escaped

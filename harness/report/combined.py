@@ -12,7 +12,7 @@ from harness.report.format import portable
 from harness.report.markdown import rows_table
 from harness.report.rows import headline, revision_label
 from harness.results import RunResult
-from harness.textfmt import md_table, plural
+from harness.textfmt import md_code, md_table, md_text, plural
 
 
 def combined_markdown(runs: list[tuple[Path, RunResult]]) -> str:
@@ -20,9 +20,10 @@ def combined_markdown(runs: list[tuple[Path, RunResult]]) -> str:
     verdict = overall(tuple(c for _, result in runs for c in result.comparisons))
     out = [f"## detcheck: {plural(len(runs), 'run')}: {verdict}", ""]
     out += md_table(("run", "suite", "target", "base → candidate", "verdict"),
-                    ((f"`{portable(str(path))}`", f"`{result.suite}`", result.target,
+                    ((md_code(portable(str(path))), md_code(result.suite), result.target,
                       f"{revision_label(result.base)} → {revision_label(result.candidate)}", headline(result))
                      for path, result in runs))
     for path, result in runs:
-        out += ["", f"### `{result.suite}` on {result.target} (`{portable(str(path))}`)", "", *rows_table(result)]
+        out += ["", f"### {md_code(result.suite)} on {md_text(result.target)} ({md_code(portable(str(path)))})", "",
+                *rows_table(result)]
     return "\n".join(out) + "\n"
