@@ -300,14 +300,14 @@ def exact_different_row(result: RunResult, row: str) -> ProbeComparison:
     return comp
 
 
-def has_dumper_control(target: Target, worktree: Path) -> bool:
+def has_dumper_control(target: Target, worktree: Path | None) -> bool:
     """Whether the revision serves `/dumper/{method}` (DUMPER_SERVER_PORT=reuse)."""
     path, mark = DUMPER_CONTROL[target.name]
-    source = worktree / path
-    return source.is_file() and mark in source.read_text(errors="replace")
+    source = worktree / path if worktree is not None else None
+    return source is not None and source.is_file() and mark in source.read_text(errors="replace")
 
 
-def graphs_off(target: Target, sha: str, worktree: Path, role: Role, timeout_s: float) -> tuple[str, ...]:
+def graphs_off(target: Target, sha: str, worktree: Path | None, role: Role, timeout_s: float) -> tuple[str, ...]:
     """The revision's flags for CUDA graphs off in every phase, from its `--help` (UsageError
     where it has none: its hooks could not run)."""
     try:
