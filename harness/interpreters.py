@@ -27,6 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.bounded import INPUT_FILE, read_file
 from harness.errors import UsageError
 from harness.logparse import last_exception
 from harness.metadata import interpreter_id, revision_interpreter_metadata
@@ -150,7 +151,7 @@ def pinned_torch(worktree: Path | None) -> str | None:
     pyproject = worktree / "python" / "pyproject.toml" if worktree is not None else None
     if pyproject is None or not pyproject.is_file():
         return None
-    found = _TORCH_PIN.search(pyproject.read_text(errors="replace"))
+    found = _TORCH_PIN.search(read_file(pyproject, INPUT_FILE).decode(errors="replace"))
     return found["version"] if found else None
 
 
