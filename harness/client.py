@@ -347,6 +347,13 @@ class SGLangClient:
             time.sleep(min(delay, left))
             delay = min(delay * 2, 5.0)
 
+    def configure_dumper(self, **config: Any) -> None:
+        """SGLang's tensor dumper reconfigured at run time (`POST /dumper/configure`, served on
+        the server's own port when it started with DUMPER_SERVER_PORT=reuse), e.g. enable=True."""
+        resp = self._request("POST", "/dumper/configure", config, timeout=30)
+        if resp.status_code != 200:
+            raise ServerError(f"/dumper/configure: HTTP {resp.status_code}: {_error_message(resp)}")
+
     def server_info(self) -> dict[str, Any]:
         # /server_info is the current name; older revisions only have /get_server_info.
         for path in ("/server_info", "/get_server_info"):

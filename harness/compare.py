@@ -164,10 +164,24 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
     if vacuous and verdict != Verdict.DIFFERENT:
         # Too few samples to vouch for a match; a difference among those there are still counts.
         return recorded(Verdict.ERROR, note="vacuous: " + "; ".join(vacuous) + changed_note)
+    if (policy := policy_change(base, cand)):
+        note = f"{policy}; {note}"
     proofs = [f"{n} {why}" for n in sides if (why := path_proof.shown(sides[n].facts))]
     if proofs:  # what showed the path the configuration names ran, beside the verdict
         note += "; path shown: " + "; ".join(proofs)
     return recorded(verdict, note=note, decided_by=decided_by)
+
+
+def policy_change(base: CellResult, cand: CellResult) -> str:
+    """The sides' prefix-cache policies as their servers reported them (a cache probe's
+    `cache_policy` fact), where they differ: a release's new default moves exact cached_tokens
+    by design, so the row names it rather than reading as a regression by itself."""
+    policies = [c.facts.get("cache_policy") for c in (base, cand)]
+    if not any(policies) or policies[0] == policies[1]:
+        return ""
+    base_policy, cand_policy = (p or "not reported" for p in policies)
+    return (f"the prefix-cache policy changed between the sides (base {base_policy}; candidate {cand_policy}): "
+            f"a difference in what hits reuse may be that default, not a regression")
 
 
 def in_prompts(comparisons: dict[str, stats.Comparison], base: CellResult, cand: CellResult

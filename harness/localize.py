@@ -2,12 +2,20 @@
 
 `detcheck localize --out RUN_DIR --repo R --row CONFIG/PROBE` takes the row's verified reproducer
 from the run's results.json and, per side in turn, starts one server from the cell's recorded
-argv (checked first: `RecordedServer`, as a results.json may come from elsewhere) with SGLang's tensor dumper switched on through its environment (SGLang 0.5.16's
-`sglang.srt.debug_utils.dumper`: `DUMPER_ENABLE=1`, `DUMPER_DIR`, `DUMPER_EXP_NAME` = the side,
+argv (checked first: `RecordedServer`, as a results.json may come from elsewhere) with SGLang's tensor dumper set up through its environment (SGLang 0.5.16's
+`sglang.srt.debug_utils.dumper`: `DUMPER_DIR`, `DUMPER_EXP_NAME` = the side,
 `DUMPER_NON_INTRUSIVE_MODE=all`: forward hooks on every module of the model, registered by
 `ModelRunner` at load; `DUMPER_ENABLE_OUTPUT_CONSOLE=0`: no log line per tensor), posts the
-reproducer's requests (`verify.post_all`), and stops it. SGLang's hooks do not fire when a CUDA
-graph replays, so its servers get `--disable-cuda-graph`. The dumps (one file per tensor, see
+reproducer's requests (`verify.post_all`), and stops it. The dumper is enabled only for those
+requests: started with `DUMPER_ENABLE=0` and `DUMPER_SERVER_PORT=reuse` (the hooks register,
+nothing dumps, the server serves `/dumper/{method}`), then `POST /dumper/configure {"enable":
+true}` once it is up, so its warm-up passes are not dumped (a dumper enabled at boot dumps every
+warm-up prefill: upstream's notes record one filling a shared disk). A revision without that
+route (`DUMPER_CONTROL`) on either side gets the dumper at boot on both, said on stderr. SGLang's
+hooks do not fire when a CUDA graph replays, so its servers get the revision's own graphs-off
+flags, as a `cuda_graph = false` configuration does (`Capabilities.graphs_off_args`: the
+per-phase backends `disabled` where `--help` has them; Inkling's prefill graph is on by default
+and `--disable-cuda-graph` alone leaves it on). The dumps (one file per tensor, see
 `harness/dumpdiff.py`) are compared in forward order by the servers' interpreter; `culprit`
 reads the answer:
 
@@ -37,11 +45,14 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.capabilities import (GRAPH_ALL_FLAG, GRAPH_BACKEND_FLAGS, GRAPH_PHASE_FLAGS, NotExpressible,
+                                   revision_capabilities)
 from harness.client import Generation, SGLangClient
 from harness.errors import LaunchError, UsageError
 from harness.jobs import REPRODUCER_BUDGET
@@ -65,8 +76,12 @@ LOCALIZE_DIR = "localize"  # each row's dumps and dumping servers' logs, under t
 # Where each target's dumper lives in a checkout, and the text that says it hooks modules.
 DUMPER_SOURCE = {"sglang": ("python/sglang/srt/debug_utils/dumper.py", "register_non_intrusive_dumper"),
                  "refserver": ("python/refserver/dumper.py", "DUMPER_NON_INTRUSIVE_MODE")}
-# Server flags a dumping server needs that the row's argv may lack (hooks never run in a replay).
-DUMPING_FLAGS = {"sglang": ("--disable-cuda-graph",), "refserver": ()}
+# Where each target serves the dumper's run-time control, and the text that says it does.
+DUMPER_CONTROL = {"sglang": ("python/sglang/srt/entrypoints/http_server.py", "DUMPER_SERVER_PORT"),
+                  "refserver": ("python/refserver/api.py", "control_on_server_port")}
+# Every spelling of a graph switch: a recorded one is dropped before the revision's graphs-off
+# flags are added (hooks never run in a replay). The backend flags take a value.
+GRAPH_SWITCHES = (*GRAPH_PHASE_FLAGS, GRAPH_ALL_FLAG)
 # SGLang's non-intrusive dump names: `non_intrusive__<module>.inputs.<i>` / `...output[.<k>]`,
 # the root model's without a module.
 _HOOKED = re.compile(r"non_intrusive__(?:(?P<module>.+)\.)?(?P<part>inputs|output)(?:\.(?P<key>.+))?")
@@ -226,9 +241,8 @@ def summary(loc: Localization) -> str:
     """The finding in one sentence."""
     c, first = loc.culprit, loc.entries[-1] if loc.entries else None
     if c.kind == "not-reproduced":
-        flags = DUMPING_FLAGS.get(loc.target, ())
-        started = (f" (started with {' '.join(flags)}, as dumping needs: a difference only the run's servers "
-                   f"make without it does not show there)" if flags else "")
+        started = (" (started with CUDA graphs off, as dumping needs: a difference only the run's servers make "
+                   "with graphs does not show there)")
         return (f"the reproducer did not differ on the dumping servers{started}: both sides answered its "
                 f"{plural(loc.requests, 'request')} alike, nothing to localize")
     if c.kind == "nothing-compared":
@@ -294,6 +308,22 @@ def exact_different_row(result: RunResult, row: str) -> ProbeComparison:
     return comp
 
 
+def has_dumper_control(target: Target, worktree: Path | None) -> bool:
+    """Whether the revision serves `/dumper/{method}` (DUMPER_SERVER_PORT=reuse)."""
+    path, mark = DUMPER_CONTROL[target.name]
+    source = worktree / path if worktree is not None else None
+    return source is not None and source.is_file() and mark in source.read_text(errors="replace")
+
+
+def graphs_off(target: Target, sha: str, worktree: Path | None, role: Role, timeout_s: float) -> tuple[str, ...]:
+    """The revision's flags for CUDA graphs off in every phase, from its `--help` (UsageError
+    where it has none: its hooks could not run)."""
+    try:
+        return revision_capabilities(target, sha, worktree, timeout_s).graphs_off_args()
+    except NotExpressible as exc:
+        raise UsageError(f"the {role.value} ({sha[:12]}): {exc}: its dumper hooks would not run") from None
+
+
 def check_dumper(target: Target, worktree: Path | None, role: Role, sha: str) -> None:
     """UsageError unless the revision's dumper hooks modules (SGLang 0.5.16 has it)."""
     path, mark = DUMPER_SOURCE[target.name]
@@ -355,17 +385,18 @@ class RecordedServer:
             env[name] = value
         return cls(tuple(argv), env)
 
-    def argv_on(self, target: Target, port: int) -> list[str]:
+    def argv_on(self, port: int, graphs_off: tuple[str, ...]) -> list[str]:
         """The recorded argv after the interpreter, bound to 127.0.0.1 on `port` (whatever host
-        and port it recorded), with the flags dumping needs."""
+        and port it recorded), its graph switches replaced by `graphs_off` (the revision's)."""
         kept: list[str] = []
         words = iter(self.argv)
         for word in words:
-            if word in ("--host", "--port"):
+            if word in ("--host", "--port", *GRAPH_BACKEND_FLAGS):
                 next(words, None)  # its value
-            elif not word.startswith(("--host=", "--port=")):
+            elif not word.startswith(("--host=", "--port=", *(f"{f}=" for f in GRAPH_BACKEND_FLAGS))) \
+                    and word not in GRAPH_SWITCHES:
                 kept.append(word)
-        return [*kept, "--host", HOST, "--port", str(port), *(f for f in DUMPING_FLAGS[target.name] if f not in kept)]
+        return [*kept, "--host", HOST, "--port", str(port), *graphs_off]
 
 
 def redacted_flags(argv: list[str]) -> list[str]:
@@ -423,19 +454,26 @@ def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeou
         if cell is None:
             raise UsageError(f"--row {row}: results.json has no {role.value} cell")
         servers[role] = RecordedServer.checked(target, cell.metadata, suite_env, secrets)
-    worktrees = {}
+    worktrees, flags = {}, {}
     for role, info in revisions.items():
         worktrees[role] = Revision.resolve(repo, info.sha or info.ref).checkout()
         check_dumper(target, worktrees[role], role, info.sha or info.ref)
+        flags[role] = graphs_off(target, info.sha or info.ref, worktrees[role], role, startup_timeout_s)
+    # Both sides alike: a side dumping its warm-up would count forward passes the other does not.
+    at_requests = all(has_dumper_control(target, worktrees[role]) for role in revisions)
+    if not at_requests:
+        print(f"detcheck: warning: localize: a revision serves no {DUMPER_CONTROL[target.name][1]} dumper control: "
+              f"both sides' dumpers are on from boot, their warm-up passes dumped too", file=sys.stderr)
     here = out_dir / LOCALIZE_DIR / safe_name(f"{comp.config}-{comp.probe}")
     shutil.rmtree(here, ignore_errors=True)  # this row's dumps of an earlier localize
     sides, answers = [], {}
     for role, info in revisions.items():
-        server = servers[role]
-        env = {**server.env, "DUMPER_ENABLE": "1", "DUMPER_DIR": str(here), "DUMPER_EXP_NAME": role.value,
+        server, graph_flags = servers[role], flags[role]
+        switch = {"DUMPER_ENABLE": "0", "DUMPER_SERVER_PORT": "reuse"} if at_requests else {"DUMPER_ENABLE": "1"}
+        env = {**server.env, **switch, "DUMPER_DIR": str(here), "DUMPER_EXP_NAME": role.value,
                "DUMPER_NON_INTRUSIVE_MODE": "all", "DUMPER_ENABLE_OUTPUT_CONSOLE": "0"}
         log = here / f"{role.value}.log"
-        launched = launch(lambda port: [target.python, *with_secrets(server.argv_on(target, port), secrets)],
+        launched = launch(lambda port: [target.python, *with_secrets(server.argv_on(port, graph_flags), secrets)],
                           target.env(worktrees[role], env), log, worktrees[role], startup_timeout_s,
                           TRANSIENT_LAUNCH_FAILURES)
         if launched.failure is not None:
@@ -443,13 +481,15 @@ def localize(out_dir: Path, row: str, repo: Path, target: Target, startup_timeou
             raise LaunchError(f"the {role.value}'s dumping server did not start: {launched.failure}",
                               scrub(launched.failure.log_tail, tuple(secrets.values())), launched.failure.exit_code)
         try:
-            answers[role] = answered(post_all(SGLangClient(launched.server.url, timeout_s=request_timeout_s),
-                                              rep.requests))
+            client = SGLangClient(launched.server.url, timeout_s=request_timeout_s)
+            if at_requests:
+                client.configure_dumper(enable=True)  # the server stops right after the requests
+            answers[role] = answered(post_all(client, rep.requests))
         finally:
             launched.server.stop()
             scrub_file(log, tuple(secrets.values()))  # once it stopped writing: the rewrite is a rename
         dumps = here / role.value
-        sides.append(Side(role, info.sha or info.ref, tuple(server.argv_on(target, REPRODUCER_PORT)),
+        sides.append(Side(role, info.sha or info.ref, tuple(server.argv_on(REPRODUCER_PORT, graph_flags)),
                           str(log.relative_to(out_dir)), str(dumps.relative_to(out_dir)),
                           len(list(dumps.glob("*.pt"))) if dumps.is_dir() else 0))
     compared = compare(target, here / Role.BASE.value, here / Role.CANDIDATE.value)

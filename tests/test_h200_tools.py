@@ -157,3 +157,65 @@ def test_a_tool_records_and_prints_the_server_argv_redacted_and_shell_quoted(tmp
     assert shlex.split(printed) == argv
     for text in ((out / f"{tool}.json").read_text(), markdown, proc.stdout, proc.stderr):
         assert SECRET not in text and HELP_SECRET not in text
+
+
+def test_a_kit_interpreter_puts_the_checkout_before_the_kit_and_keeps_the_env_files_other_settings(tmp_path):
+    """tools/gpu/kit-python.sh: the revision's checkout (what detcheck passes on PYTHONPATH) is
+    imported before the kit's tree, the kit's env file sets what it sets but its PYTHONPATH (a
+    release's sglang) is dropped."""
+    checkout, site, release = (tmp_path / name for name in ("checkout", "site", "release"))
+    for root, version in ((checkout, "checkout"), (site, "kit"), (release, "kit's release")):
+        (root / "sglang").mkdir(parents=True)
+        (root / "sglang" / "__init__.py").write_text(f"WHERE = {version!r}\n")
+    (site / "flashinfer.py").write_text("VERSION = '0.6.18'\n")
+    env_file = tmp_path / "kit2env.sh"
+    env_file.write_text(f"export PYTHONPATH={release}\nexport LD_PRELOAD_STUB_SEEN=stub\n")
+    made = subprocess.run(["bash", str(ROOT / "tools/gpu/kit-python.sh"), "kit2", str(site), str(env_file)],
+                          capture_output=True, text=True, env={**os.environ, "KIT_PYTHON_DIR": str(tmp_path),
+                                                               "PY": sys.executable})
+    assert made.returncode == 0, made.stderr
+    python = made.stdout.strip()
+    assert python == str(tmp_path / "py-kit2")
+    probe = ("import os, sglang, flashinfer; "
+             "print(sglang.WHERE, flashinfer.VERSION, os.environ['LD_PRELOAD_STUB_SEEN'])")
+    ran = subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(checkout)})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["checkout", "0.6.18", "stub"]
+    bad = subprocess.run(["bash", str(ROOT / "tools/gpu/kit-python.sh"), "kit 2", str(site)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "NAME must be" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_pair_whose_sides_run_on_two_kits_interpreters_serves_each_side_from_its_own_kit(tmp_path):
+    """`run --base-python` / `--candidate-python` with kit-python.sh's interpreters (0.5.17 on the
+    first kit against 0.5.18 on kit2, rehearsed on the reference server): each side's servers
+    import its own kit's packages (detcheck_envprobe stands for torch and sglang-kernel), and its
+    cells are keyed by that interpreter."""
+    from conftest import refserver_suite, run_pair
+    from harness.fixture_repo import FixtureRepo
+    from harness.metadata import interpreter_id
+
+    pythons = {}
+    for kit, version in (("kit1", "2.11"), ("kit2", "2.13")):
+        site = tmp_path / kit
+        (site / "detcheck_envprobe").mkdir(parents=True)
+        (site / "detcheck_envprobe" / "__init__.py").write_text(f'__version__ = "{version}"\n')
+        made = subprocess.run(["bash", str(ROOT / "tools/gpu/kit-python.sh"), kit, str(site)], capture_output=True,
+                              text=True, env={**os.environ, "KIT_PYTHON_DIR": str(tmp_path), "PY": sys.executable},
+                              check=True)
+        pythons[kit] = made.stdout.strip()
+    repo = FixtureRepo.create(tmp_path / "repo")
+    repo.set_release("0.5.16")
+    base = repo.commit("model SGLang 0.5.16")
+    repo.set_release("0.5.17")
+    candidate = repo.commit("model SGLang 0.5.17")
+    suite = refserver_suite(tmp_path / "suite.toml", ["kl"])
+    _, result, _ = run_pair(repo, base, candidate, suite, tmp_path / "out", "--base-python", pythons["kit1"],
+                            "--candidate-python", pythons["kit2"], env={"DETCHECK_CACHE_DIR": str(tmp_path / "cache")})
+    keys = {c["role"]: c["key"]["interpreter"] for c in result["cells"]}
+    assert keys == {"base": interpreter_id(pythons["kit1"]), "candidate": interpreter_id(pythons["kit2"])}
+    for role, version in (("base", "2.11"), ("candidate", "2.13")):
+        logs = "".join(p.read_text() for p in (tmp_path / "out" / "logs").glob(f"*-{role}-*.log"))
+        assert f"detcheck_envprobe {version}" in logs, role

@@ -102,6 +102,53 @@ def test_localize_names_the_planted_module(planted_run):
     assert "--model-path fixtures/refmodels/" in proc.stdout and "--model-path /" not in proc.stdout  # no machine path
 
 
+def step_tensors(dumps: Path, name: str) -> dict[int, list[int]]:
+    """Each forward pass's dumped `name` (a tensor of ints), by step, from one side's dump files."""
+    out = {}
+    for path in dumps.glob(f"*___name={name}___*.pt"):
+        step = int(path.name.split("___")[0].removeprefix("step="))
+        out[step] = torch.load(path, weights_only=False)["value"].tolist()
+    return out
+
+
+@pytest.mark.slow
+def test_localize_on_inkling_turns_its_prefill_graph_off_and_dumps_only_the_posted_requests(tmp_path):
+    """Inkling's prefill runs a CUDA graph unless its own switch says otherwise (the reference
+    server models SGLang #31681), and no hook fires in a replay: localize starts each side with the
+    revision's graphs-off flags, as a graphs-off configuration does, and enables the dumper once
+    the server is up, so forward pass 0 is the reproducer's prefill, never the warm-up's."""
+    repo = FixtureRepo.create(tmp_path / "repo")
+    base = repo.head()
+    repo.edit("mlp-scale")
+    cand = repo.commit("plant mlp-scale")
+    config = json.loads((Path(__file__).resolve().parents[1] / "fixtures/refmodels/hybrid/config.json").read_text())
+    model = tmp_path / "inkling"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["InklingForConditionalGeneration"]}))
+    suite = refserver_suite(tmp_path / "suite.toml", ["revision_kl"], prompts=2, output_len=4)
+    suite.write_text(suite.read_text().replace(str(Path(__file__).resolve().parents[1] / "fixtures/refmodels/hybrid"),
+                                               str(model)))
+    env = {"DETCHECK_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "run"
+    proc = detcheck("run", "--repo", str(repo.path), "--base", base, "--candidate", cand, "--suite", str(suite),
+                    "--out", str(out), "--no-progress", "--format", "md", env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    proc = detcheck("localize", "--out", str(out), "--row", "det/revision_kl", "--repo", str(repo.path), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads((out / "localize.json").read_text())["rows"][0]
+    assert (row["outcome"], row["module"]) == ("module", "model.layers.1.mlp")
+    comp = next(c for c in json.loads((out / "results.json").read_text())["comparisons"]
+                if c["probe"] == "revision_kl")
+    posted = comp["reproducer"]["requests"][0]["body"]["input_ids"]  # a teacher-forced score: one prefill
+    for side in row["sides"]:
+        assert side["argv"][-4:] == ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill",
+                                     "disabled"], side["argv"]
+        passes = step_tensors(out / side["dumps"], "input_ids")
+        assert passes[0] == posted, passes  # the reproducer's prefill, dumped (not replayed)
+        assert [0, 1, 2] not in passes.values() and [3] not in passes.values(), passes  # no warm-up pass
+    assert row["entries"][-1]["step"] == 0  # found in that prefill
+
+
 @pytest.mark.slow
 def test_a_row_that_is_not_an_exact_different_is_refused(planted_run):
     repo, out, env = planted_run
@@ -184,7 +231,9 @@ def test_a_reproducer_whose_sides_answer_alike_is_not_localized(planted_run, tmp
     (moved / "results.json").write_text(json.dumps(result))
     proc = detcheck("localize", "--out", str(moved), "--row", "det/revision_kl", "--repo", str(repo.path), env=env)
     assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "the reproducer did not differ on the dumping servers: both sides answered" in proc.stderr
+    assert ("the reproducer did not differ on the dumping servers (started with CUDA graphs off, as dumping needs: "
+            "a difference only the run's servers make with graphs does not show there): both sides answered"
+            in proc.stderr)
     assert "nothing to localize" in proc.stderr
     assert "agree" not in proc.stdout + proc.stderr
 

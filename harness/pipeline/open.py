@@ -113,11 +113,12 @@ def open_run(req: RunRequest, observer: RunObserver) -> Run:
 
 def server_interpreters(req: RunRequest, worktrees: dict[Role, Path | None]) -> list[ServerInterpreter]:
     """For SGLang, each interpreter that will run servers as it is (not a revision's env-file
-    environment, which is built to hold what the revision needs), once, with the first revision
-    it runs: what `check_imports` checks before anything is launched or built."""
+    environment, which is built to hold what the revision needs), once per revision it runs (an
+    interpreter may load one side's compiled libraries and not the other's): what `check_imports`
+    checks before anything is launched or built."""
     if req.target != "sglang":
         return []
-    found: dict[str, ServerInterpreter] = {}
+    found: dict[tuple[str, str | None], ServerInterpreter] = {}
     for role in Role:
         revision, worktree = req.revision(role), worktrees[role]
         if role in req.role_python:
@@ -126,8 +127,9 @@ def server_interpreters(req: RunRequest, worktrees: dict[Role, Path | None]) -> 
             continue
         else:
             python, option, chosen = req.python or sys.executable, "--python", req.python is not None
-        found.setdefault(python, ServerInterpreter(get_target(req.target, python), option, chosen, worktree,
-                                                   revision.sha, f"{role.value} ({revision.ref} at {revision.short()})"))
+        found.setdefault((python, revision.sha), ServerInterpreter(
+            get_target(req.target, python), option, chosen, worktree, revision.sha,
+            f"{role.value} ({revision.ref} at {revision.short()})", role.value))
     return list(found.values())
 
 

@@ -5,6 +5,15 @@ compare the hit's decode logprobs with a cold replay. decode: turn 1 generates; 
 prompt + turn-1 output + one suffix token, so its hit covers decode-written state.
 A prompt counts only if it really hit (SGLang's rule); if fewer than `min_hit_fraction` of
 prompts hit, the result is vacuous and says so rather than reporting a match.
+
+Whether there was a cache to hit is read from the hits themselves (none with cached_tokens > 0:
+vacuous), not from `/server_info`: releases report raw settings (0.5.16) or resolved ones (0.5.17
+on), so a cache the server turned off itself (deterministic flashinfer) read *n/a* on one
+release and vacuous on the other. Only a configuration that asks for the cache off is *n/a*.
+What `/server_info` says of the prefix-cache policy (`CACHE_POLICY_KEYS`, at any depth: newer
+releases group their settings) is the `cache_policy` fact; a row whose sides' policies differ
+names the change (harness/compare.py), since a release's new default cache legitimately moves
+exact cached_tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +35,27 @@ from harness.verdict_stats import Kind
 from harness.workloads import suffix_token
 
 
+# The /server_info settings that decide which prefixes a hit reuses. `radix_cache_impl` is the
+# reference server's name for the prefix cache's implementation (SGLang 0.5.21's release notes:
+# a Rust core by default; its key in /server_info was not read from a 0.5.21+ source here).
+CACHE_POLICY_KEYS = ("disable_radix_cache", "radix_cache_impl", "page_size", "radix_eviction_policy")
+
+
+def server_setting(info: Any, key: str) -> Any:
+    """`key`'s value in /server_info, at the top or in a group of settings (None: absent)."""
+    if not isinstance(info, dict):
+        return None
+    if key in info:
+        return info[key]
+    return next((v for group in info.values() if (v := server_setting(group, key)) is not None), None)
+
+
+def cache_policy(info: dict[str, Any]) -> str:
+    """The prefix-cache settings /server_info reports, as `key=value, …` ("" where none)."""
+    found = ((key, server_setting(info, key)) for key in CACHE_POLICY_KEYS)
+    return ", ".join(f"{key}={value}" for key, value in found if value is not None)
+
+
 def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequence[int],
              total_steps: int) -> ProbeOutput:
     """Generate `turn2` (expected to hit), keep the real hits, compare them with cold replays."""
@@ -44,9 +74,13 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
     floor = ctx.param("min_hit_fraction")
     facts = {"hit_fraction": fraction, "min_hit_fraction": floor,
              "hit_lengths": [cached[i] for i in hits]}
+    if (policy := cache_policy(ctx.server_info)):
+        facts["cache_policy"] = policy
     what = hit_text(cached, min_hit, len(hits), floor)
     if not hits:
-        raise VacuousResult(what)
+        said = ("; /server_info reports disable_radix_cache: the server turned its cache off"
+                if server_setting(ctx.server_info, "disable_radix_cache") else "")
+        raise VacuousResult(what + said)
     if fraction < floor:
         # Too few to vouch for a match, but a difference among the hits there are is a finding:
         # compare.py reads *different* as such and anything else as an error (vacuous).
@@ -82,9 +116,10 @@ def hit_text(cached: Sequence[int], min_hit: Sequence[int], reached: int, floor:
 
 
 def _require_cache(ctx: ProbeContext) -> None:
-    if ctx.server_info.get("disable_radix_cache"):
-        raise ProbeNotApplicable("the radix cache is disabled on this server "
-                                 "(disable_radix_cache in /server_info)")
+    """n/a where the configuration itself turns the cache off; what the server did with its
+    settings is left to the hits."""
+    if ctx.config.features.disable_radix_cache or "--disable-radix-cache" in ctx.config.args:
+        raise ProbeNotApplicable("the configuration disables the radix cache")
 
 
 def run_prefill(ctx: ProbeContext) -> ProbeOutput:
@@ -135,6 +170,8 @@ FIGURES = (
     *summary("hit_fraction", "hit_fraction"), *summary("cached_tokens", "hit_lengths"),
     *parameter("min_hit_fraction"),
     *descriptive("why too few hits vouch for no match (the verdict reads it: error unless different)", "vacuous"),
+    *descriptive("the prefix-cache settings /server_info reports: a row names a change between the sides",
+                 "cache_policy"),
 )
 
 PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)

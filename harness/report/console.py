@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.report.rows import Sides, headline, launches_text, revision_label, rows
+from harness.report.rows import Sides, headline, launches_text, revision_label, rows, torch_change_text
 from harness.results import CellResult, Launch, RunResult, Status
 from harness.textfmt import printable
 
@@ -41,6 +41,8 @@ class ConsoleReport:
     def print(self, console: Console | None = None) -> None:
         console = console or Console()
         console.print(self.table())
+        if (torch_change := torch_change_text(self.result)) is not None:
+            console.print(f"[yellow]{escape(torch_change)}[/]", soft_wrap=True)
         # One line per reason and job: a launch that failed is every probe's reason, said once.
         failed: dict[tuple[str, str, str, str], list[str]] = {}
         for c in self.result.cells:

@@ -11,7 +11,7 @@ from harness.paths import safe_name
 from harness.report.format import portable, portable_path
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
-                                 revision_label, rows)
+                                 revision_label, rows, torch_change_text)
 from harness.results import (PORT_VARIABLE, REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
                              RunResult, Status)
 from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
@@ -56,6 +56,8 @@ class MarkdownReport:
                f"Base: {_rev(r.base)}  ",
                f"Candidate: {_rev(r.candidate)}",
                ""]
+        if (torch_change := torch_change_text(r)) is not None:
+            out += [f"**{md_text(torch_change)}**", ""]
         if "trimmed" in r.metadata:  # a kept record whose cells were removed: say why its sides read –
             out += [f"*This record holds no cells: {md_text(str(r.metadata['trimmed']))}.*", ""]
         out += rows_table(r, self.sides)

@@ -401,6 +401,19 @@ def launches_text(result: RunResult) -> str:
             f"for {plural(len(configs), 'configuration')} × 2 revisions")
 
 
+def torch_change_text(result: RunResult) -> str | None:
+    """The sentence a report carries when the sides' servers ran on different torch releases
+    (cell metadata, read from each interpreter): every difference, revision_kl's above all,
+    then measures torch as well as the revision. None when they agree or a side's is unknown."""
+    seen = {role: sorted({str(c.metadata["torch"]) for c in result.cells
+                          if c.role == role and c.metadata.get("torch")}) for role in Role}
+    if not all(seen.values()) or seen[Role.BASE] == seen[Role.CANDIDATE]:
+        return None
+    return (f"The pair spans a torch change (base torch {', '.join(seen[Role.BASE])}, candidate torch "
+            f"{', '.join(seen[Role.CANDIDATE])}): a difference, revision_kl's above all, measures torch as "
+            f"well as the revision.")
+
+
 def relaunch_texts(result: RunResult) -> list[str]:
     """Each launch whose server was started more than once, and why ("det @ base: started
     2 times: the warm-up could not connect to the server's own port"): the host's doing,

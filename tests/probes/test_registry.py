@@ -136,7 +136,7 @@ DECLARED = {
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
         'locator': ['first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
-        'descriptive': ['prompts', 'tokens', 'vacuous'],
+        'descriptive': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
     },
     'determinism': {
         'metric': ['ids_departure', 'logprob_departure', 'unique_outputs'],
@@ -156,7 +156,7 @@ DECLARED = {
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
         'locator': ['first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
-        'descriptive': ['prompts', 'tokens', 'vacuous'],
+        'descriptive': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
     },
     'reference': {
         'metric': ['diverging', 'revision_diverging'],

@@ -7,8 +7,9 @@ import dataclasses
 from pathlib import Path
 
 from harness.report.format import portable, portable_path
+from harness.report.markdown import MarkdownReport
 from harness.report.rows import (comparison_text, dummy_weights_text, index_item, ratio_text, value_place,
-                                 without_shared_side_notes)
+                                 torch_change_text, without_shared_side_notes)
 from harness.result_files import read_run
 from harness.results import CellResult, Metric, ProbeComparison, RevisionInfo, Role, Status
 from harness.verdict_stats import Floor, Kind, Verdict, compare_exact, compare_noisy
@@ -220,3 +221,18 @@ def test_a_render_derives_a_cross_revision_probes_metrics_once(monkeypatch, tmp_
     emit(result, "console", tmp_path, stream=io.StringIO())
     measured = [c for c in result.comparisons if c.probe == "revision_kl" and c.metrics]
     assert measured and len(calls) == len(measured), calls
+
+
+def test_a_pair_across_a_torch_change_says_so_and_one_on_a_single_torch_does_not():
+    """The stored H200 run's sides both ran torch 2.11.0+cu130; its candidate cells moved to
+    2.14.1 (a 0.5.21 → 0.5.22 pair) make the report say that differences measure torch too."""
+    assert torch_change_text(RUN) is None
+    moved = dataclasses.replace(RUN, cells=tuple(
+        dataclasses.replace(c, metadata={**c.metadata, "torch": "2.14.1+cu130"}) if c.role == Role.CANDIDATE else c
+        for c in RUN.cells))
+    sentence = ("The pair spans a torch change (base torch 2.11.0+cu130, candidate torch 2.14.1+cu130): a "
+                "difference, revision_kl's above all, measures torch as well as the revision.")
+    assert torch_change_text(moved) == sentence
+    report = MarkdownReport(moved).render()
+    assert report.count("torch change") == 1 and "spans a torch change (base torch 2.11.0+cu130" in report
+    assert "torch change" not in MarkdownReport(RUN).render()

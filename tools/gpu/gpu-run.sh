@@ -44,7 +44,7 @@ PY=${PY:-python3}
 SPG=${SPG:-48}                   # servers at once on the card (matrix run --servers-per-gpu)
 export DETCHECK_CACHE_DIR=${DETCHECK_CACHE_DIR:-/tmp/detcheck-cache-h200}
 export PATH=$PATH:/usr/local/cuda/bin HF_HUB_OFFLINE=1 SGLANG_DISABLE_REQUEST_LOGGING=1 PYTHONUNBUFFERED=1
-MODELS=${MODELS-tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-4l-eagle3 tiny-llama-4l-dflash tiny-llama-4l-dspark tiny-inkling tiny-gptoss tiny-gptoss-dflash}
+MODELS=${MODELS-tiny-llama tiny-llama-4l tiny-qwen3next tiny-llama-eagle tiny-llama-4l-eagle3 tiny-llama-4l-dflash tiny-llama-4l-dspark tiny-inkling tiny-gptoss tiny-gptoss-dflash tiny-gptoss-dspark tiny-inkling-dspark}
 
 # record NAME LIMIT CMD...: one command into $DEST/NAME with its command line kept beside it.
 # SIGTERM at the limit: detcheck stops its servers and keeps every finished cell.
