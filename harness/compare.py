@@ -314,23 +314,40 @@ def check_verdicts(result: RunResult, where: Path, strict: bool) -> None:
 
 
 def rejudged_rows(result: RunResult) -> list[str]:
-    """Every row whose stored verdict the stored samples, judged again under the stored
-    parameters (`metadata.probe_params`), do not give, in words; a file that cannot be judged
-    again (written before its parameters were recorded, or its cells removed) is one line that
-    says why. Empty: every stored verdict is what its samples give."""
-    params = result.metadata.get("probe_params")
-    if "trimmed" in result.metadata:
+    """Every row whose stored verdict, deciding metrics or changed-not-deciding ones the stored
+    samples, judged again under the stored parameters (the plan's, `RunResult.judging_params`),
+    do not give, in words; a file that cannot be judged again (written before its parameters
+    were recorded) is one line that says why. Empty: every stored row is what its samples give.
+    A record whose cells were removed (`metadata.trimmed`) has nothing to judge; one that says
+    so and still holds cells is judged like any other."""
+    params = result.judging_params()
+    if "trimmed" in result.metadata and not result.cells:
         return []  # a kept record without cells: nothing to judge, and report.md says so
-    if not isinstance(params, dict):
+    if params is None:
         return [f"the file records no judging parameters (written by harness "
                 f"{result.metadata.get('harness_version', '?')}): its verdicts cannot be judged again"]
     # A parameter that was not set is stored as null: validated again as not given.
     validated = {probe: PROBES[probe].validate({k: v for k, v in raw.items() if v is not None},
-                                               f"metadata.probe_params.{probe}")
+                                               f"plan.probe_params.{probe}")
                  for probe, raw in params.items() if probe in PROBES and isinstance(raw, dict)}
     fresh = compare_run(result.cells, validated, [(c.config, c.probe) for c in result.comparisons])
-    return [f"{stored.config} / {stored.probe}: stored {stored.verdict.value}, its samples give {again.verdict.value}"
-            for stored, again in zip(result.comparisons, fresh) if stored.verdict != again.verdict]
+    return [f"{stored.config} / {stored.probe}: stored {_judgement(stored, again)}, its samples give "
+            f"{_judgement(again, stored)}"
+            for stored, again in zip(result.comparisons, fresh) if _judged(stored) != _judged(again)]
+
+
+def _judged(comp: ProbeComparison) -> tuple[Verdict, tuple[str, ...]]:
+    """What a row says and a stored file could misstate: its verdict and which changed figures
+    did not decide it (a row that hides them is a bare pass beside a change)."""
+    return comp.verdict, tuple(comp.changed_not_deciding)
+
+
+def _judgement(comp: ProbeComparison, other: ProbeComparison) -> str:
+    """A row's verdict in words, with its changed-not-deciding figures where they differ from
+    `other`'s."""
+    if tuple(comp.changed_not_deciding) == tuple(other.changed_not_deciding):
+        return comp.verdict.value
+    return f"{comp.verdict.value} (changed, not deciding: {', '.join(comp.changed_not_deciding) or 'none'})"
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
@@ -353,8 +370,7 @@ def leaning(result: RunResult) -> list[str]:
     and whose estimate lies beyond the floor, undecided only because its interval still reaches
     inside the floor. Such a row is no pass (a large effect must never exit 0 as "unknown"); an
     A/A row leans so at most 5% of the time, whatever alpha a suite chose to decide quickly."""
-    recorded = result.metadata.get("probe_params")
-    probe_params: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
+    probe_params: Mapping[str, Any] = result.judging_params() or {}
     out = []
     for comp in result.comparisons:
         if comp.verdict != Verdict.UNKNOWN:
