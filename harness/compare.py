@@ -16,6 +16,7 @@ import functools
 import math
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -26,7 +27,8 @@ from harness.probes import PROBES
 from harness.probes.base import Across, Reference, deciding_metrics
 from harness.reproduce import reproducer
 from harness.sequential import LookState
-from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunResult, Status
+from harness.results import (CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunPlan,
+                             RunResult, Status)
 from harness.verdict_stats import Floor, Kind, Verdict
 
 # Where a comparison's note names the metrics that changed without deciding (recorded in
@@ -389,10 +391,17 @@ def leaning(result: RunResult) -> list[str]:
 
 def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
                  probe_params: dict, command: str = "") -> RunResult:
-    """A RunResult whose base cells are `base_run`'s `side` cells, candidate cells `cand_run`'s."""
+    """A RunResult whose base cells are `base_run`'s `side` cells, candidate cells `cand_run`'s.
+    Its plan is both runs' `side` cells as they planned them, complete where both are (no plan
+    where either has none: what it set out to compare is unknown, never a pass)."""
     base = [c.with_role(Role.BASE) for c in base_run.cells if c.role == side]
     cand = [c.with_role(Role.CANDIDATE) for c in cand_run.cells if c.role == side]
-    order = list(dict.fromkeys((c.config, c.probe) for c in (*base, *cand)))
+    planned = [(config, probe, role) for run, role in ((base_run, Role.BASE), (cand_run, Role.CANDIDATE))
+               for config, probe, planned_side in (run.plan.cells if run.plan is not None else ()) if planned_side == side]
+    plan = None if base_run.plan is None or cand_run.plan is None else RunPlan(
+        uuid.uuid4().hex, tuple(planned), probe_params, complete=base_run.plan.complete and cand_run.plan.complete)
+    order = list(dict.fromkeys([*((config, probe) for config, probe, _ in planned),
+                                *((c.config, c.probe) for c in (*base, *cand))]))
     by_key = {(c.config, c.probe, c.role): c for c in (*base, *cand)}
     comparisons = tuple(_comparable(comp, by_key.get((comp.config, comp.probe, Role.BASE)),
                                     by_key.get((comp.config, comp.probe, Role.CANDIDATE)))
@@ -408,6 +417,7 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
         cells=(*base, *cand), comparisons=comparisons, launches=(),
         metadata={"command": command, "harness_version": __version__, "started_at": now, "finished_at": now,
                   "compared_from": [base_run.metadata.get("started_at"), cand_run.metadata.get("started_at")]},
+        plan=plan,
     )
 
 

@@ -56,7 +56,8 @@ def cache_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cache-run")
     repo, base, cand = planted(tmp, "cache")
     suite = refserver_suite(tmp / "s.toml", ["kl", "prefill_cache_hit"], TRACK, prompt_len=(40, 90), output_len=8)
-    code, result, _ = run_pair(repo, base, cand, suite, tmp / "out")
+    # module-scoped: before the per-test cache exists, so it gets its own
+    code, result, _ = run_pair(repo, base, cand, suite, tmp / "out", env={"DETCHECK_CACHE_DIR": str(tmp / "cache")})
     assert code == 1 and [c["verdict"] for c in result["comparisons"]] == ["same", "different"]
     return tmp / "out", result
 
