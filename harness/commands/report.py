@@ -7,6 +7,7 @@ recorded --suite, or `metadata.suite_path`), read here."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -51,14 +52,16 @@ def run(args: argparse.Namespace) -> int:
         check_verdicts(result, path, strict=False)
         conclude(result, args.format, out_dir, judged=False)
         return 0
-    also = suite_gaps(result, suite_of(result, args.suite))
     try:
         # every verdict is judged again from the stored samples: a stored one is never trusted
         check_verdicts(result, path, strict=True)
     except CorruptResult:
-        print("\n".join(gap_lines(path, also)), end="\n" if also else "", file=sys.stderr)  # said too
+        # where the suite is here, what the file changed of its parameters is said too
+        with contextlib.suppress(UsageError):
+            also = suite_gaps(result, suite_of(result, args.suite))
+            print("\n".join(gap_lines(path, also)), end="\n" if also else "", file=sys.stderr)
         raise
-    return conclude(result, args.format, out_dir, also=also)
+    return conclude(result, args.format, out_dir, also=suite_gaps(result, suite_of(result, args.suite)))
 
 
 def suite_of(result: RunResult, given: Path | None) -> Suite:
