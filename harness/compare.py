@@ -316,7 +316,7 @@ def check_verdicts(result: RunResult, where: Path, strict: bool) -> None:
 
 
 def rejudged_rows(result: RunResult) -> list[str]:
-    """Every row whose stored verdict, deciding metrics or changed-not-deciding ones the stored
+    """Every row whose stored verdict, or the changed figures it names as not deciding, the stored
     samples, judged again under the stored parameters (the plan's, `RunResult.judging_params`),
     do not give, in words; a file that cannot be judged again (written before its parameters
     were recorded) is one line that says why. Empty: every stored row is what its samples give.

@@ -186,12 +186,12 @@ def run_entry(entry: MatrixEntry, matrix_path: Path, reqs: tuple[RunRequest, ...
         mine = [job for job in jobs if job.req is req]
         done, refused = [], []
         for job in mine:
-            if not run_files(job.out):
-                refused.append(f"{job.name}: left no results")
-            elif (why := not_this_run(read_run(job.out), req)) is not None:
+            found = read_run(job.out) if run_files(job.out) else None
+            why = "left no results" if found is None else not_this_run(found, req)
+            if found is None or why is not None:
                 refused.append(f"{job.name}: {why}")
             else:
-                done.append((job, read_run(job.out)))
+                done.append((job, found))
         for line in refused:
             say(f"slurm: not merged: {line}")
         result = merge(req, done, refused)
