@@ -36,24 +36,28 @@ def gaps(result: RunResult) -> list[str]:
         "or a Slurm job's results not all merged)"]
     cells = {(c.config, c.probe, c.role): c for c in result.cells}
     planned = set(plan.cells)
-    for config, probe, role in plan.cells:
-        cell = cells.get((config, probe, role))
-        sha = (result.base if role == Role.BASE else result.candidate).sha
-        if cell is None:
-            out.append(f"{config} / {probe}: no {role.value} cell")
-        elif sha is not None and cell.revision.sha != sha:
-            out.append(f"{config} / {probe}: its {role.value} cell measured {cell.revision.short}, "
-                       f"not the run's {role.value} {sha[:12]}")
-    out += [f"{c.config} / {c.probe}: a {c.role.value} cell the plan never had" for c in result.cells
-            if (c.config, c.probe, c.role) not in planned]
-    sides = {role for _, _, role in plan.cells}
     rows = {(c.config, c.probe) for c in result.comparisons}
+    sides = {role for _, _, role in plan.cells}
     if len(sides) < 2:
         out.append(f"the plan measures {' and '.join(sorted(r.value for r in sides)) or 'no'} side only: "
                    f"no pair is judged")
-    else:
-        out += [f"{config} / {probe}: planned, but the record has no comparison row"
-                for config, probe in plan.pairs() if (config, probe) not in rows]
+    for config, probe in plan.pairs():  # what each planned pair lacks, in one line
+        lacks = []
+        for side in (Role.BASE, Role.CANDIDATE):
+            if (config, probe, side) not in planned:
+                continue
+            cell, sha = cells.get((config, probe, side)), (result.base if side == Role.BASE else result.candidate).sha
+            if cell is None:
+                lacks.append(f"no {side.value} cell")
+            elif sha is not None and cell.revision.sha != sha:
+                lacks.append(f"its {side.value} cell measured {cell.revision.short}, not the run's {side.value} "
+                             f"{sha[:12]}")
+        if len(sides) == 2 and (config, probe) not in rows:
+            lacks.append("no comparison row")
+        if lacks:
+            out.append(f"{config} / {probe}: {', '.join(lacks)}")
+    out += [f"{c.config} / {c.probe}: a {c.role.value} cell the plan never had" for c in result.cells
+            if (c.config, c.probe, c.role) not in planned]
     pairs = set(plan.pairs())
     out += [f"{c.config} / {c.probe}: a comparison row the plan never had" for c in result.comparisons
             if (c.config, c.probe) not in pairs]
