@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
+from harness.commands.report import suite_of
 from harness.completeness import gaps, narrower, summary
+from harness.errors import UsageError
+from harness.paths import PROJECT_ROOT
 from harness.results import CellResult, ProbeComparison, RevisionInfo, Role, RunPlan, RunResult, Status
 from harness.verdict_stats import Verdict
 
@@ -57,3 +62,16 @@ def test_narrower_reads_which_way_a_judging_parameter_moved():
 
 def test_a_long_list_of_gaps_is_cut_and_counted():
     assert summary([str(i) for i in range(10)]) == "0; 1; 2; 3; 4; 5; 6; 7; and 2 more"
+
+
+def test_report_check_finds_a_downloaded_runs_suite_in_this_checkout(capsys):
+    """A run made on a GPU machine names its suite by that machine's path, and its models are
+    not on the machine that judges the downloaded run: the suite is the file at the path's end
+    in this checkout, read for its parameters alone."""
+    h200 = sorted((PROJECT_ROOT / "suites" / "h200").glob("*.toml"))[0]
+    named = f"/home/runner/work/detcheck/detcheck/suites/h200/{h200.name}"
+    suite = suite_of(record(metadata={"suite_path": named}), None)
+    assert suite.path == h200
+    assert f"judging with {h200} (the run names {named})" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="the suite the run names .* is not here; pass --suite FILE"):
+        suite_of(record(metadata={"suite_path": "/elsewhere/no-such-suite.toml"}), None)

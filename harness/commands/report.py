@@ -15,6 +15,7 @@ from harness.commands.common_args import add_format_arg, conclude, gap_lines, ru
 from harness.compare import check_verdicts
 from harness.completeness import gaps, suite_gaps
 from harness.errors import CorruptResult, UsageError
+from harness.paths import PROJECT_ROOT
 from harness.probes import known_probes
 from harness.report.combined import combined_markdown
 from harness.result_files import read_run
@@ -65,14 +66,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def suite_of(result: RunResult, given: Path | None) -> Suite:
-    """The suite `--check` judges `result` with: `given`, else the file the run names."""
+    """The suite `--check` judges `result` with: `given`, else the file the run names, or where
+    that path is not here (a run made on another machine, downloaded), the file at its end in
+    this checkout (…/suites/h200/x.toml: suites/h200/x.toml here), said on stderr. Its models
+    need not be here: only its parameters and pairs are read."""
+    if given is not None:
+        return load_suite(given, known_probes(), need_models=False)
     options = result.metadata.get("options")
-    named = given or Path((options.get("suite") if isinstance(options, dict) else None)
-                          or result.metadata.get("suite_path") or "")
-    if not named.is_file():
+    named = Path((options.get("suite") if isinstance(options, dict) else None)
+                 or result.metadata.get("suite_path") or "")
+    here = next((p for p in (named, *(PROJECT_ROOT.joinpath(*named.parts[i:]) for i in range(1, len(named.parts))))
+                 if p.is_file()), None)
+    if here is None:
         raise UsageError(f"--check judges a run with its suite's parameters: the suite the run names "
                          f"({str(named)!r}) is not here; pass --suite FILE")
-    return load_suite(named, known_probes())
+    if here != named:
+        print(f"detcheck: judging with {here} (the run names {named})", file=sys.stderr)
+    return load_suite(here, known_probes(), need_models=False)
 
 
 def combined(args: argparse.Namespace) -> int:
