@@ -12,7 +12,10 @@ results.json in `<suite out>/slurm/<config>-<side>/`. The collector then merges 
 cells and launches into one recorder (`merge`): the comparisons are computed by the same code
 as a local run's (a two-side job's own comparisons, with their reproducer's verification,
 kept), so the verdicts are the local ones; a job that left no results leaves its cells out (the
-row reads "no … result") and its log's tail is said.
+row reads "no … result") and its log's tail is said. Every job carries its collector's run id
+(`--run-id`): a job folder holding another run's results (an earlier run's, its job failing this
+time) is not merged, and a merge short of any job's results is not marked complete, so never a
+pass (harness/completeness.py).
 
 **A bisect** (`detcheck bisect … --slurm`): the k-ary driver (k = `--slots`, 1 included) with
 each round as one Slurm job: one `srun` task per commit of the round (`python -m harness.slurm
