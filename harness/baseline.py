@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from harness.errors import UsageError
 from harness.params import reject_unknown
@@ -246,12 +246,33 @@ def gate(result: RunResult, baselines: Baselines) -> tuple[list[Check], list[str
     return checks, unmatched
 
 
-def gate_lines(path: Path, checks: list[Check], unmatched: list[str]) -> list[str]:
+def unchecked(result: RunResult, checks: list[Check], baselines: Baselines) -> list[str]:
+    """Why a gate is no pass whatever its checks say, in words: nothing checked against a bound
+    (every candidate cell failed, never launched, or the run is of another suite: "0 checks"),
+    or a candidate cell that was not measured: an error or a finding, or *n/a* where the
+    baselines hold its (configuration, probe) (it served when they were measured)."""
+    out = []
+    if not any(c.status in ("pass", "fail") for c in checks):
+        out.append("no candidate cell was checked against a bound")
+    served = {(e.config, e.probe) for e in baselines.entries}
+    out += [f"{c.config}/{c.probe}: the candidate's cell is {c.status.value}"
+            + (f" ({c.reason.strip().splitlines()[0][:160]})" if c.reason.strip() else "")
+            for c in result.cells if c.role == Role.CANDIDATE and (
+                c.status in (Status.ERROR, Status.FINDING)
+                or c.status == Status.NOT_APPLICABLE and (c.config, c.probe) in served)]
+    return out
+
+
+def gate_lines(path: Path, checks: list[Check], unmatched: list[str], unchecked: Sequence[str] = ()) -> list[str]:
+    """The gate in words: a head line of counts, then every check; `unchecked`: why it is no
+    pass whatever the checks say (`unchecked`, a record short of its plan)."""
     count = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "fail", "stale")}
     head = (f"baseline {path}: {len(checks)} checks, {count['pass']} pass, {count['fail']} fail, "
             f"{count['stale']} stale (measured with another configuration or workload)")
     if unmatched:
         head += f"; no baseline for {', '.join(unmatched)}"
+    if unchecked:
+        head += f"; not a pass: {'; '.join(unchecked)}"
     return [head, *("  " + c.line() for c in checks)]
 
 

@@ -16,6 +16,7 @@ import functools
 import math
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -26,7 +27,8 @@ from harness.probes import PROBES
 from harness.probes.base import Across, Reference, deciding_metrics
 from harness.reproduce import reproducer
 from harness.sequential import LookState
-from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunResult, Status
+from harness.results import (CellResult, Metric, ProbeComparison, ProbeOutput, RevisionInfo, Role, RunPlan,
+                             RunResult, Status)
 from harness.verdict_stats import Floor, Kind, Verdict
 
 # Where a comparison's note names the metrics that changed without deciding (recorded in
@@ -335,24 +337,41 @@ def check_verdicts(result: RunResult, where: Path, strict: bool) -> None:
 
 
 def rejudged_rows(result: RunResult) -> list[str]:
-    """Every row whose stored verdict the stored samples, judged again under the stored
-    parameters (`metadata.probe_params`), do not give, in words; a file that cannot be judged
-    again (written before its parameters were recorded, or its cells removed) is one line that
-    says why. Empty: every stored verdict is what its samples give."""
-    params = result.metadata.get("probe_params")
-    if "trimmed" in result.metadata:
+    """Every row whose stored verdict, or the changed figures it names as not deciding, the stored
+    samples, judged again under the stored parameters (the plan's, `RunResult.judging_params`),
+    do not give, in words; a file that cannot be judged again (written before its parameters
+    were recorded) is one line that says why. Empty: every stored row is what its samples give.
+    A record whose cells were removed (`metadata.trimmed`) has nothing to judge; one that says
+    so and still holds cells is judged like any other."""
+    params = result.judging_params()
+    if "trimmed" in result.metadata and not result.cells:
         return []  # a kept record without cells: nothing to judge, and report.md says so
-    if not isinstance(params, dict):
+    if params is None:
         return [f"the file records no judging parameters (written by harness "
                 f"{result.metadata.get('harness_version', '?')}): its verdicts cannot be judged again"]
     # A parameter that was not set is stored as null: validated again as not given.
     validated = {probe: PROBES[probe].validate({k: v for k, v in raw.items() if v is not None},
-                                               f"metadata.probe_params.{probe}")
+                                               f"plan.probe_params.{probe}")
                  for probe, raw in params.items() if probe in PROBES and isinstance(raw, dict)}
     fresh = compare_run(result.cells, validated, [(c.config, c.probe) for c in result.comparisons])
-    return [f"{stored.config} / {stored.probe}: stored {stored.verdict.value}, its samples give {again.verdict.value}"
+    return [f"{stored.config} / {stored.probe}: stored {_judgement(stored, again)}, its samples give "
+            f"{_judgement(again, stored)}"
             for stored, again in zip(result.comparisons, fresh)
-            if stored.probe in PROBES and stored.verdict != again.verdict]  # a probe not installed: check_verdicts
+            if stored.probe in PROBES and _judged(stored) != _judged(again)]  # a probe not installed: check_verdicts
+
+
+def _judged(comp: ProbeComparison) -> tuple[Verdict, tuple[str, ...]]:
+    """What a row says and a stored file could misstate: its verdict and which changed figures
+    did not decide it (a row that hides them is a bare pass beside a change)."""
+    return comp.verdict, tuple(comp.changed_not_deciding)
+
+
+def _judgement(comp: ProbeComparison, other: ProbeComparison) -> str:
+    """A row's verdict in words, with its changed-not-deciding figures where they differ from
+    `other`'s."""
+    if tuple(comp.changed_not_deciding) == tuple(other.changed_not_deciding):
+        return comp.verdict.value
+    return f"{comp.verdict.value} (changed, not deciding: {', '.join(comp.changed_not_deciding) or 'none'})"
 
 
 def overall(comparisons: Iterable[ProbeComparison]) -> Verdict:
@@ -375,8 +394,7 @@ def leaning(result: RunResult) -> list[str]:
     and whose estimate lies beyond the floor, undecided only because its interval still reaches
     inside the floor. Such a row is no pass (a large effect must never exit 0 as "unknown"); an
     A/A row leans so at most 5% of the time, whatever alpha a suite chose to decide quickly."""
-    recorded = result.metadata.get("probe_params")
-    probe_params: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
+    probe_params: Mapping[str, Any] = result.judging_params() or {}
     out = []
     for comp in result.comparisons:
         if comp.verdict != Verdict.UNKNOWN:
@@ -395,10 +413,17 @@ def leaning(result: RunResult) -> list[str]:
 
 def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
                  probe_params: dict, command: str = "") -> RunResult:
-    """A RunResult whose base cells are `base_run`'s `side` cells, candidate cells `cand_run`'s."""
+    """A RunResult whose base cells are `base_run`'s `side` cells, candidate cells `cand_run`'s.
+    Its plan is both runs' `side` cells as they planned them, complete where both are (no plan
+    where either has none: what it set out to compare is unknown, never a pass)."""
     base = [c.with_role(Role.BASE) for c in base_run.cells if c.role == side]
     cand = [c.with_role(Role.CANDIDATE) for c in cand_run.cells if c.role == side]
-    order = list(dict.fromkeys((c.config, c.probe) for c in (*base, *cand)))
+    planned = [(config, probe, role) for run, role in ((base_run, Role.BASE), (cand_run, Role.CANDIDATE))
+               for config, probe, planned_side in (run.plan.cells if run.plan is not None else ()) if planned_side == side]
+    plan = None if base_run.plan is None or cand_run.plan is None else RunPlan(
+        uuid.uuid4().hex, tuple(planned), probe_params, complete=base_run.plan.complete and cand_run.plan.complete)
+    order = list(dict.fromkeys([*((config, probe) for config, probe, _ in planned),
+                                *((c.config, c.probe) for c in (*base, *cand))]))
     by_key = {(c.config, c.probe, c.role): c for c in (*base, *cand)}
     comparisons = tuple(_comparable(comp, by_key.get((comp.config, comp.probe, Role.BASE)),
                                     by_key.get((comp.config, comp.probe, Role.CANDIDATE)))
@@ -414,6 +439,7 @@ def compare_runs(base_run: RunResult, cand_run: RunResult, side: Role,
         cells=(*base, *cand), comparisons=comparisons, launches=(),
         metadata={"command": command, "harness_version": __version__, "started_at": now, "finished_at": now,
                   "compared_from": [base_run.metadata.get("started_at"), cand_run.metadata.get("started_at")]},
+        plan=plan,
     )
 
 

@@ -72,6 +72,9 @@ class RunRequest:
     # The sides this run measures: both, or one (a Slurm job of one (revision, configuration),
     # harness/slurm.py): a one-side run records its cells, and the run that collects them compares.
     sides: tuple[Role, ...] = (Role.BASE, Role.CANDIDATE)
+    # This run's id in its plan (results.json's `plan.run_id`); None: a fresh one. A Slurm job
+    # is given its collector's, which merges only job results that carry it (harness/slurm.py).
+    run_id: str | None = None
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
 from harness.observer import RunObserver
 from harness.redaction import scrub, scrub_all
-from harness.results import CellResult, Launch, ProbeComparison, Reproducer, Role, RunResult
+from harness.results import CellResult, Launch, ProbeComparison, Reproducer, Role, RunPlan, RunResult
 from harness.pipeline.start_order import StartOrder
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ class RunRecorder:
         for i, (config, role, _) in enumerate(cell_order):
             self.job_position.setdefault((config, role), i)
         self.order = tuple(dict.fromkeys((config, probe) for config, _, probe in cell_order))
+        # What this run sets out to measure, recorded from its first save: the sides it measures.
+        self.run_id = req.run_id or uuid.uuid4().hex
+        self.planned = tuple((config, probe, role) for config, role, probe in cell_order if role in req.sides)
         self.host = host_metadata()
         self.started = utc_now()
         self.cells: list[CellResult] = []
@@ -113,7 +117,9 @@ class RunRecorder:
             index = next(i for i, known in enumerate(self.launches) if known is launch)
             self.launches[index] = dataclasses.replace(launch, ended_at=round(when, 3))
 
-    def result(self, partial: bool) -> RunResult:
+    def result(self, partial: bool, complete: bool = False) -> RunResult:
+        """The run as it stands; `complete`: this is its last step's record (`pipeline.finish`,
+        a Slurm merge of every job), the only one a pass may be read from."""
         with self._lock:
             cells = tuple(sorted(self.cells, key=lambda c: self.cell_position[(c.config, c.role, c.probe)]))
             # Stable: a configuration's relaunches (a port taken) keep their order.
@@ -125,9 +131,6 @@ class RunRecorder:
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": scrub(self.req.command_line, secrets),
                       **({"overrides": self.req.overrides} if self.req.overrides else {}),
-                      # every probe's parameters as judged: what `report` judges the cells again with
-                      "probe_params": {probe: self.suite.probe_spec(probe).params
-                                       for probe in dict.fromkeys(p for _, p in self.order)},
                       # masked as the command is: a flag secret only by its --help is known now
                       **({"options": scrub_all(self.req.options, secrets)} if self.req.options else {}),
                       "started_at": self.started, "harness_version": __version__,
@@ -136,6 +139,10 @@ class RunRecorder:
                          if self.req.start_order != StartOrder() else {}),
                       **({"environments": self.environments} if self.environments else {}),
                       "step_seconds": {k: round(v, 3) for k, v in sorted(self.clock.seconds.items())}},
+            # every probe's parameters as judged: what `report` judges the cells again with
+            plan=RunPlan(self.run_id, self.planned, {probe: self.suite.probe_spec(probe).params
+                                                     for probe in dict.fromkeys(p for _, p in self.order)},
+                         complete=complete),
         )
 
     def comparison(self, config: str, probe: str) -> ProbeComparison | None:

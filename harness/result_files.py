@@ -14,6 +14,10 @@ stored run from an earlier detcheck still renders and compares.
               only renumbers. Later, without a new number (optional keys, read as absent by
               older readers): a reproducer's `verification` (posted to both sides' servers)
               and a replay request's `follows`; a file without them reads as not verified
+    schema 4  a run carries its `plan` (every planned (configuration, probe, side) cell, the
+              judging parameters, the run's id, whether its last step marked it complete);
+              the parameters moved from `metadata.probe_params` into it. An upgraded file has
+              no plan: it renders, but is never a pass (harness/completeness.py says so)
 """
 
 from __future__ import annotations
@@ -140,6 +144,10 @@ def _cell_2_to_3(cell: dict[str, Any]) -> dict[str, Any]:
     return {**cell, "schema": 3}
 
 
+def _cell_3_to_4(cell: dict[str, Any]) -> dict[str, Any]:
+    return {**cell, "schema": 4}
+
+
 Step = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -160,6 +168,10 @@ UPGRADES: dict[tuple[str, int], Step] = {
     ("cell", 2): _cell_2_to_3,
     # comparisons written before reproducers existed have none (`reproducer` absent: None)
     ("results", 2): _run_step(_cell_2_to_3, 3),
+    ("cell", 3): _cell_3_to_4,
+    # written before runs recorded their plan: none (`plan` absent), so never a pass; its
+    # `metadata.probe_params` stay where they were, read by `RunResult.judging_params`
+    ("results", 3): _run_step(_cell_3_to_4, 4),
 }
 
 

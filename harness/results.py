@@ -19,7 +19,7 @@ from typing import Any
 from harness.verdict_stats import Comparison, Kind, Verdict
 from harness.textfmt import ShellText, shell_join
 
-SCHEMA_VERSION = 3  # history and upgraders: harness/result_files.py
+SCHEMA_VERSION = 4  # history and upgraders: harness/result_files.py
 
 
 class Status(str, Enum):
@@ -450,6 +450,37 @@ class ProbeComparison:
 
 
 @dataclass(frozen=True)
+class RunPlan:
+    """What a run set out to measure, written before its first cell: every (configuration,
+    probe, side) cell, and the judging parameters it was planned with. `complete` is set only by
+    the run's last step (`pipeline.finish`, a Slurm merge of every job of this run): a record
+    killed, interrupted or cut short keeps False, and a pass is read only from a complete record
+    whose every planned pair was judged (harness/completeness.py)."""
+
+    run_id: str  # this run's own token: a Slurm job's results must carry it to be merged
+    cells: tuple[tuple[str, str, Role], ...]  # (configuration, probe, side), in plan order
+    probe_params: dict[str, dict[str, Any]]  # every planned probe's parameters as judged
+    complete: bool = False
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """The (configuration, probe) pairs the plan measures, in plan order."""
+        return tuple(dict.fromkeys((config, probe) for config, probe, _ in self.cells))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "complete": self.complete, "probe_params": self.probe_params,
+                "cells": [[config, probe, role.value] for config, probe, role in self.cells]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunPlan:
+        cells = tuple((str(c), str(p), Role(r)) for c, p, r in _typed(d, "cells", list))
+        complete = d.get("complete")
+        if not isinstance(complete, bool):
+            raise TypeError(f"plan.complete is a {type(complete).__name__}, expected true or false")
+        return cls(run_id=str(d["run_id"]), cells=cells, probe_params=_typed(d, "probe_params", dict),
+                   complete=complete)
+
+
+@dataclass(frozen=True)
 class RunResult:
     """Everything one `detcheck run` produced; the document `report` re-renders."""
 
@@ -461,6 +492,9 @@ class RunResult:
     comparisons: tuple[ProbeComparison, ...]
     launches: tuple[Launch, ...]
     metadata: dict[str, Any] = field(default_factory=dict)
+    # What the run set out to measure (None: a file written before schema 4, or one whose plan
+    # was removed: never a pass).
+    plan: RunPlan | None = None
     schema: int = SCHEMA_VERSION
 
     def cell(self, config: str, probe: str, role: Role) -> CellResult | None:
@@ -468,6 +502,12 @@ class RunResult:
             (c for c in self.cells if c.config == config and c.probe == probe and c.role == role),
             None,
         )
+
+    def judging_params(self) -> dict[str, Any] | None:
+        """Every probe's parameters as the run judged them: its plan's, or (a file written before
+        plans) `metadata.probe_params`; None where the file records none."""
+        params = self.plan.probe_params if self.plan is not None else self.metadata.get("probe_params")
+        return params if isinstance(params, dict) else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -477,6 +517,7 @@ class RunResult:
             "base": self.base.to_dict(),
             "candidate": self.candidate.to_dict(),
             "metadata": self.metadata,
+            **({"plan": self.plan.to_dict()} if self.plan is not None else {}),
             "launches": [l.to_dict() for l in self.launches],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "cells": [c.to_dict() for c in self.cells],
@@ -491,6 +532,7 @@ class RunResult:
             base=RevisionInfo.from_dict(d["base"]),
             candidate=RevisionInfo.from_dict(d["candidate"]),
             metadata=_typed(d, "metadata", dict),
+            plan=RunPlan.from_dict(_typed(d, "plan", dict)) if d.get("plan") is not None else None,
             launches=tuple(Launch.from_dict(l) for l in _typed(d, "launches", list)),
             comparisons=tuple(ProbeComparison.from_dict(c) for c in _typed(d, "comparisons", list)),
             cells=tuple(CellResult.from_dict(c) for c in _typed(d, "cells", list)),

@@ -17,6 +17,7 @@ is rewritten after each configuration.
 
 from __future__ import annotations
 
+from harness.errors import UsageError
 from harness.jobs import RunRequest
 from harness.observer import QuietObserver, RunObserver, SuiteObserver
 from harness.pipeline.finish import finish
@@ -38,6 +39,11 @@ def execute_together(reqs: tuple[RunRequest, ...], observer: RunObserver | None 
     slots (one pool)."""
     if any(req.slots != reqs[0].slots or req.start_order != reqs[0].start_order for req in reqs):
         raise ValueError("runs in one pool must have the same slots and start order")
+    folders = [req.out_dir.resolve() for req in reqs]
+    if len(set(folders)) < len(folders):  # one run's results.json would overwrite the other's
+        shared = next(f for f in folders if folders.count(f) > 1)
+        raise UsageError(f"{shared}: two runs of one pool would write it "
+                         f"({', '.join(str(r.suite_path) for r, f in zip(reqs, folders) if f == shared)})")
     observer = observer or QuietObserver()
     runs = [open_run(req, observer if len(reqs) == 1 else SuiteObserver(observer, req.suite_path.stem))
             for req in reqs]

@@ -12,7 +12,10 @@ results.json in `<suite out>/slurm/<config>-<side>/`. The collector then merges 
 cells and launches into one recorder (`merge`): the comparisons are computed by the same code
 as a local run's (a two-side job's own comparisons, with their reproducer's verification,
 kept), so the verdicts are the local ones; a job that left no results leaves its cells out (the
-row reads "no … result") and its log's tail is said.
+row reads "no … result") and its log's tail is said. Every job carries its collector's run id
+(`--run-id`): a job folder holding another run's results (an earlier run's, its job failing this
+time) is not merged, and a merge short of any job's results is not marked complete, so never a
+pass (harness/completeness.py).
 
 **A bisect** (`detcheck bisect … --slurm`): the k-ary driver (k = `--slots`, 1 included) with
 each round as one Slurm job: one `srun` task per commit of the round (`python -m harness.slurm
@@ -34,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,7 +167,10 @@ def entry_jobs(entry: MatrixEntry, reqs: tuple[RunRequest, ...]) -> list[EntryJo
 
 def run_entry(entry: MatrixEntry, matrix_path: Path, reqs: tuple[RunRequest, ...], options: SlurmOptions,
               say=lambda line: print(line, file=sys.stderr)) -> list[RunResult]:
-    """Each suite's result, its jobs run on Slurm and merged; results.json written per suite."""
+    """Each suite's result, its jobs run on Slurm and merged; results.json written per suite.
+    Each suite's run gets its id here, and its jobs carry it: a job folder that still holds an
+    earlier run's results (its job failed this time) is never merged as this run's."""
+    reqs = tuple(dataclasses.replace(req, run_id=req.run_id or uuid.uuid4().hex) for req in reqs)
     jobs = entry_jobs(entry, reqs)
     say(f"slurm: {len(jobs)} jobs for {entry.name} ({sum(j.side == BOTH for j in jobs)} of both sides, "
         f"the others one side each), all queued at once")
@@ -180,10 +187,32 @@ def run_entry(entry: MatrixEntry, matrix_path: Path, reqs: tuple[RunRequest, ...
     results = []
     for req in reqs:
         mine = [job for job in jobs if job.req is req]
-        result = merge(req, [(job, read_run(job.out)) for job in mine if run_files(job.out)])
+        done, refused = [], []
+        for job in mine:
+            found = read_run(job.out) if run_files(job.out) else None
+            why = "left no results" if found is None else not_this_run(found, req)
+            if found is None or why is not None:
+                refused.append(f"{job.name}: {why}")
+            else:
+                done.append((job, found))
+        for line in refused:
+            say(f"slurm: not merged: {line}")
+        result = merge(req, done, refused)
         write_run(req.out_dir, result)
         results.append(result)
     return results
+
+
+def not_this_run(result: RunResult, req: RunRequest) -> str | None:
+    """Why a job's results are not a finished job of `req`'s run (another run's, left in its
+    folder; one the job never finished), or None."""
+    if result.plan is None or result.plan.run_id != req.run_id:
+        theirs = result.plan.run_id[:12] if result.plan is not None else "none"
+        return (f"its results are another run's (run id {theirs}, this run's {str(req.run_id)[:12]}; "
+                f"finished {result.metadata.get('finished_at', '?')})")
+    if not result.plan.complete:
+        return "its run did not finish (its record is not marked complete)"
+    return None
 
 
 def _submit_entry_job(submitter: Submitter, entry: MatrixEntry, matrix_path: Path, job: EntryJob) -> int:
@@ -191,6 +220,7 @@ def _submit_entry_job(submitter: Submitter, entry: MatrixEntry, matrix_path: Pat
     args = ["work", "--matrix", str(matrix_path.resolve()), "--entry", entry.name, "--gpus", str(job.gpus),
             "--suite", str(req.suite_path.resolve()), "--target", req.target, "--config", job.config,
             "--side", job.side, "--store", str(req.store_root.resolve()), "--out", str(job.out.resolve()),
+            "--run-id", str(req.run_id),
             *(["--fresh"] if req.fresh else [])]
     for role in Role:
         rev = req.revision(role)
@@ -199,10 +229,11 @@ def _submit_entry_job(submitter: Submitter, entry: MatrixEntry, matrix_path: Pat
     return submitter.run(job.name, python_command(*args), job.out / "slurm.log", gpus=0 if modelled else job.gpus)
 
 
-def merge(req: RunRequest, done: list[tuple[EntryJob, RunResult]]) -> RunResult:
+def merge(req: RunRequest, done: list[tuple[EntryJob, RunResult]], refused: list[str] | None = None) -> RunResult:
     """The suite's result from its jobs' results: every job's cells of its own configuration and
     its launches, in plan order, compared as a local run compares them (a two-side job's own
-    comparisons kept: they carry its verified reproducers)."""
+    comparisons kept: they carry its verified reproducers). Marked complete only where no job
+    was `refused` (left no results of this run, said in words)."""
     suite = load_suite(req.suite_path, known_probes(), req.overrides)
     plans = plan(suite, req)
     recorder = RunRecorder(suite, req, cell_order(plans))
@@ -214,9 +245,10 @@ def merge(req: RunRequest, done: list[tuple[EntryJob, RunResult]]) -> RunResult:
                 recorder.add(cell, reused=bool(cell.metadata.get("reused")), observer=quiet)
         recorder.adopt([launch for launch in result.launches if launch.config == job.config and launch.role in sides],
                        [c for c in result.comparisons if c.config == job.config] if job.side == BOTH else [])
-    merged = recorder.result(partial=False)
+    merged = recorder.result(partial=False, complete=not refused)
     return dataclasses.replace(merged, metadata={**merged.metadata, "slurm": {
         "jobs": [{"config": job.config, "side": job.side, "gpus": job.gpus, "results": str(job.out)} for job, _ in done],
+        **({"not_merged": refused} if refused else {}),
         "nodes": sorted({str(c.metadata.get("machine", "")) for c in merged.cells} - {""})}})
 
 
@@ -244,7 +276,7 @@ def work(args: argparse.Namespace) -> int:
                      candidate=revision(Role.CANDIDATE), out_dir=args.out, store_root=args.store,
                      fresh=args.fresh, only_configs=(args.config,), extra_args=entry.server_args,
                      extra_env=entry.env, slots=slots,
-                     sides=tuple(Role) if args.side == BOTH else (Role(args.side),),
+                     sides=tuple(Role) if args.side == BOTH else (Role(args.side),), run_id=args.run_id,
                      command_line=f"detcheck matrix run {entry.name} --slurm (job {args.config} {args.side})")
     execute(req)
     return 0
@@ -301,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--out", type=Path, required=True)
     w.add_argument("--repo", type=Path, required=True)
     w.add_argument("--fresh", action="store_true")
+    w.add_argument("--run-id", required=True, help="the collecting run's id: its results carry it")
     for role in Role:
         w.add_argument(f"--{role.value}", required=True)
         w.add_argument(f"--{role.value}-ref", required=True)

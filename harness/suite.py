@@ -194,13 +194,15 @@ class Suite:
 
 
 def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None = None,
-               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Suite:
+               overrides: Mapping[str, Mapping[str, Any]] | None = None, need_models: bool = True) -> Suite:
     """Read and validate a suite file; raise UsageError naming the file and field.
 
     With `known_probes` (harness.probes.known_probes()), every probe named is checked to
     exist and every [probe.<name>] table against its schema; probe_params then holds the
     validated parameters, defaults filled, of each probe the suite mentions. `overrides`
-    (`--set probe.param=value`) win over the tables, checked against the same schemas."""
+    (`--set probe.param=value`) win over the tables, checked against the same schemas.
+    `need_models` False: a reader of its parameters only (`report --check` of a downloaded run,
+    where the GPU machine's model directories are not) does not need [models] to exist."""
     path = Path(path)
     top = TomlTable.read(path, "suite")
     top.check_keys(_SUITE_KEYS)
@@ -211,7 +213,8 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
     for target in models_table.raw:
         if target not in TARGET_NAMES:
             raise UsageError(f"{path}: [models].{target}: unknown target (known: {', '.join(TARGET_NAMES)})")
-        models[target] = _resolve_model(path, models_table.string(target), f"[models].{target}")
+        models[target] = (_resolve_model(path, models_table.string(target), f"[models].{target}") if need_models
+                          else (path.parent / models_table.string(target)).resolve())
 
     server = top.table("server")
     server.check_keys(_SERVER_KEYS)
@@ -260,7 +263,7 @@ def load_suite(path: str | Path, known_probes: Mapping[str, ProbeSchema] | None 
         configs=configs,
         probe_params=probe_params,
     )
-    for c in configs:
+    for c in configs if need_models else ():  # a check of what a server is started with
         if "sglang" in models or "sglang" in c.model:
             check_deterministic_chunking(suite.server_config(c, "sglang"), f"{path}: [[config]] {c.name!r}")
     return suite

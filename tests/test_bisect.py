@@ -23,7 +23,7 @@ from harness.bisect import (ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation
                             next_round_points, next_scale, round_bound, session_dir_for, split_points)
 from harness.verdict_stats import Comparison, Kind, Summary, Verdict
 from harness.demo import build_demo_history
-from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunResult,
+from harness.results import (CellResult, Launch, ProbeComparison, RevisionInfo, Role, RunPlan, RunResult,
                              Status)
 
 SUITE = ROOT / "suites" / "default.toml"
@@ -155,7 +155,9 @@ def _result(verdict: str, launches: int = 1) -> RunResult:
 
     return RunResult("s", "refserver", rev, rev, (cell(Role.BASE), cell(Role.CANDIDATE)),
                      (ProbeComparison("c", "p", verdict, note=f"{verdict} note"),),
-                     tuple(Launch("c", Role.CANDIDATE, "0" * 40, 1, 0.1, True) for _ in range(launches)))
+                     tuple(Launch("c", Role.CANDIDATE, "0" * 40, 1, 0.1, True) for _ in range(launches)),
+                     # as a finished run records it: both cells planned, the record complete
+                     plan=RunPlan("t", (("c", "p", Role.BASE), ("c", "p", Role.CANDIDATE)), {}, complete=True))
 
 
 @pytest.mark.parametrize("verdicts, code, scale", [
@@ -341,6 +343,10 @@ def test_a_step_line_gives_the_first_difference_at_the_digits_that_tell_it_apart
     from harness.result_files import read_run
 
     result = read_run(Path(__file__).parent / "data" / "demo-cache.json")
+    assert judge(result)[:2] == ("skip", 125) and "records no plan" in judge(result)[2]  # schema 3: never judged
+    # as the run that wrote it would have recorded it: its cells planned, the record complete
+    result = dataclasses.replace(result, plan=RunPlan("t", tuple((c.config, c.probe, c.role) for c in result.cells),
+                                                      {}, complete=True))
     verdict, _, note = judge(result)
     assert verdict == "different"
     assert note == ("deterministic/prefill_cache_hit: k3 differs at value 0: 0 vs 0.00659; "

@@ -321,8 +321,10 @@ def test_an_unknown_that_already_leans_to_different_is_no_pass():
 
     leans = row(-14.0, 0.01)
     assert leaning(leans) == ["det / throughput: tok_s_c1 moved -14 (p=0.01), beyond its floor ±10"]
-    assert run_exit_code(leans) == 1
+    # these rows stand alone (no cells, no plan): judged as if complete (`gaps=[]`), leaning alone decides
+    assert run_exit_code(leans, gaps=[]) == 1
     assert "leaning to different, so no pass (exit 1): det / throughput" in headline(leans)
     for undecided in (row(-14.0, 0.2), row(-6.0, 0.01)):  # not significant; inside the floor
-        assert leaning(undecided) == [] and run_exit_code(undecided) == 0
+        assert leaning(undecided) == [] and run_exit_code(undecided, gaps=[]) == 0
+        assert run_exit_code(undecided) == 1  # the record itself: no plan, never a pass
     assert leaning(row(-14.0, 0.01, Verdict.SAME)) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from conftest import DATA
 from harness.errors import CorruptResult
 from harness.result_files import atomic_write_json, read_cell, read_run, upgraded, write_cell, write_run
-from harness.results import SCHEMA_VERSION
+from harness.results import SCHEMA_VERSION, RunResult
 
 SCHEMA1 = DATA / "schema1-results.json"
 
@@ -103,10 +104,10 @@ def schema2(tmp_path) -> dict:
     return {**raw, "schema": 2, "cells": [{**c, "schema": 2} for c in raw["cells"]]}
 
 
-def test_schema2_run_reads_at_schema3_without_reproducers(tmp_path):
+def test_schema2_run_reads_at_the_current_schema_without_reproducers(tmp_path):
     atomic_write_json(tmp_path / "results.json", schema2(tmp_path))
     run = read_run(tmp_path)
-    assert run.schema == SCHEMA_VERSION == 3 and all(c.schema == 3 for c in run.cells)
+    assert run.schema == SCHEMA_VERSION == 4 and all(c.schema == 4 for c in run.cells)
     assert [c.verdict.value for c in run.comparisons] == ["same", "different"]
     assert all(c.reproducer is None for c in run.comparisons)
     assert read_run(DATA / "revision-kl.json").comparisons[1].reproducer is not None
@@ -117,4 +118,28 @@ def test_a_stored_schema2_cell_keeps_its_digest_across_the_step(tmp_path):
     path = tmp_path / "cell.json"
     from harness.result_files import content_digest
     atomic_write_json(path, {**old, "digest": content_digest(old)})
-    assert read_cell(path).schema == 3 and read_cell(path).samples == tuple(old["samples"])
+    assert read_cell(path).schema == 4 and read_cell(path).samples == tuple(old["samples"])
+
+
+def test_a_schema3_run_reads_as_lacking_a_plan_and_is_never_a_pass(tmp_path):
+    """Schema 4 records the plan; a file from before has none: it renders (its judging
+    parameters still read from where schema 3 kept them), and what it set out to measure is
+    unknown, which `completeness.gaps` says: no pass."""
+    from harness.completeness import gaps
+    raw = json.loads((DATA / "revision-kl.json").read_text())
+    assert raw["schema"] == 3 and "plan" not in raw
+    run = read_run(DATA / "revision-kl.json")
+    assert run.schema == 4 and run.plan is None
+    assert run.judging_params() == raw["metadata"].get("probe_params")
+    assert gaps(run) and "records no plan" in gaps(run)[0]
+
+
+def test_a_plan_round_trips_and_a_damaged_one_is_named(tmp_path):
+    from harness.results import Role, RunPlan
+    run = read_run(DATA / "revision-kl.json")
+    plan = RunPlan("abc", (("c", "kl", Role.BASE), ("c", "kl", Role.CANDIDATE)), {"kl": {"alpha": 0.05}}, True)
+    data = dataclasses.replace(run, plan=plan).to_dict()
+    assert RunResult.from_dict(data).plan == plan
+    atomic_write_json(tmp_path / "results.json", {**data, "plan": {**data["plan"], "complete": "yes"}})
+    with pytest.raises(CorruptResult, match=r"bad field: plan.complete is a str"):
+        read_run(tmp_path)

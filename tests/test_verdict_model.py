@@ -131,7 +131,7 @@ def test_class6_a_doctored_verdict_is_exit_2_naming_the_row(tmp_path):
             "its samples give different") in proc.stderr, proc.stderr
     assert detcheck("report", str(tmp_path / "out")).returncode == 2
     # the judging parameters are stored and checked too: one out of range is exit 2 naming it
-    result["metadata"]["probe_params"]["kl"]["floor_rel"] = 1e308
+    result["plan"]["probe_params"]["kl"]["floor_rel"] = 1e308
     (tmp_path / "out" / "results.json").write_text(json.dumps(result))
     proc = detcheck("report", str(tmp_path / "out"), "--check")
     assert proc.returncode == 2 and "probe_params.kl.floor_rel: 1e+308 is out of range" in proc.stderr, proc.stderr

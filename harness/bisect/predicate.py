@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from harness.bisect.session import ABORT, DIFFERENT, SAME, SKIP, BisectSpec, Evaluation, append_log, read_log
+from harness.completeness import gaps, summary
 from harness.errors import UsageError
 from harness.gitcmd import git
 from harness.jobs import RunRequest
@@ -76,7 +77,12 @@ def difference_text(comp: ProbeComparison, good: CellResult, bad: CellResult) ->
 
 
 def judge(result: RunResult) -> tuple[str, int | None, str]:
-    """(verdict, exit code, note); the code is None when more samples would decide."""
+    """(verdict, exit code, note); the code is None when more samples would decide. A record
+    short of its plan (`completeness.gaps`) is never *same*: the step is skipped, saying what
+    is missing."""
+    missing = gaps(result)
+    if missing:
+        return "skip", SKIP, f"the step's record is incomplete: {summary(missing)}"[:300]
     verdicts: list[Verdict] = []
     notes: list[str] = []
     for comp in result.comparisons:

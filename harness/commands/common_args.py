@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import baseline
+from harness import baseline, completeness
 from harness.compare import leaning, overall
 from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
@@ -375,11 +375,19 @@ def exit_code(verdict: Verdict) -> int:
     return EXIT_NOTHING_MEASURED if verdict == Verdict.NOTHING_MEASURED else EXIT_SAME
 
 
-def run_exit_code(result: RunResult) -> int:
+def run_exit_code(result: RunResult, gaps: list[str] | None = None) -> int:
     """A run's exit code: its verdict's, and 1 where an *unknown* row already leans to
-    *different* (`compare.leaning`), which is no pass."""
+    *different* (`compare.leaning`), or the record is no complete judgement of its plan
+    (`gaps`, by default `completeness.gaps`): neither is a pass."""
     code = exit_code(overall(result.comparisons))
+    if completeness.gaps(result) if gaps is None else gaps:
+        return EXIT_DIFFERENT
     return EXIT_DIFFERENT if code == EXIT_SAME and leaning(result) else code
+
+
+def gap_lines(where: object, gaps: list[str]) -> list[str]:
+    """What keeps a run from being a pass, as the lines a command prints (stderr)."""
+    return [f"detcheck: {where}: not a pass: {completeness.summary(gaps)}"] if gaps else []
 
 
 def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int:
@@ -392,8 +400,12 @@ def print_gate(path: Path, result: RunResult, file: TextIO | None = None) -> int
 def gate_result(path: Path, result: RunResult) -> tuple[int, list[str]]:
     """The exit code of gating `result` on the baselines at `path` (1 when a check fails), and
     the lines that say how each check went."""
-    checks, unmatched = baseline.gate(result, baseline.load(path))
-    return (EXIT_DIFFERENT if baseline.failed(checks) else EXIT_SAME), baseline.gate_lines(path, checks, unmatched)
+    baselines = baseline.load(path)
+    checks, unmatched = baseline.gate(result, baselines)
+    # an empty check, a candidate cell that never served, a record short of its plan: no pass
+    unchecked = [*baseline.unchecked(result, checks, baselines), *completeness.gaps(result)]
+    failed = baseline.failed(checks) or bool(unchecked)
+    return (EXIT_DIFFERENT if failed else EXIT_SAME), baseline.gate_lines(path, checks, unmatched, unchecked)
 
 
 def check_baseline_file(path: Path | None) -> None:
@@ -403,10 +415,16 @@ def check_baseline_file(path: Path | None) -> None:
         baseline.load(path)
 
 
-def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None) -> int:
+def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: Path | None = None,
+             also: list[str] | None = None, judged: bool = True) -> int:
     """Render `result` (JSON with the verdict and this exit code in it), gate it on a baselines
-    file if one is given, and return the exit code."""
-    code = run_exit_code(result)
+    file if one is given, and return the exit code. What keeps the record from being a pass
+    (`completeness.gaps`, and `also`: where it is not judged as its suite judges) is said on
+    stderr (unless `judged` is False: a report asked for no verdict), and the code is then 1."""
+    gaps = [*completeness.gaps(result), *(also or [])]
+    code = run_exit_code(result, gaps)
+    for line in gap_lines(out_dir or result.suite, gaps) if judged else ():
+        print(line, file=sys.stderr)
     gate_lines: list[str] = []
     if baseline_file is not None:
         gated, gate_lines = gate_result(baseline_file, result)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -129,6 +130,16 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def suite_folders(suites: tuple[Path, ...] | list[Path]) -> list[str]:
+    """Each suite's run folder under the entry's --out: its file stem, or where two suites share
+    a stem (suites/a/kl.toml, suites/b/kl.toml), the stem and its path's digest, so that no two
+    suites' runs ever write one folder."""
+    stems = [suite.stem for suite in suites]
+    return [stem if stems.count(stem) == 1 else
+            f"{stem}-{hashlib.sha256(str(suite.resolve()).encode()).hexdigest()[:8]}"
+            for suite, stem in zip(suites, stems)]
+
+
 def run_entry(args: argparse.Namespace) -> int:
     entry = load_matrix(args.matrix).entry(args.entry)
     if (why_not := entry.missing(gpu_names())) is not None:  # as nox's validate(<entry>) skips it
@@ -143,14 +154,16 @@ def run_entry(args: argparse.Namespace) -> int:
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu, gpus_per_server(entry))
     env_options = env_options_from(args)
     start_order = start_order_from(args, entry.order_from, entry.first_per_model)
+    folders = dict(zip(entry.suites, suite_folders(entry.suites)))  # of every suite: partitions share --out
     if args.partition:
         entry = dataclasses.replace(entry, suites=entry.partition(args.partition))
     reqs = []
     for suite in entry.suites:
-        claim_out_dir(root / suite.stem, force=args.force)
+        folder = folders[suite]
+        claim_out_dir(root / folder, force=args.force)
         reqs.append(RunRequest(
             suite_path=suite, target=target, base=base, candidate=candidate,
-            out_dir=root / suite.stem, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
+            out_dir=root / folder, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
             slots=slots, start_order=start_order, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
             command_line=command_line()))
     print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "

@@ -1,4 +1,5 @@
-"""Finishing a run: base vs candidate compared (harness.recorder), results.json written."""
+"""Finishing a run: base vs candidate compared (harness.recorder), results.json written and
+marked complete: the only record of the run a pass may be read from (harness/completeness.py)."""
 
 from __future__ import annotations
 
@@ -7,4 +8,5 @@ from harness.results import Role, RunResult
 
 
 def finish(run: Run) -> RunResult:
-    return run.save(partial=len(run.req.sides) < len(Role))  # one side: no pair to compare
+    # one side (a Slurm job's): no pair to compare
+    return run.save(partial=len(run.req.sides) < len(Role), complete=True)

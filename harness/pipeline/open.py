@@ -74,10 +74,11 @@ class Run:
         """The cell the store held for `key` when the run opened (None: none, or no key)."""
         return self.stored.get(key) if key is not None else None
 
-    def save(self, partial: bool) -> RunResult:
-        """results.json as it stands; `partial`: pairs still missing a side are left out."""
+    def save(self, partial: bool, complete: bool = False) -> RunResult:
+        """results.json as it stands; `partial`: pairs still missing a side are left out;
+        `complete`: the run's last step (`finish`) marks the record complete."""
         with self.saving, self.recorder.clock("writing"):
-            result = self.recorder.result(partial)
+            result = self.recorder.result(partial, complete)
             write_run(self.req.out_dir, result)
         return result
 

@@ -221,7 +221,7 @@ def _reference(comp: ProbeComparison, result: RunResult, cells: dict) -> Referen
     kind = PROBES.get(comp.probe)
     if kind is None or kind.versus is None:
         return None
-    params = (result.metadata.get("probe_params") or {}).get(comp.probe)
+    params = (result.judging_params() or {}).get(comp.probe)
     params = kind.validate({k: v for k, v in params.items() if v is not None}, comp.probe) \
         if isinstance(params, dict) else kind.defaults()
     return reference_of(comp.config, comp.probe, cells, params)
