@@ -132,9 +132,9 @@ DECLARED = {
         'descriptive': ['completion_tokens', 'requests', 'turn2_hit_fraction'],
     },
     'decode_cache_hit': {
-        'metric': ['cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
+        'metric': ['aba_cached_tokens', 'aba_first_divergent', 'cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
-        'locator': ['first_divergent', 'first_divergent_prompt'],
+        'locator': ['aba', 'first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
         'descriptive': ['prompts', 'tokens', 'vacuous'],
     },
@@ -152,9 +152,9 @@ DECLARED = {
         'descriptive': ['degenerate_prompts', 'prompts', 'tokens'],
     },
     'prefill_cache_hit': {
-        'metric': ['cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
+        'metric': ['aba_cached_tokens', 'aba_first_divergent', 'cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
-        'locator': ['first_divergent', 'first_divergent_prompt'],
+        'locator': ['aba', 'first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
         'descriptive': ['prompts', 'tokens', 'vacuous'],
     },
