@@ -172,6 +172,12 @@ DECLARED = {
         'parameter': ['continuation_len', 'deterministic', 'scoring_passes', 'tau', 'top_k'],
         'descriptive': ['degenerate_prompts', 'nll_mean', 'not_comparable', 'prompts', 'scored_nll', 'scored_tokens'],
     },
+    'seeded_sampling': {
+        'metric': ['batch_departure', 'hit_departure', 'n_clones', 'sampled_ids', 'sampled_logprobs', 'seed_clones'],
+        'locator': ['first_difference'],
+        'parameter': ['n', 'seeds', 'temperature'],
+        'descriptive': ['hit_cached_tokens', 'prompts'],
+    },
     'swa_peak': {
         'metric': ['retractions', 'swa_peak', 'swa_plateau'],
         'summary': ['gauge_max', 'gauge_within_log', 'growth_slope', 'retractions', 'swa_peak', 'swa_peak_usage', 'swa_plateau'],
