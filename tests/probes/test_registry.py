@@ -144,6 +144,12 @@ DECLARED = {
         'locator': ['first_difference', 'first_differing_batch_size'],
         'parameter': ['batch_sizes', 'compares'],
     },
+    'jitter': {
+        'metric': ['jitter_departure'],
+        'locator': ['first_difference'],
+        'parameter': ['max_delay_s', 'rounds'],
+        'descriptive': ['prompts', 'schedule'],
+    },
     'kl': {
         'metric': ['first_divergent', 'k3', 'topk_first_divergent', 'topk_kl'],
         'summary': ['frac_over_tau', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged', 'top1_agree', 'topk_frac_over_tau', 'topk_kl_max', 'topk_kl_mean', 'topk_kl_p99'],
