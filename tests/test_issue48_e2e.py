@@ -42,7 +42,7 @@ CASES = {
     "cache-adopt-freed": ("0.5.17", {"det": ("", [*BEFORE, *CACHE])},
                           {("det", "prefill_cache_hit"): "aba", ("det", "decode_cache_hit"): "aba"}),
     "seed-clone": ("0.5.21", {"det": ('kv_canary = "log"\n', [*BEFORE, "prefill_cache_hit", "seeded_sampling"])},
-                   {("det", "seeded_sampling"): "n_clones"}),
+                   {("det", "seeded_sampling"): "finding: the n=4 parallel samples of one request repeat on 3 of 3"}),
     "kv-tail-zeroed": ("0.5.21", {"canary": ("", [*BEFORE, *CACHE]),
                                   "no-canary": ('kv_canary = "none"\n', [*BEFORE, *CACHE])},
                        {("canary", p): "canary" for p in [*BEFORE, *CACHE]}),
@@ -84,6 +84,8 @@ def test_each_new_check_catches_its_planted_regression_that_every_older_probe_mi
         elif how == "canary":  # a violation is reported in the probe whose window its sweep fell in
             assert row["verdict"] == "same" or (row["verdict"] == "different" and "candidate: KV canary: " in row["note"]
                                                 and "kv_canary violation: launch_tag=SWEEP_FULL" in row["note"]), row
+        elif how.startswith("finding: "):
+            assert row["verdict"] == "different" and f"candidate: {how.removeprefix('finding: ')}" in row["note"], row
         else:
             assert row["verdict"] == "different" and row["decided_by"].startswith(how), (key, row)
     if regression == "kv-tail-zeroed":

@@ -6,8 +6,9 @@ reference), again in one batch of every prompt (another batch size, a cold cache
 more (a prefix-cache hit); each must serve the reference's tokens and logprobs bit for bit. The
 other seeds must give other samples, and the `n` parallel samples of one request must differ from
 each other (a downstream RL framework found deterministic mode cloning every sample of a group:
-one seed for all). The reference's own tokens and logprobs are metrics too, so the two revisions
-are compared on what they sample.
+one seed for all): samples that repeat are a finding of the cell (on both sides: an error, never
+*same*). The reference's own tokens and logprobs are metrics too, so the two revisions are
+compared on what they sample.
 
 Only under deterministic inference (elsewhere a seed does not make a sample reproducible across
 batch shapes: *n/a*); a server whose API refuses `sampling_seed` or `n` is *n/a* with its answer.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from harness.client import Generation
-from harness.errors import ProbeNotApplicable, ServerError
+from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
 from harness.params import Param
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, locator, metric,
                                  parameter, register)
@@ -77,6 +78,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     seed_clones = tuple(float(sum(by_seed[a][i] == by_seed[b][i] for a in range(len(seeds)) for b in range(a)))
                         for i in range(len(prompts)))
     n_clones = tuple(float(n - len({g.output_ids for g in samples})) for samples in parallel)
+    cloned = clones_text(n, n_clones, seeds, seed_clones)
     first = next(({"prompt": i, "variant": name.removesuffix("_departure"), "position": int(at)}
                   for i in range(len(prompts)) for name in VARIANTS
                   for at in [departures[name][i]] if at < len(reference[i].output_ids)), None)
@@ -85,6 +87,8 @@ def run(ctx: ProbeContext) -> ProbeOutput:
                      "seed_outputs": [list(outputs[i]) for outputs in by_seed],
                      "parallel_outputs": [list(g.output_ids) for g in parallel[i]]}
                     for i, (ref, h) in enumerate(zip(reference, hit)))
+    if cloned:  # each side must sample apart: clones on both sides are no match (an error), never same
+        raise ServerFinding(cloned, samples)
     metrics = (
         *(Metric(name, Kind.EXACT, values, headline="min", paired=True) for name, values in departures.items()),
         Metric("seed_clones", Kind.EXACT, seed_clones, better="lower", headline="sum", paired=True),
@@ -97,6 +101,20 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     facts = {"seeds": seeds, "n": n, "temperature": ctx.param("temperature"), "first_difference": first,
              "hit_cached_tokens": [h.cached_tokens for h in hit], "prompts": len(prompts)}
     return ProbeOutput(samples=samples, metrics=metrics, facts=facts)
+
+
+def clones_text(n: int, n_clones: Sequence[float], seeds: Sequence[int], seed_clones: Sequence[float]) -> str:
+    """What sampled alike that must not have, in words (empty: nothing): the n samples of one
+    request, or two seeds on one prompt."""
+    said = []
+    if any(n_clones):
+        worst = max(range(len(n_clones)), key=lambda i: n_clones[i])
+        said.append(f"the n={n} parallel samples of one request repeat on {sum(1 for c in n_clones if c)} of "
+                    f"{len(n_clones)} prompts (prompt {worst}: {n - int(n_clones[worst])} distinct of {n})")
+    if any(seed_clones):
+        said.append(f"different sampling seeds ({', '.join(map(str, seeds))}) gave the same sample on "
+                    f"{sum(1 for c in seed_clones if c)} of {len(seed_clones)} prompts")
+    return "; ".join(said)
 
 
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
