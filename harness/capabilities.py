@@ -26,6 +26,12 @@ _CHOICES = re.compile(r"(--[a-z0-9][a-z0-9-]*)(?:[ =]\{([^}]*)\})")
 
 MAMBA_STRATEGY_FLAGS = ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")
 OVERLAP_OFF_FLAG = "--disable-overlap-schedule"
+# SGLang's KV cache canary (upstream `server_args.py`; `shared/reference/sglang-after-0.5.21.md`).
+# detcheck's defaults: the first 16 bytes of each slot hashed, every cached slot swept after each
+# forward step (a cached slot no hit reads is checked only by the sweep).
+KV_CANARY_FLAG, KV_CANARY_REAL_DATA_FLAG, KV_CANARY_SWEEP_FLAG = (
+    "--kv-canary", "--kv-canary-real-data", "--kv-canary-sweep-interval")
+KV_CANARY_DEFAULT_REAL_DATA, KV_CANARY_DEFAULT_SWEEP = "partial", 1
 POOL_STRATEGY = {"no_buffer": "no_buffer", "static": "extra_buffer", "lazy": "extra_buffer_lazy"}
 # Graphs off, newest spelling first: per-phase backends set to `disabled`, then per-phase
 # switches, then the single switch (deprecated from SGLang 0.5.14, still accepted for a while).
@@ -65,6 +71,25 @@ class Capabilities:
         known = self.choices.get(flag)
         return known is None or value in known
 
+    def canary_args(self, features: Features) -> list[str]:
+        """SGLang's KV cache canary as a second oracle (issue 48): logging on a deterministic
+        configuration where this revision's --help has --kv-canary, with real data and a sweep
+        where it has those flags too (every violation it logs is a finding of the row:
+        pipeline/outcome.py). A configuration that asks for it by name needs the flag."""
+        mode = features.kv_canary or ("log" if features.deterministic else "none")
+        if mode == "none":
+            return []
+        if not self.knows(KV_CANARY_FLAG):
+            if features.kv_canary is None:
+                return []
+            raise NotExpressible(f"the KV canary ({KV_CANARY_FLAG} {mode}) is not in this revision's --help")
+        args = [KV_CANARY_FLAG, mode]
+        for flag, value in ((KV_CANARY_REAL_DATA_FLAG, features.kv_canary_real_data or KV_CANARY_DEFAULT_REAL_DATA),
+                            (KV_CANARY_SWEEP_FLAG, str(features.kv_canary_sweep_interval or KV_CANARY_DEFAULT_SWEEP))):
+            if self.knows(flag):
+                args += [flag, value]
+        return args
+
     def feature_args(self, features: Features, draft_model: Path | None) -> tuple[str, ...]:
         """The flags for `features` at this revision; raises NotExpressible with the reason."""
         args: list[str] = []
@@ -91,6 +116,7 @@ class Capabilities:
             args += self.graphs_off_args()
         if features.max_total_tokens is not None:
             args += [self._need("a token pool size", "--max-total-tokens"), str(features.max_total_tokens)]
+        args += self.canary_args(features)
         spec = features.speculative
         if spec is not None:
             flag = self._need("speculative decoding", "--speculative-algorithm")

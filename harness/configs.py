@@ -27,6 +27,18 @@ _NNODES = "--nnodes"
 MAX_GPUS_PER_SERVER = 64
 
 
+# SGLang's debug invariants (environ.py of the releases after 0.5.16, `shared/reference/
+# sglang-after-0.5.21.md`): the radix tree rebuilt and checked when idle, the KV pages checked for
+# use after free and double free, freed pool slots filled with NaN. Each trips an assertion (or a
+# NaN) that kills or poisons the server: a finding of the row (harness/logparse.invariant_trips).
+DEBUG_INVARIANTS = ("SGLANG_ENABLE_TREE_CACHE_SANITY_CHECK", "SGLANG_CHECK_KV_PAGE_INVARIANTS",
+                    "SGLANG_DEBUG_POISON_POOL")
+
+# --kv-canary's and --kv-canary-real-data's choices (SGLang's server_args.py).
+KV_CANARY_MODES = ("none", "log", "raise")
+KV_CANARY_REAL_DATA = ("none", "partial", "all")
+
+
 @dataclass(frozen=True)
 class SpeculativeSpec:
     algorithm: str
@@ -56,16 +68,31 @@ class Features:
     retract_interval: int | None = None
     max_total_tokens: int | None = None
     min_retractions: int | None = None
+    # SGLang's debug invariants (DEBUG_INVARIANTS) in the server's environment; None: on under
+    # pressure. A revision without them ignores the variables.
+    debug_invariants: bool | None = None
+    # SGLang's KV cache canary (issue 48): None is the default, `log` on a deterministic
+    # configuration where the revision's --help has --kv-canary (else nothing); "none" turns it
+    # off; "log"/"raise" ask for it (a revision without the flag: n/a). Its real-data depth and
+    # sweep interval where --help has those flags (capabilities.Capabilities.canary_args).
+    kv_canary: str | None = None
+    kv_canary_real_data: str | None = None
+    kv_canary_sweep_interval: int | None = None
 
     @property
     def pressure(self) -> bool:
         return self.retract_interval is not None or self.max_total_tokens is not None
 
+    @property
+    def invariants_on(self) -> bool:
+        return self.pressure if self.debug_invariants is None else self.debug_invariants
+
     def env(self) -> dict[str, str]:
         """The server environment the features ask for (SGLang's switches, not flags)."""
-        if self.retract_interval is None:
-            return {}
-        return {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": str(self.retract_interval)}
+        env = dict.fromkeys(DEBUG_INVARIANTS, "1") if self.invariants_on else {}
+        if self.retract_interval is not None:
+            env.update(SGLANG_TEST_RETRACT="1", SGLANG_TEST_RETRACT_INTERVAL=str(self.retract_interval))
+        return env
 
 
 @dataclass(frozen=True)
@@ -147,7 +174,8 @@ def gpus_per_server(args: tuple[str, ...], where: str = "server args") -> int:
 def _features_dict(f: Features) -> dict[str, Any]:
     d = dict(f.__dict__)
     d["speculative"] = dict(f.speculative.__dict__) if f.speculative else None
-    for unset in ("cuda_graph", "retract_interval", "max_total_tokens", "min_retractions"):
+    for unset in ("cuda_graph", "retract_interval", "max_total_tokens", "min_retractions", "debug_invariants",
+                  "kv_canary", "kv_canary_real_data", "kv_canary_sweep_interval"):
         if d[unset] is None:
             del d[unset]  # fingerprints of configurations that leave them alone are unchanged
     return d

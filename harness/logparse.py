@@ -140,3 +140,14 @@ def retractions(text: str) -> list[Retraction]:
         if batch and batch[0].kind == "decode":
             last = batch[0]
     return out
+
+
+# SGLang's KV cache canary (srt/kv_canary/runner/violation_reporter.py): one line per violation,
+# `kv_canary violation: launch_tag=… fail_reason=… slot_idx=… position=…`, logged as a warning
+# under --kv-canary log (raise mode logs it and fails the forward).
+_CANARY_VIOLATION = re.compile(r"kv_canary violation: launch_tag=\S+ fail_reason=\S+.*")
+
+
+def canary_violations(text: str) -> list[str]:
+    """Each canary violation line of `text`, from its `kv_canary violation:` on."""
+    return [m.group(0).strip() for m in _CANARY_VIOLATION.finditer(text)]

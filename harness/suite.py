@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from harness.configs import Features, ServerConfig, SpeculativeSpec, flag_value
+from harness.configs import KV_CANARY_MODES, KV_CANARY_REAL_DATA, Features, ServerConfig, SpeculativeSpec, flag_value
 from harness.errors import UsageError
 from harness.params import Param, ParamRole, validate_params
 from harness.targets import TARGET_NAMES
@@ -29,7 +29,8 @@ _SERVER_KEYS = {"args", "env", "target_args", "startup_timeout_s", "request_time
 _CONFIG_KEYS = {
     "name", "probes", "deterministic", "mamba_pool", "mamba_track_interval", "speculative",
     "draft", "model", "swa_ratio", "disable_radix_cache", "cuda_graph", "args", "env", "target_args",
-    "retract_interval", "max_total_tokens", "min_retractions",
+    "retract_interval", "max_total_tokens", "min_retractions", "debug_invariants",
+    "kv_canary", "kv_canary_real_data", "kv_canary_sweep_interval",
 }
 # Suite-level `graph_modes`: each configuration without its own `cuda_graph` runs once per mode,
 # as `<name>-graphs-<mode>`.
@@ -60,6 +61,12 @@ CONFIG_SCALARS = {p.name: p for p in (
     _scalar("max_total_tokens", int, "a small token pool: --max-total-tokens", low=16, high=10**10),
     _scalar("min_retractions", int, "retractions each cell must see under pressure, fewer is vacuous "
             "(default 10, upstream's bar)", low=0, high=10**9),
+    _scalar("debug_invariants", bool, "SGLang's debug invariants in the server's environment "
+            "(default: on under pressure)"),
+    _scalar("kv_canary", str, "SGLang's KV cache canary (default: log on a deterministic configuration "
+            "where --help has --kv-canary)", choices=KV_CANARY_MODES),
+    _scalar("kv_canary_real_data", str, "--kv-canary-real-data (default partial)", choices=KV_CANARY_REAL_DATA),
+    _scalar("kv_canary_sweep_interval", int, "--kv-canary-sweep-interval (default 1)", low=1, high=10**6),
 )}
 SPECULATIVE_SCALARS = {p.name: p for p in (
     _scalar("algorithm", str, "speculative algorithm"),
@@ -445,6 +452,10 @@ def _load_config(top: TomlTable, raw: Any, index: int,
             retract_interval=typed.get("retract_interval"),
             max_total_tokens=typed.get("max_total_tokens"),
             min_retractions=typed.get("min_retractions"),
+            debug_invariants=typed.get("debug_invariants"),
+            kv_canary=typed.get("kv_canary"),
+            kv_canary_real_data=typed.get("kv_canary_real_data"),
+            kv_canary_sweep_interval=typed.get("kv_canary_sweep_interval"),
         ),
         args=_server_args(config, "args"),
         env=config.env(),

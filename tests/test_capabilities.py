@@ -128,3 +128,38 @@ def test_a_small_token_pool_is_a_flag_and_forced_retraction_an_environment():
     assert caps.feature_args(Features(max_total_tokens=4096, retract_interval=3), None) == ("--max-total-tokens", "4096")
     with pytest.raises(NotExpressible, match="token pool size"):
         Capabilities.parse("usage: x [--model-path P]").feature_args(Features(max_total_tokens=4096), None)
+
+
+CANARY_HELP = """usage: x [--model-path P] [--enable-deterministic-inference]
+  --kv-canary {none,log,raise}
+                        KV cache canary mode. 'none' disables the canary (default).
+  --kv-canary-real-data {none,partial,all}
+  --kv-canary-sweep-interval KV_CANARY_SWEEP_INTERVAL
+"""
+
+
+def test_the_kv_canary_logs_on_deterministic_configurations_where_help_has_it():
+    """Issue 48: the canary as a second oracle; nothing where --help lacks it, unless asked for."""
+    det, plain = Features(deterministic=True), Features()
+    caps = Capabilities.parse(CANARY_HELP)
+    assert caps.canary_args(det) == ["--kv-canary", "log", "--kv-canary-real-data", "partial",
+                                     "--kv-canary-sweep-interval", "1"]
+    assert caps.canary_args(plain) == [] and caps.canary_args(Features(deterministic=True, kv_canary="none")) == []
+    asked = Features(kv_canary="raise", kv_canary_real_data="all", kv_canary_sweep_interval=8)
+    assert caps.canary_args(asked) == ["--kv-canary", "raise", "--kv-canary-real-data", "all",
+                                       "--kv-canary-sweep-interval", "8"]
+    only_mode = Capabilities.parse("usage: x [--enable-deterministic-inference] [--kv-canary {none,log,raise}]")
+    assert only_mode.canary_args(det) == ["--kv-canary", "log"]
+    older = Capabilities.parse("usage: x [--enable-deterministic-inference]")
+    assert older.feature_args(det, None) == ("--enable-deterministic-inference",)
+    with pytest.raises(NotExpressible, match=r"the KV canary \(--kv-canary log\) is not in this revision's --help"):
+        older.feature_args(Features(deterministic=True, kv_canary="log"), None)
+
+
+def test_pressure_turns_on_sglangs_debug_invariants_in_the_environment():
+    from harness.configs import DEBUG_INVARIANTS
+
+    assert Features(retract_interval=3).env() == {**dict.fromkeys(DEBUG_INVARIANTS, "1"), "SGLANG_TEST_RETRACT": "1",
+                                                  "SGLANG_TEST_RETRACT_INTERVAL": "3"}
+    assert Features(max_total_tokens=4096, debug_invariants=False).env() == {}
+    assert Features(debug_invariants=True).env() == dict.fromkeys(DEBUG_INVARIANTS, "1") and Features().env() == {}

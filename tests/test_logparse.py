@@ -68,3 +68,14 @@ def test_retractions_carry_the_pools_of_the_decode_line_before_them():
     assert event == Retraction(requests=1, swa_tokens=39990.0, full_tokens=90000.0)
     assert retractions("KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_token_ratio: 0.1 -> 0.3") \
         == [Retraction(2, None, None)]
+
+
+def test_kv_canary_violations_are_read_line_by_line():
+    from harness.logparse import canary_violations
+
+    line = ("kv_canary violation: launch_tag=SWEEP_FULL fail_reason=real_kv_hash slot_idx=86 position=86 "
+            "stored_token=165 expected_token=165 stored_chain_hash=0x00016fb5 expected_aux=0x0001a5d6")
+    text = f"[2026-12-04 23:03:14 TP0] {line}\n[2026-12-04 23:03:14] Decode batch. #running-req: 1\n" \
+           f"[2026-12-04 23:03:15 TP0] {line.replace('86', '87')}\nKV cache canary violation detected (kernel_kind=verify)\n"
+    assert canary_violations(text) == [line, line.replace("86", "87")]
+    assert canary_violations("install_canary: disaggregation_mode=null config=CanaryConfig(mode=log)") == []

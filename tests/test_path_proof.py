@@ -137,7 +137,10 @@ def test_pressure_demands_its_minimum_of_retractions_from_the_counter_or_the_log
 
 def test_pressure_features_name_their_switches_and_minimum():
     forced = Features(retract_interval=5)
-    assert forced.env() == {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "5"}
+    # and SGLang's debug invariants under pressure (issue 48; a revision without them ignores them)
+    assert forced.env() == {"SGLANG_ENABLE_TREE_CACHE_SANITY_CHECK": "1", "SGLANG_CHECK_KV_PAGE_INVARIANTS": "1",
+                            "SGLANG_DEBUG_POISON_POOL": "1", "SGLANG_TEST_RETRACT": "1",
+                            "SGLANG_TEST_RETRACT_INTERVAL": "5"}
     assert path_proof.min_retractions(forced) == path_proof.MIN_RETRACTIONS == 10
     assert path_proof.min_retractions(Features(max_total_tokens=2048, min_retractions=3)) == 3
     assert path_proof.min_retractions(Features()) == 0 and Features().env() == {}

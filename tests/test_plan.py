@@ -352,6 +352,9 @@ def test_pressure_keys_reach_the_server_as_sglangs_switches(tmp_path):
     suite = load_suite(write(tmp_path, MINIMAL + "[[config]]\nname = 'p'\nprobes = ['kl']\nretract_interval = 7\n"
                                             "max_total_tokens = 2048\nmin_retractions = 12\n"), known_probes())
     plain, pressed = (suite.server_config(c, "refserver") for c in suite.configs)
-    assert pressed.env == {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "7"} and plain.env == {}
+    # SGLang's debug invariants too, under pressure (issue 48)
+    assert pressed.env == {"SGLANG_ENABLE_TREE_CACHE_SANITY_CHECK": "1", "SGLANG_CHECK_KV_PAGE_INVARIANTS": "1",
+                           "SGLANG_DEBUG_POISON_POOL": "1", "SGLANG_TEST_RETRACT": "1",
+                           "SGLANG_TEST_RETRACT_INTERVAL": "7"} and plain.env == {}
     assert (pressed.features.max_total_tokens, pressed.features.min_retractions) == (2048, 12)
     assert plain.fingerprint != pressed.fingerprint

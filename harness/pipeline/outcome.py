@@ -14,7 +14,7 @@ from harness import path_proof
 from harness.client import ConnectionLost, SGLangClient
 from harness.errors import LaunchError, ProbeNotApplicable, ServerError, ServerFinding, VacuousResult
 from harness.jobs import Job, Outcome
-from harness.logparse import last_exception
+from harness.logparse import canary_violations, last_exception
 from harness.pipeline.open import Run
 from harness.pipeline.plan import noisy_on
 from harness.probes import PROBES, ProbeContext
@@ -71,6 +71,10 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     foreign = watch.foreign() if watch is not None else []
     if foreign:
         output = dataclasses.replace(output, facts={**output.facts, FOREIGN_FACT: foreign})
+    canary = canary_violations(server.log_since(scrape.mark))
+    if canary:  # the KV canary's report is a finding of the row, whatever the probe measured
+        return Outcome(Status.FINDING, canary_text(canary), server.log_tail(), ProbeOutput(output.samples, ()),
+                       wall_s=wall_s)
     broken = output.non_finite()
     if broken:  # the server answered, but a figure it gave is NaN or inf: no statistic may use it
         return Outcome(Status.FINDING, broken, server.log_tail(), ProbeOutput(output.samples, ()), wall_s=wall_s)
@@ -79,6 +83,13 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
         return Outcome(Status.ERROR, f"probe {probe} recorded undeclared figures: {', '.join(unknown)} "
                                      f"(each goes in its ProbeKind.figures)", server.log_tail())
     return Outcome(Status.OK, "", server.log_tail(12), output, wall_s=wall_s)
+
+
+def canary_text(violations: list[str]) -> str:
+    """A cell's reason for the KV canary's violations: how many, and the first as logged."""
+    first = violations[0] if len(violations[0]) <= 300 else violations[0][:300] + "…"
+    return (f"KV canary: {len(violations)} violation{'s' if len(violations) != 1 else ''} logged during this "
+            f"probe; first: {first}")
 
 
 def finish_job(run: Run, job: Job, outcome: Outcome) -> bool:

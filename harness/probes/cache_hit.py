@@ -14,20 +14,29 @@ What `/server_info` says of the prefix-cache policy (`CACHE_POLICY_KEYS`, at any
 releases group their settings) is the `cache_policy` fact; a row whose sides' policies differ
 names the change (harness/compare.py), since a release's new default cache legitimately moves
 exact cached_tokens.
+
+A→B→A (`aba`, deterministic mode): before the cold replay flushes the cache, each hit's request
+is sent again (A), then a request with another prefix (B, its turn reversed: a cold prefill that
+writes state of its own), then A once more. The second A must reuse as many tokens as the first
+and serve the same tokens and logprobs bit for bit: a cache hit compared only with a cold
+prefill on a quiet cache cannot show state that another request overwrote in between (a slot
+freed while the cache still points at it).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from harness.client import OUTPUT_LOGPROBS, generate_body
+from harness.client import OUTPUT_LOGPROBS, Generation, generate_body
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.suite import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, metric,
-                                 parameter, register, summary)
+from harness.params import Param
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, locator,
+                                 metric, parameter, register, summary)
+from harness.probes.determinism import departure
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
-from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MIN_HIT_FRACTION, WORKLOAD
+from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, MIN_HIT_FRACTION, WORKLOAD
 from harness.reproducer import (FLUSH, OWN_OUTPUT, decode_request, divergent_side, each_side, score_request, self_form,
                                 with_form, workload_prompts)
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
@@ -85,6 +94,9 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
         # Too few to vouch for a match, but a difference among the hits there are is a finding:
         # compare.py reads *different* as such and anything else as an error (vacuous).
         facts["vacuous"] = what
+    aba_metrics: tuple[Metric, ...] = ()
+    if ctx.param("aba") and ctx.deterministic:
+        aba_metrics, facts["aba"] = _aba_phase(ctx, [turn2[i] for i in hits], hits)
     sequences = [list(turn2[i]) + list(outputs[i]) for i in hits]
     replay = [r.logprobs for r in cold_replay(ctx.client, sequences, [len(outputs[i]) for i in hits], batch)]
     ctx.advance(total_steps, total_steps)
@@ -105,7 +117,36 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
          "hit_logprobs": scored[i], "replay_logprobs": r, **x}
         for i, r, x in zip(hits, replay, per)
     )
-    return ProbeOutput(samples=samples, metrics=(k3, hit_metric, reused, *located), facts={**kl_facts, **facts})
+    return ProbeOutput(samples=samples, metrics=(k3, hit_metric, reused, *located, *aba_metrics),
+                       facts={**kl_facts, **facts})
+
+
+def _aba_phase(ctx: ProbeContext, turns: Sequence[Sequence[int]], prompts: Sequence[int]
+               ) -> tuple[tuple[Metric, ...], dict[str, Any]]:
+    """The hits' turns (A), then each reversed (B: other prefixes, prefilled cold, writing state
+    of their own), then A again, each in `batch_size` chunks as the hit was sent: per prompt, the
+    second A's cached tokens and the output position where it first departs from the first A
+    (its ids or logprobs; its length where it never does)."""
+    new, size = ctx.workload.output_len, ctx.param("batch_size") or len(turns)
+
+    def send(seqs: Sequence[Sequence[int]], logprobs: bool) -> list[Generation]:
+        return [gen for chunk in batches(list(seqs), size)
+                for gen in ctx.client.generate([list(s) for s in chunk], max_new_tokens=new,
+                                               logprobs=OUTPUT_LOGPROBS if logprobs else None)]
+
+    first_a = send(turns, True)
+    send([list(a)[::-1] for a in turns], False)
+    second_a = send(turns, True)
+    departs, first = [], None
+    for prompt, a1, a2 in zip(prompts, first_a, second_a):
+        at = departure(list(zip(a1.output_ids, a1.output_logprobs)), list(zip(a2.output_ids, a2.output_logprobs)))
+        departs.append(float(at))
+        if first is None and (at < len(a1.output_ids) or a1.cached_tokens != a2.cached_tokens):
+            first = {"prompt": prompt, "position": at, "cached_tokens": [a1.cached_tokens, a2.cached_tokens]}
+    reused = tuple(float(a2.cached_tokens) for a2 in second_a)
+    return ((Metric("aba_cached_tokens", Kind.EXACT, reused, unit="tokens", headline="sum", paired=True),
+             Metric("aba_first_divergent", Kind.EXACT, tuple(departs), headline="min", paired=True)),
+            {"prompts": len(turns), "first_divergence": first})
 
 
 def hit_text(cached: Sequence[int], min_hit: Sequence[int], reached: int, floor: float) -> str:
@@ -150,9 +191,11 @@ def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool)
     """k3 over each side's own hits (unpaired; at most every prompt hits), the hit fraction, and
     under deterministic inference each hit's first divergent position."""
     located = (PlannedMetric("first_divergent", Kind.EXACT),) if deterministic else ()
+    aba = ((PlannedMetric("aba_cached_tokens", Kind.EXACT, paired=True),
+            PlannedMetric("aba_first_divergent", Kind.EXACT, paired=True)) if deterministic and params["aba"] else ())
     return (PlannedMetric("k3", Kind.EXACT if deterministic else Kind.NOISY, key="prompts", counts="hits"),
             PlannedMetric("hit_fraction", Kind.EXACT), PlannedMetric("cached_tokens", Kind.EXACT, paired=True),
-            *located)
+            *located, *aba)
 
 
 def _hit_place(samples: Sequence[dict[str, Any]], i: int) -> str:
@@ -163,18 +206,25 @@ def _hit_place(samples: Sequence[dict[str, Any]], i: int) -> str:
 
 
 VALUES = {"k3": ValueIndex("hit", _hit_place), "first_divergent": ValueIndex("hit", _hit_place),
-          "cached_tokens": ValueIndex("prompt", lambda samples, i: f"prompt {i}")}
+          "cached_tokens": ValueIndex("prompt", lambda samples, i: f"prompt {i}"),
+          "aba_cached_tokens": ValueIndex("hit", _hit_place), "aba_first_divergent": ValueIndex("hit", _hit_place)}
 
 FIGURES = (
     *KL_FIGURES, metric("hit_fraction"), metric("cached_tokens"),
     *summary("hit_fraction", "hit_fraction"), *summary("cached_tokens", "hit_lengths"),
     *parameter("min_hit_fraction"),
+    # A→B→A: the second A against the first, per hit; `aba` locates the first that departs.
+    metric("aba_cached_tokens"), metric("aba_first_divergent"),
+    *locator("aba_first_divergent", "aba"),
     *descriptive("why too few hits vouch for no match (the verdict reads it: error unless different)", "vacuous"),
     *descriptive("the prefix-cache settings /server_info reports: a row names a change between the sides",
                  "cache_policy"),
 )
 
-PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)
+ABA = Param("aba", bool, True, "under deterministic mode, each hit's request again with another prefix's "
+            "request between (A→B→A): the second A must reuse and serve what the first did", MEASURED)
+
+PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, ABA, *KL, *JUDGING)
 # --------------------------------------------------------------------------- reproducer
 
 

@@ -132,9 +132,9 @@ DECLARED = {
         'descriptive': ['completion_tokens', 'requests', 'turn2_hit_fraction'],
     },
     'decode_cache_hit': {
-        'metric': ['cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
+        'metric': ['aba_cached_tokens', 'aba_first_divergent', 'cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
-        'locator': ['first_divergent', 'first_divergent_prompt'],
+        'locator': ['aba', 'first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
         'descriptive': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
     },
@@ -144,6 +144,12 @@ DECLARED = {
         'locator': ['first_difference', 'first_differing_batch_size'],
         'parameter': ['batch_sizes', 'compares'],
     },
+    'jitter': {
+        'metric': ['jitter_departure'],
+        'locator': ['first_difference'],
+        'parameter': ['max_delay_s', 'rounds'],
+        'descriptive': ['prompts', 'schedule'],
+    },
     'kl': {
         'metric': ['first_divergent', 'k3', 'topk_first_divergent', 'topk_kl'],
         'summary': ['frac_over_tau', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged', 'top1_agree', 'topk_frac_over_tau', 'topk_kl_max', 'topk_kl_mean', 'topk_kl_p99'],
@@ -152,9 +158,9 @@ DECLARED = {
         'descriptive': ['degenerate_prompts', 'prompts', 'tokens'],
     },
     'prefill_cache_hit': {
-        'metric': ['cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
+        'metric': ['aba_cached_tokens', 'aba_first_divergent', 'cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
-        'locator': ['first_divergent', 'first_divergent_prompt'],
+        'locator': ['aba', 'first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
         'descriptive': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
     },
@@ -171,6 +177,12 @@ DECLARED = {
         'locator': ['decode_first_divergent', 'first_divergent', 'greedy_first_diff'],
         'parameter': ['continuation_len', 'deterministic', 'scoring_passes', 'tau', 'top_k'],
         'descriptive': ['degenerate_prompts', 'nll_mean', 'not_comparable', 'prompts', 'scored_nll', 'scored_tokens'],
+    },
+    'seeded_sampling': {
+        'metric': ['batch_departure', 'hit_departure', 'n_clones', 'sampled_ids', 'sampled_logprobs', 'seed_clones'],
+        'locator': ['first_difference'],
+        'parameter': ['n', 'seeds', 'temperature'],
+        'descriptive': ['hit_cached_tokens', 'prompts'],
     },
     'swa_peak': {
         'metric': ['retractions', 'swa_peak', 'swa_plateau'],

@@ -1,0 +1,36 @@
+"""seeded_sampling without a server: when it is n/a, and how repeated samples are worded."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from harness.errors import ProbeNotApplicable, ServerError
+from harness.probes.seeded_sampling import _sample, clones_text, run
+
+
+def context(deterministic: bool, refusal: str = ""):
+    def generate_from(body, expected=1):
+        raise ServerError(f"/generate: HTTP 400: {refusal}")
+
+    return SimpleNamespace(deterministic=deterministic, workload=SimpleNamespace(output_len=4),
+                           param={"temperature": 1.0}.get, client=SimpleNamespace(generate_from=generate_from))
+
+
+def test_off_deterministic_mode_and_where_the_api_refuses_seeds_it_is_not_applicable():
+    with pytest.raises(ProbeNotApplicable, match="only under deterministic inference"):
+        run(context(False))
+    refused = context(True, "SamplingParams.__init__() got an unexpected keyword argument 'sampling_seed'")
+    with pytest.raises(ProbeNotApplicable, match="refuses seeded or parallel sampling: .*'sampling_seed'"):
+        _sample(refused, [[1, 2]], [7])
+    with pytest.raises(ServerError):  # any other refusal is the server's error, not n/a
+        _sample(context(True, "token id 900 is outside the vocabulary"), [[1, 2]], [7])
+
+
+def test_repeated_samples_are_worded_by_what_repeated():
+    assert clones_text(4, [0.0, 0.0], [1, 1001], [0.0, 0.0]) == ""
+    assert clones_text(4, [3.0, 0.0, 3.0], [1, 1001], [0.0, 0.0, 0.0]) == (
+        "the n=4 parallel samples of one request repeat on 2 of 3 prompts (prompt 0: 1 distinct of 4)")
+    assert clones_text(4, [0.0], [1, 1001, 2001], [1.0]) == (
+        "different sampling seeds (1, 1001, 2001) gave the same sample on 1 of 1 prompts")
