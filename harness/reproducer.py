@@ -155,6 +155,61 @@ def self_form(requests, answer: int, replay: int, shortest: int, full: int, dire
 
 
 
+def ordered_ids(top: Any) -> tuple[int, ...] | None:
+    """A top-k list's token ids in the order served (None where the answer had none)."""
+    return None if top is None else tuple(int(entry[1]) for entry in top)
+
+
+
+def order_form(requests, answer: int, replay: int, shortest: int, full: int) -> Form:
+    """Each side's decode (request `answer`) against its own cold replay (request `replay`):
+    the first output position whose top-k list, as (logprob, token id) pairs in the order
+    served, differs from the replay's there (None: none does), compared across the sides. What
+    kl's `topk_first_divergent` decides on: an order change leaves every logprob, and so
+    `self_form`'s gaps, as they were."""
+    def read(_size: int, gens: list) -> Observed:
+        got, cold = gens[answer], gens[replay]
+        if got is None or cold is None:
+            return Observed(None)
+        tops = got.output_top_logprobs
+        start = len(cold.input_top_logprobs) - len(tops)
+        pairs = tuple((top, cold.input_top_logprobs[start + t] if start + t >= 0 else None)
+                      for t, top in enumerate(tops))
+        first = next((t for t, (a, r) in enumerate(pairs) if _ordered(a) != _ordered(r)), None)
+        return Observed(first, pairs)
+
+    def words(b: Observed, c: Observed) -> str:
+        at = next((x.value for x in (c, b) if x.value is not None), None)
+        if at is None:
+            return f"on both sides each of {len(b.points)} output positions' top-k list equals its replay's, in order"
+        return f"at output position {at}: " + "; ".join(order_text(side, seen.points, at)
+                                                       for side, seen in (("base", b), ("candidate", c)))
+
+    return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "")
+
+
+
+def _ordered(top: Any) -> list[tuple[float, int]] | None:
+    # A fresh answer's tuples and a stored cell's lists compare alike.
+    return None if top is None else [(float(e[0]), int(e[1])) for e in top]
+
+
+
+def order_text(side: str, points: Sequence[tuple[Any, Any]], at: int) -> str:
+    """"the candidate's decode listed top-k ids [5, 9, 2], its replay [2, 9, 5] (the same
+    entries, another order)" at output position `at` of one side's (decode, replay) top-k lists."""
+    if at >= len(points):
+        return f"the {side} answered no output position {at}"
+    mine, replay = points[at]
+    if _ordered(mine) == _ordered(replay):
+        return f"the {side}'s decode listed top-k ids {list(ordered_ids(mine) or ())}, as its replay did"
+    alike = _ordered(mine) is not None and _ordered(replay) is not None and \
+        sorted(_ordered(mine) or ()) == sorted(_ordered(replay) or ())
+    return (f"the {side}'s decode listed top-k ids {list(ordered_ids(mine) or ())}, its replay "
+            f"{list(ordered_ids(replay) or ())}" + (" (the same entries, another order)" if alike else ""))
+
+
+
 def finite_form(requests, shortest: int, full: int) -> Form:
     """A finding: the first null, NaN or inf output logprob of each side's answers (None where
     every one is finite), compared across the sides."""

@@ -288,9 +288,11 @@ class Request:
         return shlex.join(self._curl_argv(f"http://127.0.0.1:{port}{self.path}"))
 
     def curl_to_port_variable(self) -> str:
-        """The curl line to the server on the shell's `$PORT` (report.md's, after its
-        `PORT=${PORT:-30000}`): the port the only expansion, the path from the file quoted."""
-        return shell_join(self._curl_argv(ShellText(f'"http://127.0.0.1:{PORT_VARIABLE}"' + shlex.quote(self.path))))
+        """The curl line to the server on the shell's `$PORT` (report.md's, which sets it to each
+        server's port in turn): the port the only expansion, the path from the file quoted, the
+        answer ended by a line break (`-w '\\n'`) so that each answer is a line of its own."""
+        argv = self._curl_argv(ShellText(f'"http://127.0.0.1:{PORT_VARIABLE}"' + shlex.quote(self.path)))
+        return shell_join([*argv[:2], "-w", "\\n", *argv[2:]])
 
     def _curl_argv(self, url: str) -> list[str]:
         argv = ["curl", "-s", "-X", "POST", url]
