@@ -1,0 +1,147 @@
+"""A *different* row's reproducer in report.md, run as a reviewer pasting it would: each side's
+printed server line run by `sh` from the root of a checkout of its revision (in a temp dir, with
+no PYTHONPATH of the test's and the venv's `python3` first on PATH), then the printed requests
+block run by `sh` once, and the answers read for the difference the row states.
+
+The reference server's `topk-order` candidate returns each decode position's top-k lowest first
+(the same entries): an order-only change, which leaves every logprob alone, so the kl row's
+reproducer is checked as an order change. The configuration sets an environment variable
+(`SGLANG_SWA_EVICTION_INTERVAL`), which the server that the pasted line starts must see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from conftest import planted, refserver_suite, run_pair
+from fresh_servers import checkout
+
+pytestmark = pytest.mark.slow
+
+ENV_LINE = 'env = { SGLANG_SWA_EVICTION_INTERVAL = "16" }\n'  # a key of the [[config]] table
+
+
+def sh_blocks(report: str, heading: str) -> list[list[str]]:
+    """The ```sh blocks of one row's details (under `heading`), each as its lines."""
+    section = report.split(heading, 1)[1].split("\n#### ", 1)[0]
+    return [block.split("\n") for block in re.findall(r"```sh\n(.*?)\n```", section, re.S)]
+
+
+def two_free_ports() -> int:
+    """A port p with p and p + 1 free (the block puts the base on $PORT, the candidate on + 1)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no two consecutive free ports")
+
+
+def reader_env(port: int) -> dict[str, str]:
+    """A reader's shell: the venv's python3 first on PATH, no PYTHONPATH of ours, PORT set."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PORT")}
+    return {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", "PORT": str(port)}
+
+
+def wait_healthy(port: int, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 180  # generous: a loaded two-core machine imports torch slowly
+    while True:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline and server.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.3)
+
+
+def answers_by_server(output: str) -> dict[int, list[dict]]:
+    """The requests block's output: per server port (its `echo` line), the JSON answers in order
+    (a flush answers with text, which is skipped)."""
+    by_port: dict[int, list[dict]] = {}
+    port = None
+    for line in output.splitlines():
+        marker = re.fullmatch(r"# the server on port (\d+)", line)
+        if marker:
+            port = int(marker.group(1))
+            by_port[port] = []
+            continue
+        if port is not None and line.startswith("{"):
+            by_port[port].append(json.loads(line))
+    return by_port
+
+
+def top_ids(answer: dict, position: int) -> list[int]:
+    return [int(entry[1]) for entry in answer["meta_info"]["output_top_logprobs"][position]]
+
+
+def test_the_pasted_reproducer_of_an_order_only_change_starts_both_servers_and_shows_the_order(tmp_path, no_leftovers):
+    repo, base, cand = planted(tmp_path, "topk-order")
+    suite = refserver_suite(tmp_path / "s.toml", ["kl"], ENV_LINE, prompts=2, output_len=6)
+    code, result, _ = run_pair(repo, base, cand, suite, tmp_path / "out")
+    comp = next(c for c in result["comparisons"] if c["probe"] == "kl")
+    assert code == 1 and comp["decided_by"] == "topk_first_divergent", comp["note"]
+    verification = comp["reproducer"]["verification"]
+    # checked as what the row decided on: an order change, seen on both sides' servers
+    assert verification["reproduced"] == verification["attempts"] >= 2, verification
+
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "NOT reproduced" not in report and "Not reproduced" not in report
+    servers, posts = sh_blocks(report, "#### det / `kl`")
+    expect = report.split("#### det / `kl`", 1)[1].split("Expect: ", 1)[1].split("\n", 1)[0]
+
+    port = two_free_ports()
+    paste = tmp_path / "paste"  # where the reader works: nothing of the run's there
+    paste.mkdir()
+    started: list[subprocess.Popen] = []
+    try:
+        for role, sha, offset in (("base", base, 0), ("candidate", cand, 1)):
+            root = checkout(repo, sha, paste / role).parent
+            (i,) = [k for k, line in enumerate(servers) if line.startswith(f"# the {role}, ")]
+            block = [line for line in servers[:i] if not line.startswith(("# ", "env ", "python3 "))] + servers[i:i + 2]
+            log = paste / f"{role}.log"
+            with open(log, "w") as out:
+                started.append(subprocess.Popen(["sh", "-e", "-c", "\n".join(block)], cwd=root, stdout=out,
+                                                stderr=subprocess.STDOUT, env=reader_env(port),
+                                                start_new_session=True))
+            wait_healthy(port + offset, started[-1], log)
+            server = next(p for p in psutil.Process(started[-1].pid).children(recursive=True)
+                          if "refserver" in p.cmdline())
+            assert server.environ().get("SGLANG_SWA_EVICTION_INTERVAL") == "16", servers  # the config's env
+            assert server.cwd() == str(root)
+
+        proc = subprocess.run(["sh", "-e", "-c", "\n".join(posts)], cwd=paste, capture_output=True, text=True,
+                              env=reader_env(port), timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        answers = answers_by_server(proc.stdout)
+        decode = {role: answers[port + offset][0] for role, offset in (("base", 0), ("candidate", 1))}
+        base_ids, cand_ids = top_ids(decode["base"], 0), top_ids(decode["candidate"], 0)
+        # the difference the row states, in the answers the pasted lines got
+        assert cand_ids == base_ids[::-1] and cand_ids != base_ids, (base_ids, cand_ids)
+        assert f"the base's decode listed top-k ids {base_ids}, as its replay did" in expect, expect
+        assert f"the candidate's decode listed top-k ids {cand_ids}, its replay {base_ids}" in expect, expect
+        # and only the order: the sampled token's logprob is the same on both sides
+        assert decode["base"]["meta_info"]["output_token_logprobs"] == \
+            decode["candidate"]["meta_info"]["output_token_logprobs"]
+    finally:
+        for server in started:  # each server this test started, by its own process group
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
