@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from harness.client import Logprobs, generate_body
 from harness.suite import WorkloadSpec
 from harness.results import CellResult, Reproducer, Request
-from harness.textfmt import fmt_pair, value_label
+from harness.textfmt import fmt_distinct, fmt_pair, value_label
 from harness.workloads import build
 
 
@@ -141,15 +141,9 @@ def self_form(requests, answer: int, replay: int, shortest: int, full: int, dire
                    if t < len(side.points) and side.points[t][0] != side.points[t][1]), None)
         if at is None:
             return f"on both sides every one of {n} output positions equals its replay"
-        parts = []
-        for side, seen in (("base", b), ("candidate", c)):
-            if at >= len(seen.points):
-                parts.append(f"the {side} answered no output position {at}")
-                continue
-            shown = returned_pair(*seen.points[at])
-            parts.append(f"the {side}'s {name} returned {shown[0]}, its replay {shown[1]}"
-                         + (" (equal)" if seen.points[at][0] == seen.points[at][1] else ""))
-        return f"at output position {at}: " + "; ".join(parts)
+        pairs = [("base", b.points[at] if at < len(b.points) else None),
+                 ("candidate", c.points[at] if at < len(c.points) else None)]
+        return f"at output position {at}: " + sides_and_replays(name, pairs, f"the {{}} answered no output position {at}")
 
     return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "", direction)
 
@@ -333,13 +327,26 @@ def each_side(answer: tuple[str, str], base: CellResult, cand: CellResult, sampl
     position 3: the base's decode returned -1.24, its replay -1.24 (equal); the candidate's decode returned
     -1.2399, its replay -1.2389": never a side assumed equal."""
     name, key = answer
-    parts = []
+    pairs = []
     for side, cell in (("base", base), ("candidate", cand)):
         mine, replay = sample_value(cell, sample, key, position), sample_value(cell, sample, "replay_logprobs", position)
-        if mine is None or replay is None:
-            parts.append(f"the {side}'s samples hold no output position {position}")
+        pairs.append((side, None if mine is None or replay is None else (mine, replay)))
+    return f"observed {where}: " + sides_and_replays(name, pairs, f"the {{}}'s samples hold no output position {position}")
+
+
+def sides_and_replays(name: str, pairs: Sequence[tuple[str, tuple[Any, Any] | None]], missing: str) -> str:
+    """Each side's answer (`name`: "decode", "hit") and its replay at one position, all four
+    values at the digits that tell apart every two that differ, across the sides too: "the
+    base's hit returned -0.77745, its replay -0.77612; the candidate's hit returned -0.77749, its
+    replay -0.77612" (`pairs`: (side, (answer, replay)); None where the side has no such
+    position, said as `missing` with the side in it: "the {} answered no output position 3")."""
+    values = [v for _, pair in pairs if pair is not None for v in pair]
+    shown = iter(fmt_distinct(values) if all(isinstance(v, float) for v in values) else map(str, values))
+    parts = []
+    for side, pair in pairs:
+        if pair is None:
+            parts.append(missing.format(side))
             continue
-        shown = returned_pair(mine, replay)
-        parts.append(f"the {side}'s {name} returned {shown[0]}, its replay {shown[1]}"
-                     + (" (equal)" if mine == replay else ""))
-    return f"observed {where}: " + "; ".join(parts)
+        mine, replay = next(shown), next(shown)
+        parts.append(f"the {side}'s {name} returned {mine}, its replay {replay}" + (" (equal)" if pair[0] == pair[1] else ""))
+    return "; ".join(parts)

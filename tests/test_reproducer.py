@@ -15,6 +15,7 @@ from harness.suite import WorkloadSpec
 from harness.probes.determinism import batch
 from harness.reproduce import reproducer
 from harness.result_files import read_run
+from harness.textfmt import fmt_distinct
 from harness.results import CellResult, Metric, Reproducer, Request, RevisionInfo, Role, Status, Verification
 from harness.verdict_stats import Kind, Verdict
 from harness.workloads import build
@@ -113,3 +114,15 @@ def test_a_self_check_reproducer_says_what_each_side_returned_never_that_a_side_
     bit_exact_base = moved(base, -1.239936, -1.239936)
     assert f"the base's {answered} returned -1.24, its replay -1.24 (equal)" in reproducer(
         comp, bit_exact_base, cand, []).expect
+    # Each side's pair told apart within itself ("-0.777, its replay -0.776" on both) hid that the
+    # sides differ: all four values are shown at the digits that tell apart every two that differ.
+    close = reproducer(comp, moved(base, -0.77745, -0.77612), moved(cand, -0.77749, -0.77612), []).expect
+    assert (f"the base's {answered} returned -0.77745, its replay -0.77612; "
+            f"the candidate's {answered} returned -0.77749, its replay -0.77612") in close, close
+
+
+def test_values_shown_together_read_apart_wherever_they_differ():
+    assert fmt_distinct([-0.77745, -0.77612, -0.77749, -0.77612]) == ["-0.77745", "-0.77612", "-0.77749", "-0.77612"]
+    assert fmt_distinct([-0.5, -0.25, -0.5]) == ["-0.5", "-0.25", "-0.5"]
+    assert fmt_distinct([1.0, 1.0 + 2 ** -52]) == ["1", "1.0000000000000002"]
+    assert fmt_distinct([float("nan"), -1.5, 7]) == ["nan", "-1.5", "7"]
