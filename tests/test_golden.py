@@ -93,12 +93,12 @@ def test_each_rows_reproducer_starts_that_rows_servers_shell_quoted():
     check_golden(DATA / "per-row-argv.md", text)
     det, graphs = text.split("#### graphs / `revision_kl`")
     det = det.split("#### det / `revision_kl`")[1]
-    assert "--cuda-graph-max-bs" not in det and det.count("python3 -m refserver") == 1  # one line: both sides agree
-    base, cand = (line for line in graphs.splitlines() if line.startswith("python3 "))
+    assert "--cuda-graph-max-bs" not in det and det.count("python3 -m refserver") == 2  # a line per side
+    base, cand = (line for line in graphs.splitlines() if line.startswith("env "))
     model = shlex.quote("models/tiny llama's")
-    assert base == (f'python3 -m refserver --model-path {model} --host 127.0.0.1 --port "$PORT" '
-                    "--enable-deterministic-inference --cuda-graph-max-bs 8")
-    assert cand == base + " --enable-torch-compile"
+    assert base == (f'env PYTHONPATH=python python3 -m refserver --model-path {model} --host 127.0.0.1 '
+                    '--port "$BASE_PORT" --enable-deterministic-inference --cuda-graph-max-bs 8')
+    assert cand == base.replace('"$BASE_PORT"', '"$CANDIDATE_PORT"') + " --enable-torch-compile"
 
 
 def test_round_trip_is_lossless():
@@ -131,13 +131,20 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.~/…-])/(?:[\w.-]+/)+[\w.-]*")
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_a_report_holds_no_absolute_path_of_the_machine(name):
+def test_a_report_holds_no_absolute_path_of_the_machine_but_the_model_its_server_lines_start(name):
     """Pasted into a PR, report.md says nothing of where the run was made (the results hold
-    /work/… and /tmp/… paths: the model's, the worktrees', the command's)."""
-    assert ABSOLUTE_PATH.findall(json.dumps(load(name).to_dict()))  # the stored run holds some
+    /work/… and /tmp/… paths: the model's, the worktrees', the command's), but for the model
+    path of a reproducer's server line: that line runs as printed, the model as the run used it."""
+    run = load(name)
+    assert ABSOLUTE_PATH.findall(json.dumps(run.to_dict()))  # the stored run holds some
     markdown = (DATA / f"{name}.md").read_text()
-    assert not ABSOLUTE_PATH.findall(markdown), ABSOLUTE_PATH.findall(markdown)
-    assert markdown == MarkdownReport(load(name)).render()
+    models = {c.metadata["server_argv"][c.metadata["server_argv"].index("--model-path") + 1]
+              for c in run.cells if "--model-path" in c.metadata.get("server_argv", ())}
+    server_lines = [line for line in markdown.splitlines() if line.startswith(("env ", "python3 "))]
+    elsewhere = [line for line in markdown.splitlines() if line not in server_lines]
+    assert not ABSOLUTE_PATH.findall("\n".join(elsewhere)), ABSOLUTE_PATH.findall("\n".join(elsewhere))
+    assert set(ABSOLUTE_PATH.findall("\n".join(server_lines))) <= models, server_lines
+    assert markdown == MarkdownReport(run).render()
 
 
 def test_a_record_whose_cells_were_removed_says_so_above_its_table():
