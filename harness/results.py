@@ -278,9 +278,10 @@ class Request:
     what: str
     path: str  # "/generate" or "/flush_cache"
     body: dict[str, Any] | None = None
-    # A replay of a side's own answer: (k, n) — posted with the body's first n input ids and the
-    # output ids that request k's answer returned on that side (the body holds one side's stored
-    # output in their place, which the curl line sends as it is).
+    # A replay (or next turn) of a side's own answer: (k, n) — posted with the body's first n input
+    # ids, the output ids that request k's answer returned on that side, then the body's ids after
+    # the stored output (request k's max_new_tokens of them: a next turn's new text). The body
+    # holds one side's stored output in their place, which the curl line sends as it is.
     follows: tuple[int, int] | None = None
 
     def curl(self, port: int = REPRODUCER_PORT) -> str:

@@ -42,7 +42,8 @@ Answers = list[Generation | None] | tuple[list[Generation | None], list[Generati
 
 def post_all(client: SGLangClient, requests: Sequence[Request]) -> list[Generation | None]:
     """Each request to one server, in order: a /generate answer (the first of a batch), None
-    for a flush; a replay that follows an earlier answer scores that answer's own output."""
+    for a flush; a request that follows an earlier answer carries that answer's own output (a
+    replay scores it, a next turn continues it)."""
     answers: list[Generation | None] = []
     for request in requests:
         if request.path == "/flush_cache":
@@ -50,10 +51,14 @@ def post_all(client: SGLangClient, requests: Sequence[Request]) -> list[Generati
             answers.append(None)
             continue
         body = request.body or {}
-        if request.follows is not None:  # a replay of what this side's own answer k returned
+        if request.follows is not None:  # a replay (or a next turn) of what this side's own answer k returned
             k, n = request.follows
             earlier = answers[k]
-            body = {**body, "input_ids": list(body["input_ids"][:n]) + list(earlier.output_ids if earlier else ())}
+            # the body holds one side's stored output of request k's max_new_tokens after its first
+            # n ids; what comes after that (a next turn's new text) is kept
+            stored = int(((requests[k].body or {}).get("sampling_params") or {}).get("max_new_tokens", 0))
+            ids = list(body["input_ids"])
+            body = {**body, "input_ids": ids[:n] + list(earlier.output_ids if earlier else ()) + ids[n + stored:]}
         ids = body.get("input_ids") or []
         batch = len(ids) if ids and isinstance(ids[0], list) else 1
         answers.append(client.generate_from(body, batch)[0])
