@@ -25,8 +25,9 @@ import psutil
 import pytest
 import requests
 
-from conftest import planted, refserver_suite, run_pair
+from conftest import ROOT, planted, refserver_suite, run_pair
 from fresh_servers import checkout
+from harness.textfmt import fmt_pair
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +93,43 @@ def top_ids(answer: dict, position: int) -> list[int]:
     return [int(entry[1]) for entry in answer["meta_info"]["output_top_logprobs"][position]]
 
 
+def pasted(repo, shas: dict[str, str], report: str, heading: str, where: Path) -> tuple[dict[str, list[dict]], str]:
+    """The row's printed blocks run as a reader would: each side's server line by `sh` from the
+    root of a checkout of its revision under `where` (each checked to see the configuration's
+    environment), then the requests block by `sh` once: each side's JSON answers in order, and
+    the row's Expect line."""
+    servers, posts = sh_blocks(report, heading)
+    expect = report.split(heading, 1)[1].split("Expect: ", 1)[1].split("\n", 1)[0]
+    port = two_free_ports()
+    where.mkdir()
+    started: list[subprocess.Popen] = []
+    try:
+        for offset, role in enumerate(("base", "candidate")):
+            root = checkout(repo, shas[role], where / role).parent
+            (i,) = [k for k, line in enumerate(servers) if line.startswith(f"# the {role}, ")]
+            block = [line for line in servers[:i] if not line.startswith(("# ", "env ", "python3 "))] + servers[i:i + 2]
+            log = where / f"{role}.log"
+            with open(log, "w") as out:
+                started.append(subprocess.Popen(["sh", "-e", "-c", "\n".join(block)], cwd=root, stdout=out,
+                                                stderr=subprocess.STDOUT, env=reader_env(port),
+                                                start_new_session=True))
+            wait_healthy(port + offset, started[-1], log)
+            server = next(p for p in psutil.Process(started[-1].pid).children(recursive=True)
+                          if "refserver" in p.cmdline())
+            assert server.environ().get("SGLANG_SWA_EVICTION_INTERVAL") == "16", servers  # the config's env
+            assert server.cwd() == str(root)
+        proc = subprocess.run(["sh", "-e", "-c", "\n".join(posts)], cwd=where, capture_output=True, text=True,
+                              env=reader_env(port), timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        answers = answers_by_server(proc.stdout)
+        return {role: answers[port + offset] for offset, role in enumerate(("base", "candidate"))}, expect
+    finally:
+        for server in started:  # each server this test started, by its own process group
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+
+
 def test_the_pasted_reproducer_of_an_order_only_change_starts_both_servers_and_shows_the_order(tmp_path, no_leftovers):
     repo, base, cand = planted(tmp_path, "topk-order")
     suite = refserver_suite(tmp_path / "s.toml", ["kl"], ENV_LINE, prompts=2, output_len=6)
@@ -104,44 +142,44 @@ def test_the_pasted_reproducer_of_an_order_only_change_starts_both_servers_and_s
 
     report = (tmp_path / "out" / "report.md").read_text()
     assert "NOT reproduced" not in report and "Not reproduced" not in report
-    servers, posts = sh_blocks(report, "#### det / `kl`")
-    expect = report.split("#### det / `kl`", 1)[1].split("Expect: ", 1)[1].split("\n", 1)[0]
+    answers, expect = pasted(repo, {"base": base, "candidate": cand}, report, "#### det / `kl`", tmp_path / "paste")
+    decode = {role: answers[role][0] for role in answers}
+    base_ids, cand_ids = top_ids(decode["base"], 0), top_ids(decode["candidate"], 0)
+    # the difference the row states, in the answers the pasted lines got
+    assert cand_ids == base_ids[::-1] and cand_ids != base_ids, (base_ids, cand_ids)
+    assert f"the base's decode listed top-k ids {base_ids}, as its replay did" in expect, expect
+    assert f"the candidate's decode listed top-k ids {cand_ids}, its replay {base_ids}" in expect, expect
+    # and only the order: the sampled token's logprob is the same on both sides
+    assert decode["base"]["meta_info"]["output_token_logprobs"] == \
+        decode["candidate"]["meta_info"]["output_token_logprobs"]
 
-    port = two_free_ports()
-    paste = tmp_path / "paste"  # where the reader works: nothing of the run's there
-    paste.mkdir()
-    started: list[subprocess.Popen] = []
-    try:
-        for role, sha, offset in (("base", base, 0), ("candidate", cand, 1)):
-            root = checkout(repo, sha, paste / role).parent
-            (i,) = [k for k, line in enumerate(servers) if line.startswith(f"# the {role}, ")]
-            block = [line for line in servers[:i] if not line.startswith(("# ", "env ", "python3 "))] + servers[i:i + 2]
-            log = paste / f"{role}.log"
-            with open(log, "w") as out:
-                started.append(subprocess.Popen(["sh", "-e", "-c", "\n".join(block)], cwd=root, stdout=out,
-                                                stderr=subprocess.STDOUT, env=reader_env(port),
-                                                start_new_session=True))
-            wait_healthy(port + offset, started[-1], log)
-            server = next(p for p in psutil.Process(started[-1].pid).children(recursive=True)
-                          if "refserver" in p.cmdline())
-            assert server.environ().get("SGLANG_SWA_EVICTION_INTERVAL") == "16", servers  # the config's env
-            assert server.cwd() == str(root)
 
-        proc = subprocess.run(["sh", "-e", "-c", "\n".join(posts)], cwd=paste, capture_output=True, text=True,
-                              env=reader_env(port), timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        answers = answers_by_server(proc.stdout)
-        decode = {role: answers[port + offset][0] for role, offset in (("base", 0), ("candidate", 1))}
-        base_ids, cand_ids = top_ids(decode["base"], 0), top_ids(decode["candidate"], 0)
-        # the difference the row states, in the answers the pasted lines got
-        assert cand_ids == base_ids[::-1] and cand_ids != base_ids, (base_ids, cand_ids)
-        assert f"the base's decode listed top-k ids {base_ids}, as its replay did" in expect, expect
-        assert f"the candidate's decode listed top-k ids {cand_ids}, its replay {base_ids}" in expect, expect
-        # and only the order: the sampled token's logprob is the same on both sides
-        assert decode["base"]["meta_info"]["output_token_logprobs"] == \
-            decode["candidate"]["meta_info"]["output_token_logprobs"]
-    finally:
-        for server in started:  # each server this test started, by its own process group
-            if server.poll() is None:
-                os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=60)
+SPECULATIVE = f"""mamba_track_interval = 16
+speculative = {{ algorithm = "EAGLE", num_steps = 3, eagle_topk = 1, num_draft_tokens = 4 }}
+{ENV_LINE}[config.draft]
+refserver = "{ROOT / 'fixtures/refmodels/hybrid-draft'}"
+[probe.accept_length]
+suffix_len = 8
+"""
+
+
+def test_an_accept_length_row_gets_its_request_checked_by_its_accept_length_and_pasted_shows_it(tmp_path, no_leftovers):
+    """`spec-accept` degrades the draft (greedy output unchanged): the row, decided by the exact
+    accept length of one request, gets that request, verified by its accept length."""
+    repo, base, cand = planted(tmp_path, "spec-accept")
+    suite = refserver_suite(tmp_path / "s.toml", ["accept_length"], SPECULATIVE, prompts=2, prompt_len=(40, 60),
+                            output_len=32)
+    code, result, _ = run_pair(repo, base, cand, suite, tmp_path / "out")
+    comp = next(c for c in result["comparisons"] if c["probe"] == "accept_length")
+    assert code == 1 and comp["decided_by"] == "accept_length", comp["note"]
+    rep = comp["reproducer"]
+    assert rep["verification"]["reproduced"] == rep["verification"]["attempts"] >= 2, rep
+    assert [r["what"] for r in rep["requests"]] == ["start cold", "turn 1 of prompt 0"], rep["requests"]
+
+    report = (tmp_path / "out" / "report.md").read_text()
+    answers, expect = pasted(repo, {"base": base, "candidate": cand}, report, "#### det / `accept_length`",
+                             tmp_path / "paste")
+    accepted = {role: answers[role][0]["meta_info"]["spec_accept_length"] for role in answers}
+    assert accepted["candidate"] < accepted["base"], accepted
+    shown = fmt_pair(accepted["base"], accepted["candidate"])
+    assert f"turn 1's accept length: base {shown[0]}, candidate {shown[1]}" in expect, expect
