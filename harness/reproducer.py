@@ -66,6 +66,14 @@ class Form:
     # probe's): each side's answers are then read as the pair (this configuration's, the
     # reference's), and every attempt posts to both servers of each side.
     reference: str = ""
+    # What the row decided on is in the server's log (the SWA pool's `#swa token` per Decode
+    # line), not in its answers: each side's answers are then read as the pair (answers, the log
+    # its server wrote while they were posted).
+    reads_log: bool = False
+    # What it decided on depends on what the server ran before (SGLang's SWA eviction cadence
+    # counts every batch since the server started): posted only to servers started for it, and
+    # published as their first attempt saw it, which is what a reader's fresh servers repeat.
+    fresh_servers: bool = False
 
     @property
     def servers_per_side(self) -> int:

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -27,7 +28,9 @@ import requests
 
 from conftest import ROOT, planted, refserver_suite, run_pair
 from fresh_servers import checkout
-from harness.textfmt import fmt_pair
+from harness.probes.common import swa_curve
+from harness.probes.swa_peak import plateau
+from harness.textfmt import fmt, fmt_pair
 
 pytestmark = pytest.mark.slow
 
@@ -93,11 +96,17 @@ def top_ids(answer: dict, position: int) -> list[int]:
     return [int(entry[1]) for entry in answer["meta_info"]["output_top_logprobs"][position]]
 
 
-def pasted(repo, shas: dict[str, str], report: str, heading: str, where: Path) -> tuple[dict[str, list[dict]], str]:
+@dataclass
+class Pasted:
+    answers: dict[str, list[dict]]  # each side's JSON answers, in order
+    logs: dict[str, str]  # what each side's server logged while the requests were posted
+    expect: str  # the row's Expect line
+
+
+def pasted(repo, shas: dict[str, str], report: str, heading: str, where: Path) -> Pasted:
     """The row's printed blocks run as a reader would: each side's server line by `sh` from the
     root of a checkout of its revision under `where` (each checked to see the configuration's
-    environment), then the requests block by `sh` once: each side's JSON answers in order, and
-    the row's Expect line."""
+    environment), then the requests block by `sh` once."""
     servers, posts = sh_blocks(report, heading)
     expect = report.split(heading, 1)[1].split("Expect: ", 1)[1].split("\n", 1)[0]
     port = two_free_ports()
@@ -118,11 +127,14 @@ def pasted(repo, shas: dict[str, str], report: str, heading: str, where: Path) -
                           if "refserver" in p.cmdline())
             assert server.environ().get("SGLANG_SWA_EVICTION_INTERVAL") == "16", servers  # the config's env
             assert server.cwd() == str(root)
+        marks = {role: (where / f"{role}.log").stat().st_size for role in ("base", "candidate")}
         proc = subprocess.run(["sh", "-e", "-c", "\n".join(posts)], cwd=where, capture_output=True, text=True,
                               env=reader_env(port), timeout=300)
         assert proc.returncode == 0, proc.stderr
         answers = answers_by_server(proc.stdout)
-        return {role: answers[port + offset] for offset, role in enumerate(("base", "candidate"))}, expect
+        logs = {role: (where / f"{role}.log").read_bytes()[mark:].decode() for role, mark in marks.items()}
+        return Pasted({role: answers[port + offset] for offset, role in enumerate(("base", "candidate"))}, logs,
+                      expect)
     finally:
         for server in started:  # each server this test started, by its own process group
             if server.poll() is None:
@@ -142,8 +154,8 @@ def test_the_pasted_reproducer_of_an_order_only_change_starts_both_servers_and_s
 
     report = (tmp_path / "out" / "report.md").read_text()
     assert "NOT reproduced" not in report and "Not reproduced" not in report
-    answers, expect = pasted(repo, {"base": base, "candidate": cand}, report, "#### det / `kl`", tmp_path / "paste")
-    decode = {role: answers[role][0] for role in answers}
+    seen = pasted(repo, {"base": base, "candidate": cand}, report, "#### det / `kl`", tmp_path / "paste")
+    decode, expect = {role: answers[0] for role, answers in seen.answers.items()}, seen.expect
     base_ids, cand_ids = top_ids(decode["base"], 0), top_ids(decode["candidate"], 0)
     # the difference the row states, in the answers the pasted lines got
     assert cand_ids == base_ids[::-1] and cand_ids != base_ids, (base_ids, cand_ids)
@@ -177,9 +189,33 @@ def test_an_accept_length_row_gets_its_request_checked_by_its_accept_length_and_
     assert [r["what"] for r in rep["requests"]] == ["start cold", "turn 1 of prompt 0"], rep["requests"]
 
     report = (tmp_path / "out" / "report.md").read_text()
-    answers, expect = pasted(repo, {"base": base, "candidate": cand}, report, "#### det / `accept_length`",
-                             tmp_path / "paste")
-    accepted = {role: answers[role][0]["meta_info"]["spec_accept_length"] for role in answers}
+    seen = pasted(repo, {"base": base, "candidate": cand}, report, "#### det / `accept_length`", tmp_path / "paste")
+    accepted, expect = {role: answers[0]["meta_info"]["spec_accept_length"] for role, answers in seen.answers.items()}, \
+        seen.expect
     assert accepted["candidate"] < accepted["base"], accepted
     shown = fmt_pair(accepted["base"], accepted["candidate"])
     assert f"turn 1's accept length: base {shown[0]}, candidate {shown[1]}" in expect, expect
+
+
+def test_an_swa_plateau_row_gets_its_request_read_from_the_log_and_pasted_holds_what_it_says(tmp_path, no_leftovers):
+    """`swa-leak-one` keeps one token more than the window at each eviction: the plateau moves by
+    one, the peak does not. The row gets its request, verified by the plateau its servers log;
+    pasted, the servers run with the configuration's eviction interval (16: without it they
+    would evict every 128 steps and hold other counts), and their logs show what Expect says."""
+    repo, base, cand = planted(tmp_path, "swa-leak-one")
+    suite = tmp_path / "swa.toml"
+    suite.write_text((ROOT / "suites/demo-swa.toml").read_text().replace('"../fixtures', f'"{ROOT}/fixtures'))
+    code, result, _ = run_pair(repo, base, cand, suite, tmp_path / "out", "--config", "no-spec")
+    comp = next(c for c in result["comparisons"] if c["probe"] == "swa_peak")
+    assert code == 1 and comp["decided_by"] == "swa_plateau", comp["note"]
+    verification = comp["reproducer"]["verification"]
+    assert verification["reproduced"] == verification["attempts"] >= 2, verification
+
+    report = (tmp_path / "out" / "report.md").read_text()
+    seen = pasted(repo, {"base": base, "candidate": cand}, report, "#### no-spec / `swa_peak`", tmp_path / "paste")
+    curves = {role: swa_curve(log) for role, log in seen.logs.items()}
+    plateaus = {role: plateau(curve) for role, curve in curves.items()}
+    assert plateaus["candidate"] == plateaus["base"] + 1, plateaus
+    for role, curve in curves.items():
+        assert f"the {role}'s server logged {len(curve.held)} Decode lines: peak {max(curve.held)} SWA tokens held, " \
+               f"plateau {fmt(plateaus[role])}" in seen.expect, seen.expect
