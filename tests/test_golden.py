@@ -31,6 +31,7 @@ from conftest import DATA, detcheck
 from harness.report.console import ConsoleReport
 from harness.report.markdown import MarkdownReport
 from harness.result_files import read_run, upgraded
+from harness.redaction import REDACTED
 from harness.results import RunResult
 
 CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl", "softcap-verified", "throughput-level"]
@@ -209,3 +210,33 @@ def test_combined_report_over_two_matrix_entries_golden(tmp_path):
     assert proc.returncode == 0, proc.stderr
     check_golden(DATA / "combined-entries.md", proc.stdout)
     assert "sides measured in turn" in proc.stdout.split("### ")[1] and "in turn" not in proc.stdout.split("### ")[2]
+
+
+def test_a_server_line_runs_as_the_run_started_it_from_the_root_of_a_checkout(tmp_path):
+    """The configuration's environment (a redacted value read from the reader's own), the
+    revision's code on PYTHONPATH in front of the configuration's own, a worktree's file as its
+    path in the checkout, any other path as the run used it; run by `sh`, the server (a stub)
+    gets exactly that."""
+    from harness.report.markdown import server_line
+
+    worktree = "/cache/detcheck/worktrees/repo-1a2b/0123456789ab"
+    argv = ["-m", "refserver", "--model-path", "/models/tiny llama", "--port", "4000",
+            "--chat-template", f"{worktree}/python/templates/chat.jinja"]
+    env = {"SGLANG_SWA_EVICTION_INTERVAL": "16", "HF_TOKEN": REDACTED, "NOTE": "a b'c", "PYTHONPATH": "/opt/extra"}
+    line = server_line(argv, env, "python", "$CANDIDATE_PORT")
+    assert line == ("env SGLANG_SWA_EVICTION_INTERVAL=16 \"HF_TOKEN=$HF_TOKEN\" 'NOTE=a b'\"'\"'c' "
+                    "PYTHONPATH=python:/opt/extra python3 -m refserver --model-path '/models/tiny llama' "
+                    "--port \"$CANDIDATE_PORT\" --chat-template python/templates/chat.jinja")
+    stub = tmp_path / "bin" / "python3"
+    stub.parent.mkdir()
+    stub.write_text(f"#!/bin/sh\nenv > '{tmp_path}/env'\nprintf '%s\\n' \"$@\" > '{tmp_path}/argv'\n")
+    stub.chmod(0o755)
+    proc = subprocess.run(["sh", "-c", f"CANDIDATE_PORT=4001\n{line}"], capture_output=True, text=True,
+                          env={"PATH": f"{stub.parent}:/usr/bin:/bin", "HF_TOKEN": "sk-reader"})
+    assert proc.returncode == 0, proc.stderr
+    seen = dict(row.split("=", 1) for row in (tmp_path / "env").read_text().splitlines() if "=" in row)
+    assert {k: seen[k] for k in env} == {"SGLANG_SWA_EVICTION_INTERVAL": "16", "HF_TOKEN": "sk-reader",
+                                         "NOTE": "a b'c", "PYTHONPATH": "python:/opt/extra"}
+    assert (tmp_path / "argv").read_text().splitlines() == [
+        "-m", "refserver", "--model-path", "/models/tiny llama", "--port", "4001", "--chat-template",
+        "python/templates/chat.jinja"]

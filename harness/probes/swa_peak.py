@@ -263,7 +263,7 @@ def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult)
                          f"plateau {flat}{extra}")
         return "; ".join(parts)
 
-    stored = fmt_pair(*(float(x.samples[i][SAMPLE_KEYS[what]]) for x in (base, cand)))
+    stored = fmt_pair(float(base.samples[i][SAMPLE_KEYS[what]]), float(cand.samples[i][SAMPLE_KEYS[what]]))
     return with_form(Reproducer(
         prompts=(i,), first_divergent={"index": i, "metric": what},
         requests=requests,

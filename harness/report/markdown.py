@@ -18,7 +18,7 @@ from harness.report.format import portable, portable_path
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
                                  revision_label, rows)
-from harness.results import (PORT_VARIABLE, REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
+from harness.results import (REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
                              RunResult, Status)
 from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
                              shell_join)
