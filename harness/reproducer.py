@@ -177,7 +177,7 @@ def order_form(requests, answer: int, replay: int, shortest: int, full: int) -> 
         start = len(cold.input_top_logprobs) - len(tops)
         pairs = tuple((top, cold.input_top_logprobs[start + t] if start + t >= 0 else None)
                       for t, top in enumerate(tops))
-        first = next((t for t, (a, r) in enumerate(pairs) if _ordered(a) != _ordered(r)), None)
+        first = next((t for t, (a, r) in enumerate(pairs) if ordered_entries(a) != ordered_entries(r)), None)
         return Observed(first, pairs)
 
     def words(b: Observed, c: Observed) -> str:
@@ -191,24 +191,31 @@ def order_form(requests, answer: int, replay: int, shortest: int, full: int) -> 
 
 
 
-def _ordered(top: Any) -> list[tuple[float, int]] | None:
-    # A fresh answer's tuples and a stored cell's lists compare alike.
+def ordered_entries(top: Any) -> list[tuple[float, int]] | None:
+    """A top-k list as (logprob, token id) pairs in the order served: a fresh answer's tuples and
+    a stored cell's lists compare alike (None where the answer had none)."""
     return None if top is None else [(float(e[0]), int(e[1])) for e in top]
 
 
 
 def order_text(side: str, points: Sequence[tuple[Any, Any]], at: int) -> str:
-    """"the candidate's decode listed top-k ids [5, 9, 2], its replay [2, 9, 5] (the same
-    entries, another order)" at output position `at` of one side's (decode, replay) top-k lists."""
+    """At output position `at` of one side's (decode, replay) top-k lists: "the candidate's
+    decode listed top-k ids [5, 9, 2], its replay [2, 9, 5] (the same entries, another order)",
+    or where the ids agree, the first entry whose logprob does not."""
     if at >= len(points):
         return f"the {side} answered no output position {at}"
-    mine, replay = points[at]
-    if _ordered(mine) == _ordered(replay):
-        return f"the {side}'s decode listed top-k ids {list(ordered_ids(mine) or ())}, as its replay did"
-    alike = _ordered(mine) is not None and _ordered(replay) is not None and \
-        sorted(_ordered(mine) or ()) == sorted(_ordered(replay) or ())
-    return (f"the {side}'s decode listed top-k ids {list(ordered_ids(mine) or ())}, its replay "
-            f"{list(ordered_ids(replay) or ())}" + (" (the same entries, another order)" if alike else ""))
+    mine, replay = (ordered_entries(x) for x in points[at])
+    ids = [list(ordered_ids(x) or ()) for x in points[at]]
+    if mine == replay:
+        return f"the {side}'s decode listed top-k ids {ids[0]}, as its replay did"
+    if mine is not None and replay is not None and ids[0] == ids[1]:
+        k = next(k for k, (a, b) in enumerate(zip(mine, replay)) if a != b)
+        shown = fmt_distinct([mine[k][0], replay[k][0]])
+        return (f"the {side}'s decode listed the top-k ids of its replay, {ids[0]}, but logprob {shown[0]} for "
+                f"token {mine[k][1]} where its replay has {shown[1]}")
+    alike = mine is not None and replay is not None and sorted(mine) == sorted(replay)
+    return (f"the {side}'s decode listed top-k ids {ids[0]}, its replay {ids[1]}"
+            + (" (the same entries, another order)" if alike else ""))
 
 
 

@@ -23,8 +23,8 @@ from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_
                                    judge_gate, kl_metric, require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.reproducer import (FLUSH, OWN_OUTPUT, Form, cell_top_k, decode_request, divergent_side, each_side,
-                                noisy_decode, order_form, order_text, score_request, self_form, with_form,
-                                workload_prompts)
+                                noisy_decode, order_form, order_text, ordered_entries, score_request, self_form,
+                                with_form, workload_prompts)
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
 from harness.verdict_stats import Kind
 
@@ -134,8 +134,8 @@ FIGURES = (
 
 
 def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
-    if comp.decided_by == "topk_first_divergent":
-        return _order_reproducer(comp, base, cand)
+    if comp.decided_by in ("topk_kl", "topk_first_divergent"):
+        return _topk_reproducer(comp, base, cand)
     found, prompts = divergent_side(base, cand), workload_prompts(cand)
     if found is None or prompts is None:
         return None
@@ -167,25 +167,32 @@ def _shrunk(cand: CellResult, i: int, full: int, j: int, why: str = "a greedy to
             f"max_new_tokens {full} → {j + 1} ({why} only on those before)")
 
 
-def _order_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
-    """A row decided by the order of a top-k list (`topk_first_divergent`): the first prompt
-    whose first position of a reordered list differs between the sides, decoded up to that
-    position and replayed, checked as an order change (`order_form`), not by the logprobs an
-    order change leaves alone."""
-    decided, prompts = comp.metrics.get("topk_first_divergent"), workload_prompts(cand)
-    b, c = base.metric("topk_first_divergent"), cand.metric("topk_first_divergent")
+def _topk_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """A row decided by a top-k list (its KL over the alternatives, or its order): the first
+    prompt whose figure differs, decoded up to the first position where a side's decode top-k
+    list departs from its replay's and replayed, checked as top-k lists in order (`order_form`),
+    not by the sampled tokens' logprobs, which such a change leaves alone."""
+    decided, prompts = comp.metrics.get(comp.decided_by or ""), workload_prompts(cand)
     i = None if decided is None else decided.first_difference
-    if i is None or b is None or c is None or prompts is None or i >= min(len(b.values), len(c.values), len(prompts)):
+    if i is None or prompts is None or i >= min(len(base.samples), len(cand.samples), len(prompts)):
         return None
-    side, cell = ("candidate", cand) if c.values[i] < b.values[i] else ("base", base)
-    j, output = int(min(b.values[i], c.values[i])), cell.samples[i]["output_ids"]
-    decode = _decode_and_replay(prompts[i], output, side, cell_top_k(cand))
+
     def stored(x: CellResult) -> list[tuple[Any, Any]]:  # a side's (decode, replay) top-k lists of prompt i
-        s = x.samples[i] if i < len(x.samples) else {}
+        s = x.samples[i]
         return list(zip(s.get("decode_top_logprobs") or [], s.get("replay_top_logprobs") or []))
+
+    def departure(x: CellResult) -> int | None:
+        return next((t for t, (d, r) in enumerate(stored(x)) if ordered_entries(d) != ordered_entries(r)), None)
+
+    departs = [(j, side, x) for side, x in (("candidate", cand), ("base", base)) if (j := departure(x)) is not None]
+    if not departs:
+        return None
+    j, side, cell = min(departs, key=lambda found: found[0])  # the candidate first where both depart there
+    output = cell.samples[i]["output_ids"]
+    decode = _decode_and_replay(prompts[i], output, side, cell_top_k(cand))
     seen = "; ".join(order_text(name, stored(x), j) for name, x in (("base", base), ("candidate", cand)))
     return with_form(Reproducer(
-        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode top-k order vs cold replay",
+        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode top-k list vs cold replay",
                                        "side": side},
         requests=decode(j + 1),
         expect=(f"on the {side}, the decode's output_top_logprobs[{j}] is not the replay's input_top_logprobs there "
