@@ -254,7 +254,7 @@ def in_checkout(path: str) -> str:
     revision's worktree (<cache>/worktrees/<repo>/<sha>/<tree>) as its path in the tree, any
     other path as it is."""
     parts = PurePosixPath(path).parts
-    if WORKTREES in parts[:-1]:
+    if path.startswith("/") and WORKTREES in parts[:-1]:  # a whole word that is a path, never `--flag=/…`
         at = len(parts) - 1 - parts[::-1].index(WORKTREES)
         if len(parts) > at + 3:
             return "/".join(parts[at + 3:])
