@@ -219,3 +219,23 @@ def test_an_swa_plateau_row_gets_its_request_read_from_the_log_and_pasted_holds_
     for role, curve in curves.items():
         assert f"the {role}'s server logged {len(curve.held)} Decode lines: peak {max(curve.held)} SWA tokens held, " \
                f"plateau {fmt(plateaus[role])}" in seen.expect, seen.expect
+
+
+def test_hits_that_reuse_less_get_the_hit_that_shows_it_checked_by_its_cached_tokens(tmp_path):
+    """`cache-reuse-less` matches three quarters of the common prefix: every logprob the same, the
+    hits reuse fewer tokens (the decode row's k3 reads different only by a hit it lost). Each row
+    gets one prompt's seed and the turn that hits, checked by the cached_tokens it reports."""
+    repo, base, cand = planted(tmp_path, "cache-reuse-less")
+    suite = refserver_suite(tmp_path / "s.toml", ["prefill_cache_hit", "decode_cache_hit"], "mamba_track_interval = 16\n",
+                            prompts=2, prompt_len=(40, 90), output_len=32)
+    code, result, _ = run_pair(repo, base, cand, suite, tmp_path / "out")
+    assert code == 1
+    for probe in ("prefill_cache_hit", "decode_cache_hit"):
+        rep = next(c for c in result["comparisons"] if c["probe"] == probe)["reproducer"]
+        assert rep["first_divergent"]["what"] == "cached_tokens of the turn that hits", rep
+        assert [r["path"] for r in rep["requests"]] == ["/flush_cache", "/generate", "/generate"], rep["requests"]
+        v = rep["verification"]
+        assert v["reproduced"] == v["attempts"] >= 2, v
+        shown = re.fullmatch(r"the turn that hits the cache reported cached_tokens (\d+) on the base, (\d+) on the "
+                             r"candidate", v["observed"])
+        assert shown and int(shown.group(2)) < int(shown.group(1)), v["observed"]
