@@ -167,8 +167,9 @@ def order_form(requests, answer: int, replay: int, shortest: int, full: int) -> 
     """Each side's decode (request `answer`) against its own cold replay (request `replay`):
     the first output position whose top-k list, as (logprob, token id) pairs in the order
     served, differs from the replay's there (None: none does), compared across the sides. What
-    kl's `topk_first_divergent` decides on: an order change leaves every logprob, and so
-    `self_form`'s gaps, as they were."""
+    kl's `topk_first_divergent` and `topk_kl` decide on: a reordered list, or an alternative's
+    logprob that moved, leaves every sampled token's logprob, and so `self_form`'s gaps, as they
+    were."""
     def read(_size: int, gens: list) -> Observed:
         got, cold = gens[answer], gens[replay]
         if got is None or cold is None:
