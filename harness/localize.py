@@ -63,7 +63,8 @@ from harness.results import REPRODUCER_PORT, ProbeComparison, Role, RunResult
 from harness.revisions import Revision
 from harness.server import launch
 from harness.suite import Suite
-from harness.targets import HOST, TRANSIENT_LAUNCH_FAILURES, Target, foreign_server_argv
+from harness.targets import (CONFIG_ENV_NAMES, CONFIG_ENV_PREFIXES, HOST, TRANSIENT_LAUNCH_FAILURES, Target,
+                             configuration_may_set, foreign_server_argv)
 from harness.textfmt import fmt, md_code, md_table, plural
 from harness.verdict_stats import Kind, Verdict
 from harness.verify import post_all
@@ -331,20 +332,6 @@ def check_dumper(target: Target, worktree: Path | None, role: Role, sha: str) ->
     if source is None or not source.is_file() or mark not in source.read_text(errors="replace"):
         raise UsageError(f"the {role.value} ({sha[:12]}) has no tensor dumper with module hooks ({path}, "
                          f"{mark}): nothing can be localized there")
-
-
-# What a configuration may set in its servers' environment from a results.json alone (one may
-# come from elsewhere: a CI artifact): SGLang's own switches and the GPUs a server sees. Anything
-# else (OPENSSL_CONF, GCONV_PATH, PATH, LD_PRELOAD, PYTHONPATH, … whatever else a loader reads)
-# is set only as the suite's own configuration (`--suite`) sets it; so is a value that names a
-# file or directory, whatever its variable: a switch takes a number or a word, not a path.
-CONFIG_ENV_PREFIXES = ("SGLANG_", "SGL_")
-CONFIG_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
-_PATH_LIKE = re.compile(r"[/\\~]")
-
-
-def configuration_may_set(name: str, value: str) -> bool:
-    return (name.startswith(CONFIG_ENV_PREFIXES) or name in CONFIG_ENV_NAMES) and not _PATH_LIKE.search(value)
 
 
 @dataclass(frozen=True)

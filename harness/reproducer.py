@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from harness.client import Logprobs, generate_body
 from harness.suite import WorkloadSpec
 from harness.results import CellResult, Reproducer, Request
-from harness.textfmt import fmt_pair, value_label
+from harness.textfmt import fmt_distinct, fmt_pair, value_label
 from harness.workloads import build
 
 
@@ -66,6 +66,14 @@ class Form:
     # probe's): each side's answers are then read as the pair (this configuration's, the
     # reference's), and every attempt posts to both servers of each side.
     reference: str = ""
+    # What the row decided on is in the server's log (the SWA pool's `#swa token` per Decode
+    # line), not in its answers: each side's answers are then read as the pair (answers, the log
+    # its server wrote while they were posted).
+    reads_log: bool = False
+    # What it decided on depends on what the server ran before (SGLang's SWA eviction cadence
+    # counts every batch since the server started): posted only to servers started for it, and
+    # published as their first attempt saw it, which is what a reader's fresh servers repeat.
+    fresh_servers: bool = False
 
     @property
     def servers_per_side(self) -> int:
@@ -141,17 +149,74 @@ def self_form(requests, answer: int, replay: int, shortest: int, full: int, dire
                    if t < len(side.points) and side.points[t][0] != side.points[t][1]), None)
         if at is None:
             return f"on both sides every one of {n} output positions equals its replay"
-        parts = []
-        for side, seen in (("base", b), ("candidate", c)):
-            if at >= len(seen.points):
-                parts.append(f"the {side} answered no output position {at}")
-                continue
-            shown = returned_pair(*seen.points[at])
-            parts.append(f"the {side}'s {name} returned {shown[0]}, its replay {shown[1]}"
-                         + (" (equal)" if seen.points[at][0] == seen.points[at][1] else ""))
-        return f"at output position {at}: " + "; ".join(parts)
+        pairs = [("base", b.points[at] if at < len(b.points) else None),
+                 ("candidate", c.points[at] if at < len(c.points) else None)]
+        return f"at output position {at}: " + sides_and_replays(name, pairs, f"the {{}} answered no output position {at}")
 
     return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "", direction)
+
+
+
+def ordered_ids(top: Any) -> tuple[int, ...] | None:
+    """A top-k list's token ids in the order served (None where the answer had none)."""
+    return None if top is None else tuple(int(entry[1]) for entry in top)
+
+
+
+def order_form(requests, answer: int, replay: int, shortest: int, full: int) -> Form:
+    """Each side's decode (request `answer`) against its own cold replay (request `replay`):
+    the first output position whose top-k list, as (logprob, token id) pairs in the order
+    served, differs from the replay's there (None: none does), compared across the sides. What
+    kl's `topk_first_divergent` and `topk_kl` decide on: a reordered list, or an alternative's
+    logprob that moved, leaves every sampled token's logprob, and so `self_form`'s gaps, as they
+    were."""
+    def read(_size: int, gens: list) -> Observed:
+        got, cold = gens[answer], gens[replay]
+        if got is None or cold is None:
+            return Observed(None)
+        tops = got.output_top_logprobs
+        start = len(cold.input_top_logprobs) - len(tops)
+        pairs = tuple((top, cold.input_top_logprobs[start + t] if start + t >= 0 else None)
+                      for t, top in enumerate(tops))
+        first = next((t for t, (a, r) in enumerate(pairs) if ordered_entries(a) != ordered_entries(r)), None)
+        return Observed(first, pairs)
+
+    def words(b: Observed, c: Observed) -> str:
+        at = next((x.value for x in (c, b) if x.value is not None), None)
+        if at is None:
+            return f"on both sides each of {len(b.points)} output positions' top-k list equals its replay's, in order"
+        return f"at output position {at}: " + "; ".join(order_text(side, seen.points, at)
+                                                       for side, seen in (("base", b), ("candidate", c)))
+
+    return Form(requests, read, words, shortest, full, "max_new_tokens" if shortest < full else "")
+
+
+
+def ordered_entries(top: Any) -> list[tuple[float, int]] | None:
+    """A top-k list as (logprob, token id) pairs in the order served: a fresh answer's tuples and
+    a stored cell's lists compare alike (None where the answer had none)."""
+    return None if top is None else [(float(e[0]), int(e[1])) for e in top]
+
+
+
+def order_text(side: str, points: Sequence[tuple[Any, Any]], at: int) -> str:
+    """At output position `at` of one side's (decode, replay) top-k lists: "the candidate's
+    decode listed top-k ids [5, 9, 2], its replay [2, 9, 5] (the same entries, another order)",
+    or where the ids agree, the first entry whose logprob does not."""
+    if at >= len(points):
+        return f"the {side} answered no output position {at}"
+    mine, replay = (ordered_entries(x) for x in points[at])
+    ids = [list(ordered_ids(x) or ()) for x in points[at]]
+    if mine == replay:
+        return f"the {side}'s decode listed top-k ids {ids[0]}, as its replay did"
+    if mine is not None and replay is not None and ids[0] == ids[1]:
+        k = next(k for k, (a, b) in enumerate(zip(mine, replay)) if a != b)
+        shown = fmt_distinct([mine[k][0], replay[k][0]])
+        return (f"the {side}'s decode listed the top-k ids of its replay, {ids[0]}, but logprob {shown[0]} for "
+                f"token {mine[k][1]} where its replay has {shown[1]}")
+    alike = mine is not None and replay is not None and sorted(mine) == sorted(replay)
+    return (f"the {side}'s decode listed top-k ids {ids[0]}, its replay {ids[1]}"
+            + (" (the same entries, another order)" if alike else ""))
 
 
 
@@ -278,13 +343,26 @@ def each_side(answer: tuple[str, str], base: CellResult, cand: CellResult, sampl
     position 3: the base's decode returned -1.24, its replay -1.24 (equal); the candidate's decode returned
     -1.2399, its replay -1.2389": never a side assumed equal."""
     name, key = answer
-    parts = []
+    pairs = []
     for side, cell in (("base", base), ("candidate", cand)):
         mine, replay = sample_value(cell, sample, key, position), sample_value(cell, sample, "replay_logprobs", position)
-        if mine is None or replay is None:
-            parts.append(f"the {side}'s samples hold no output position {position}")
+        pairs.append((side, None if mine is None or replay is None else (mine, replay)))
+    return f"observed {where}: " + sides_and_replays(name, pairs, f"the {{}}'s samples hold no output position {position}")
+
+
+def sides_and_replays(name: str, pairs: Sequence[tuple[str, tuple[Any, Any] | None]], missing: str) -> str:
+    """Each side's answer (`name`: "decode", "hit") and its replay at one position, all four
+    values at the digits that tell apart every two that differ, across the sides too: "the
+    base's hit returned -0.77745, its replay -0.77612; the candidate's hit returned -0.77749, its
+    replay -0.77612" (`pairs`: (side, (answer, replay)); None where the side has no such
+    position, said as `missing` with the side in it: "the {} answered no output position 3")."""
+    values = [v for _, pair in pairs if pair is not None for v in pair]
+    shown = iter(fmt_distinct(values) if all(isinstance(v, float) for v in values) else map(str, values))
+    parts = []
+    for side, pair in pairs:
+        if pair is None:
+            parts.append(missing.format(side))
             continue
-        shown = returned_pair(mine, replay)
-        parts.append(f"the {side}'s {name} returned {shown[0]}, its replay {shown[1]}"
-                     + (" (equal)" if mine == replay else ""))
-    return f"observed {where}: " + "; ".join(parts)
+        mine, replay = next(shown), next(shown)
+        parts.append(f"the {side}'s {name} returned {mine}, its replay {replay}" + (" (equal)" if pair[0] == pair[1] else ""))
+    return "; ".join(parts)

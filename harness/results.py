@@ -278,9 +278,10 @@ class Request:
     what: str
     path: str  # "/generate" or "/flush_cache"
     body: dict[str, Any] | None = None
-    # A replay of a side's own answer: (k, n) — posted with the body's first n input ids and the
-    # output ids that request k's answer returned on that side (the body holds one side's stored
-    # output in their place, which the curl line sends as it is).
+    # A replay (or next turn) of a side's own answer: (k, n) — posted with the body's first n input
+    # ids, the output ids that request k's answer returned on that side, then the body's ids after
+    # the stored output (request k's max_new_tokens of them: a next turn's new text). The body
+    # holds one side's stored output in their place, which the curl line sends as it is.
     follows: tuple[int, int] | None = None
 
     def curl(self, port: int = REPRODUCER_PORT) -> str:
@@ -288,9 +289,11 @@ class Request:
         return shlex.join(self._curl_argv(f"http://127.0.0.1:{port}{self.path}"))
 
     def curl_to_port_variable(self) -> str:
-        """The curl line to the server on the shell's `$PORT` (report.md's, after its
-        `PORT=${PORT:-30000}`): the port the only expansion, the path from the file quoted."""
-        return shell_join(self._curl_argv(ShellText(f'"http://127.0.0.1:{PORT_VARIABLE}"' + shlex.quote(self.path))))
+        """The curl line to the server on the shell's `$PORT` (report.md's, which sets it to each
+        server's port in turn): the port the only expansion, the path from the file quoted, the
+        answer ended by a line break (`-w '\\n'`) so that each answer is a line of its own."""
+        argv = self._curl_argv(ShellText(f'"http://127.0.0.1:{PORT_VARIABLE}"' + shlex.quote(self.path)))
+        return shell_join([*argv[:2], "-w", "\\n", *argv[2:]])
 
     def _curl_argv(self, url: str) -> list[str]:
         argv = ["curl", "-s", "-X", "POST", url]

@@ -181,6 +181,20 @@ def foreign_server_argv(target: str, argv: Sequence[object]) -> str:
     return f"results.json's server argv does not start {start}"
 
 
+# What a configuration may set in its servers' environment from a results.json alone (one may
+# come from elsewhere: a CI artifact): SGLang's own switches and the GPUs a server sees. Anything
+# else (OPENSSL_CONF, GCONV_PATH, PATH, LD_PRELOAD, PYTHONPATH, … whatever else a loader reads)
+# is set only as the suite's own configuration (`--suite`) sets it; so is a value that names a
+# file or directory, whatever its variable: a switch takes a number or a word, not a path.
+CONFIG_ENV_PREFIXES = ("SGLANG_", "SGL_")
+CONFIG_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
+_PATH_LIKE = re.compile(r"[/\\~]")
+
+
+def configuration_may_set(name: str, value: str) -> bool:
+    return (name.startswith(CONFIG_ENV_PREFIXES) or name in CONFIG_ENV_NAMES) and not _PATH_LIKE.search(value)
+
+
 def get_target(name: str, python: str | None = None) -> Target:
     base = TARGETS[name]
     return base if python is None else dataclasses.replace(base, python=python)

@@ -6,9 +6,10 @@ harness/report/format.py."""
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import shlex
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -44,6 +45,29 @@ def fmt_pair(a: float, b: float, digits: int = 3) -> tuple[str, str]:
         if shown[0] != shown[1] or a == b:
             return shown
     return repr(a), repr(b)
+
+
+def fmt_distinct(values: Sequence[Any], digits: int = 3) -> list[str]:
+    """Several values of an exact comparison shown together (each side's answer and replay),
+    every float to the significant digit where any two that differ first differ (`digits` at
+    least): two pairs each told apart within itself ("hit -0.777, replay -0.776" on both sides)
+    may still hide that the sides differ (-0.77745 vs -0.77749). Other values as they are."""
+    finite = sorted({v for v in values if isinstance(v, float) and math.isfinite(v)})
+    d = max([digits, *(_first_differing_digit(a, b) for a, b in zip(finite, finite[1:]))])
+    shown = [fmt(v, d) if isinstance(v, float) else str(v) for v in values]
+    if len({fmt(v, d) for v in finite}) == len(finite):
+        return shown
+    return [repr(v) if isinstance(v, float) else str(v) for v in values]  # beyond what fmt shows (≥ 1000)
+
+
+def _first_differing_digit(a: float, b: float) -> int:
+    """The significant digit (1: the first) at which two different finite floats first differ."""
+    x, y = f"{a:.16e}", f"{b:.16e}"
+    (mx, ex), (my, ey) = x.split("e"), y.split("e")
+    if ex != ey or (a < 0) != (b < 0):
+        return 1
+    return next((i for i, (p, q) in enumerate(zip(mx.lstrip("-").replace(".", ""), my.lstrip("-").replace(".", "")), 1)
+                 if p != q), 17)
 
 
 def displayable(text: str) -> str:

@@ -23,7 +23,7 @@ answered in words): the published expectation is what was observed, never assume
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from harness.client import Generation, SGLangClient
 from harness.errors import ServerError
@@ -36,13 +36,16 @@ DEFAULT_REPEATS = 2
 
 
 # One side's answers in request order; for a reference form (`Form.reference`), the pair of
-# this configuration's and the reference configuration's.
-Answers = list[Generation | None] | tuple[list[Generation | None], list[Generation | None]]
+# this configuration's and the reference configuration's; for a form that reads the log
+# (`Form.reads_log`), the pair of the answers and the log its server wrote meanwhile.
+Answers = (list[Generation | None] | tuple[list[Generation | None], list[Generation | None]]
+           | tuple[list[Generation | None], str])
 
 
 def post_all(client: SGLangClient, requests: Sequence[Request]) -> list[Generation | None]:
     """Each request to one server, in order: a /generate answer (the first of a batch), None
-    for a flush; a replay that follows an earlier answer scores that answer's own output."""
+    for a flush; a request that follows an earlier answer carries that answer's own output (a
+    replay scores it, a next turn continues it)."""
     answers: list[Generation | None] = []
     for request in requests:
         if request.path == "/flush_cache":
@@ -50,10 +53,14 @@ def post_all(client: SGLangClient, requests: Sequence[Request]) -> list[Generati
             answers.append(None)
             continue
         body = request.body or {}
-        if request.follows is not None:  # a replay of what this side's own answer k returned
+        if request.follows is not None:  # a replay (or a next turn) of what this side's own answer k returned
             k, n = request.follows
             earlier = answers[k]
-            body = {**body, "input_ids": list(body["input_ids"][:n]) + list(earlier.output_ids if earlier else ())}
+            # the body holds one side's stored output of request k's max_new_tokens after its first
+            # n ids; what comes after that (a next turn's new text) is kept
+            stored = int(((requests[k].body or {}).get("sampling_params") or {}).get("max_new_tokens", 0))
+            ids = list(body["input_ids"])
+            body = {**body, "input_ids": ids[:n] + list(earlier.output_ids if earlier else ()) + ids[n + stored:]}
         ids = body.get("input_ids") or []
         batch = len(ids) if ids and isinstance(ids[0], list) else 1
         answers.append(client.generate_from(body, batch)[0])
@@ -83,7 +90,8 @@ class _Attempts:
         cand = self.form.read(size, self.post(Role.CANDIDATE, requests))
         shows = self.form.reproduced(base, cand)
         self.tried.append((size, shows))
-        self.seen[size] = (base, cand)
+        # the first attempt at a size is published: what fresh servers answer (`Form.fresh_servers`)
+        self.seen.setdefault(size, (base, cand))
         return shows
 
     def confirm(self, size: int, repeats: int) -> None:
@@ -118,23 +126,41 @@ def search(form: Form, post: Callable[[Role, Sequence[Request]], Answers], budge
     return hi, tries
 
 
+class ServerLog(Protocol):
+    """A server's log as verify reads it (harness.server.ServerProcess)."""
+
+    def log_size(self) -> int: ...
+
+    def log_since(self, offset: int) -> str: ...
+
+
 def verify(rep: Reproducer, clients: dict[Role, SGLangClient], servers: str, budget: int = REPRODUCER_BUDGET,
-           repeats: int = DEFAULT_REPEATS, reference: dict[Role, SGLangClient] | None = None) -> Reproducer:
+           repeats: int = DEFAULT_REPEATS, reference: dict[Role, SGLangClient] | None = None,
+           logs: Mapping[Role, ServerLog] | None = None) -> Reproducer:
     """`rep` as posted to `clients` (a server per side; `servers`: "still up" or "relaunched"):
     its requests at the size that shows the difference, what each side answered there, and the
     record of every attempt. A reproducer without a form (no requests) is returned as it is.
     A reproducer against a reference configuration (`Form.reference`) is posted to that
-    configuration's server of each side too (`reference`), each side's answers read as the pair."""
+    configuration's server of each side too (`reference`), each side's answers read as the pair;
+    one whose figure is in the server's log (`Form.reads_log`) reads each side's answers with
+    what its server (`logs`) wrote while they were posted."""
     form = rep.form
     if form is None or not rep.requests:
         return rep
     if form.reference and reference is None:
         return not_verified(rep, f"no server of the reference configuration {form.reference} was started", servers,
                             budget)
+    if form.reads_log and (logs is None or any(role not in logs for role in clients)):
+        return not_verified(rep, "what it decided on is in the servers' logs, and no log of both sides' servers "
+                                 "was at hand", servers, budget)
 
     def post(role: Role, requests: Sequence[Request]) -> Answers:
         if form.reference and reference is not None:  # not None: checked above
             return post_all(clients[role], requests), post_all(reference[role], requests)
+        if form.reads_log and logs is not None:  # not None: checked above
+            mark = logs[role].log_size()
+            answers = post_all(clients[role], requests)
+            return answers, logs[role].log_since(mark)
         return post_all(clients[role], requests)
 
     try:
@@ -182,7 +208,7 @@ def _expect(rep: Reproducer, v: Verification) -> str:
         return f"observed on the servers of both sides ({v.reproduced} of {v.attempts} attempts): {said}"
     if v.reproduced:
         return (f"observed on the servers of both sides, in only {v.reproduced} of {v.attempts} attempts: "
-                f"{said} (the last attempt)")
+                f"{said} (the first attempt)")
     return (f"NOT reproduced on the servers of both sides (0 of {v.attempts} attempts): {said}; what the run "
             f"measured: {rep.expect}")
 

@@ -31,6 +31,7 @@ from conftest import DATA, detcheck
 from harness.report.console import ConsoleReport
 from harness.report.markdown import MarkdownReport
 from harness.result_files import read_run, upgraded
+from harness.redaction import REDACTED
 from harness.results import RunResult
 
 CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl", "softcap-verified", "throughput-level"]
@@ -93,12 +94,12 @@ def test_each_rows_reproducer_starts_that_rows_servers_shell_quoted():
     check_golden(DATA / "per-row-argv.md", text)
     det, graphs = text.split("#### graphs / `revision_kl`")
     det = det.split("#### det / `revision_kl`")[1]
-    assert "--cuda-graph-max-bs" not in det and det.count("python3 -m refserver") == 1  # one line: both sides agree
-    base, cand = (line for line in graphs.splitlines() if line.startswith("python3 "))
+    assert "--cuda-graph-max-bs" not in det and det.count("python3 -m refserver") == 2  # a line per side
+    base, cand = (line for line in graphs.splitlines() if line.startswith("env "))
     model = shlex.quote("models/tiny llama's")
-    assert base == (f'python3 -m refserver --model-path {model} --host 127.0.0.1 --port "$PORT" '
-                    "--enable-deterministic-inference --cuda-graph-max-bs 8")
-    assert cand == base + " --enable-torch-compile"
+    assert base == (f'env PYTHONPATH=python python3 -m refserver --model-path {model} --host 127.0.0.1 '
+                    '--port "$BASE_PORT" --enable-deterministic-inference --cuda-graph-max-bs 8')
+    assert cand == base.replace('"$BASE_PORT"', '"$CANDIDATE_PORT"') + " --enable-torch-compile"
 
 
 def test_round_trip_is_lossless():
@@ -131,13 +132,20 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.~/…-])/(?:[\w.-]+/)+[\w.-]*")
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_a_report_holds_no_absolute_path_of_the_machine(name):
+def test_a_report_holds_no_absolute_path_of_the_machine_but_the_model_its_server_lines_start(name):
     """Pasted into a PR, report.md says nothing of where the run was made (the results hold
-    /work/… and /tmp/… paths: the model's, the worktrees', the command's)."""
-    assert ABSOLUTE_PATH.findall(json.dumps(load(name).to_dict()))  # the stored run holds some
+    /work/… and /tmp/… paths: the model's, the worktrees', the command's), but for the model
+    path of a reproducer's server line: that line runs as printed, the model as the run used it."""
+    run = load(name)
+    assert ABSOLUTE_PATH.findall(json.dumps(run.to_dict()))  # the stored run holds some
     markdown = (DATA / f"{name}.md").read_text()
-    assert not ABSOLUTE_PATH.findall(markdown), ABSOLUTE_PATH.findall(markdown)
-    assert markdown == MarkdownReport(load(name)).render()
+    models = {c.metadata["server_argv"][c.metadata["server_argv"].index("--model-path") + 1]
+              for c in run.cells if "--model-path" in c.metadata.get("server_argv", ())}
+    server_lines = [line for line in markdown.splitlines() if line.startswith(("env ", "python3 "))]
+    elsewhere = [line for line in markdown.splitlines() if line not in server_lines]
+    assert not ABSOLUTE_PATH.findall("\n".join(elsewhere)), ABSOLUTE_PATH.findall("\n".join(elsewhere))
+    assert set(ABSOLUTE_PATH.findall("\n".join(server_lines))) <= models, server_lines
+    assert markdown == MarkdownReport(run).render()
 
 
 def test_a_record_whose_cells_were_removed_says_so_above_its_table():
@@ -206,3 +214,37 @@ def test_combined_report_over_two_matrix_entries_golden(tmp_path):
     check = detcheck("report", *runs, "--format", "md", "--check", cwd=tmp_path)
     assert check.returncode == 2 and "the suite the run names ('/tmp/detcheck/tp2.toml') is not here" in check.stderr
     assert "sides measured in turn" in proc.stdout.split("### ")[1] and "in turn" not in proc.stdout.split("### ")[2]
+
+
+def test_a_server_line_runs_as_the_run_started_it_from_the_root_of_a_checkout(tmp_path):
+    """The configuration's environment (a redacted value read from the reader's own), the
+    revision's code on PYTHONPATH in front of the configuration's own, a worktree's file as its
+    path in the checkout, any other path as the run used it; run by `sh`, the server (a stub)
+    gets exactly that."""
+    from harness.report.markdown import server_line
+
+    worktree = "/cache/detcheck/worktrees/repo-1a2b/0123456789ab"
+    argv = ["-m", "refserver", "--model-path", "/models/tiny llama", "--port", "4000",
+            "--chat-template", f"{worktree}/python/templates/chat.jinja"]
+    env = {"SGLANG_SWA_EVICTION_INTERVAL": "16", "HF_TOKEN": REDACTED, "SGLANG_NOTE": "a b'c",
+           "PYTHONPATH": "/opt/extra", "LD_PRELOAD": "/tmp/x.so"}
+    line = server_line("refserver", argv, env, "python", "$CANDIDATE_PORT")
+    # A results file may not set a loader's variable or a path: named, left out of the command.
+    assert line == ("# left out: PYTHONPATH, LD_PRELOAD, which results.json sets for the server and a results "
+                    "file may not (it may change what code runs): add it yourself if you trust the file\n"
+                    "env SGLANG_SWA_EVICTION_INTERVAL=16 \"HF_TOKEN=$HF_TOKEN\" 'SGLANG_NOTE=a b'\"'\"'c' "
+                    "PYTHONPATH=python python3 -m refserver --model-path '/models/tiny llama' "
+                    "--port \"$CANDIDATE_PORT\" --chat-template python/templates/chat.jinja")
+    stub = tmp_path / "bin" / "python3"
+    stub.parent.mkdir()
+    stub.write_text(f"#!/bin/sh\nenv > '{tmp_path}/env'\nprintf '%s\\n' \"$@\" > '{tmp_path}/argv'\n")
+    stub.chmod(0o755)
+    proc = subprocess.run(["sh", "-c", f"CANDIDATE_PORT=4001\n{line}"], capture_output=True, text=True,
+                          env={"PATH": f"{stub.parent}:/usr/bin:/bin", "HF_TOKEN": "sk-reader"})
+    assert proc.returncode == 0, proc.stderr
+    seen = dict(row.split("=", 1) for row in (tmp_path / "env").read_text().splitlines() if "=" in row)
+    assert {k: seen.get(k) for k in env} == {"SGLANG_SWA_EVICTION_INTERVAL": "16", "HF_TOKEN": "sk-reader",
+                                             "SGLANG_NOTE": "a b'c", "PYTHONPATH": "python", "LD_PRELOAD": None}
+    assert (tmp_path / "argv").read_text().splitlines() == [
+        "-m", "refserver", "--model-path", "/models/tiny llama", "--port", "4001", "--chat-template",
+        "python/templates/chat.jinja"]

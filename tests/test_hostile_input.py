@@ -650,16 +650,18 @@ def test_a_step_title_cannot_put_a_command_into_the_reproducers_sh_block(tmp_pat
     proc, argvs = run_with_stubs(requests, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "PWNED").exists(), requests
-    assert all(line.startswith(("# ", "curl ", "PORT=")) for line in requests), requests
-    assert [argv[0] for argv in argvs] == ["curl"] * sum(line.startswith("curl ") for line in requests)
+    assert all(line.startswith(("# ", "curl ", "PORT=", "BASE_PORT=", "for PORT in ", 'echo "# the server on port $PORT"'))
+               or line == "done" for line in requests), requests
+    # to each side's server in turn
+    assert [argv[0] for argv in argvs] == ["curl"] * 2 * sum(line.startswith("curl ") for line in requests)
 
 
 @pytest.mark.parametrize("model", HOSTILE_MODELS)
 def test_a_reproducers_sh_blocks_pasted_whole_run_nothing_but_the_server_and_curl(tmp_path, model):
     """Both ```sh blocks of a *different* row's reproducer (its servers, its requests), each run
     whole by `sh` with stubs for the server's python3 and for curl: nothing of the model
-    directory's name runs, the server gets its recorded argv word for word, and every port is
-    the shell's $PORT."""
+    directory's name runs, each side's server gets its recorded argv word for word on a port of
+    its own from the shell's $PORT, and the requests go to each in turn."""
     blocks = sh_blocks(hostile_report(tmp_path, model))
     servers, requests = blocks[:2]
     for block in blocks:
@@ -668,17 +670,19 @@ def test_a_reproducers_sh_blocks_pasted_whole_run_nothing_but_the_server_and_cur
                     if c["probe"] == "prefill_cache_hit")["metadata"]["server_argv"]
     port = recorded.index("--port") + 1
     shown = [*recorded]
-    shown[shown.index("--model-path") + 1] = f"…/models/{model}"  # as report.md shows any machine's path
-    (server,) = [line for line in servers if line.startswith("python3 ")]  # both sides: the same command
-    assert shlex.split(server) == ["python3", *shown[:port], "$PORT", *shown[port + 1:]]
+    shown[shown.index("--model-path") + 1] = str(tmp_path / "models" / model)  # as the run used it
+    lines = [line for line in servers if line.startswith("env ")]  # a line per side, each its own port
+    assert [shlex.split(line) for line in lines] == [
+        ["env", "PYTHONPATH=python", "python3", *shown[:port], variable, *shown[port + 1:]]
+        for variable in ("$BASE_PORT", "$CANDIDATE_PORT")]
 
     proc, argvs = run_with_stubs(servers, tmp_path, PORT="4321")
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "PWNED").exists(), servers
-    assert argvs == [["python3", *shown[:port], "4321", *shown[port + 1:]]]
+    assert argvs == [["python3", *shown[:port], p, *shown[port + 1:]] for p in ("4321", "4322")]
     proc, argvs = run_with_stubs(requests, tmp_path)  # PORT unset: SGLang's default
     assert proc.returncode == 0 and not (tmp_path / "PWNED").exists(), (proc.stderr, requests)
-    assert [argv[4] for argv in argvs] == [f"http://127.0.0.1:30000{path}" for path in
+    assert [argv[6] for argv in argvs] == [f"http://127.0.0.1:{p}{path}" for p in (30000, 30001) for path in
                                            ("/flush_cache", "/generate", "/generate", "/flush_cache", "/generate")]
 
 

@@ -10,11 +10,13 @@ import shlex
 import pytest
 
 from conftest import DATA
+from harness.client import Generation
 from harness.compare import compare_pair
 from harness.suite import WorkloadSpec
 from harness.probes.determinism import batch
 from harness.reproduce import reproducer
 from harness.result_files import read_run
+from harness.textfmt import fmt_distinct
 from harness.results import CellResult, Metric, Reproducer, Request, RevisionInfo, Role, Status, Verification
 from harness.verdict_stats import Kind, Verdict
 from harness.workloads import build
@@ -113,3 +115,59 @@ def test_a_self_check_reproducer_says_what_each_side_returned_never_that_a_side_
     bit_exact_base = moved(base, -1.239936, -1.239936)
     assert f"the base's {answered} returned -1.24, its replay -1.24 (equal)" in reproducer(
         comp, bit_exact_base, cand, []).expect
+    # Each side's pair told apart within itself ("-0.777, its replay -0.776" on both) hid that the
+    # sides differ: all four values are shown at the digits that tell apart every two that differ.
+    close = reproducer(comp, moved(base, -0.77745, -0.77612), moved(cand, -0.77749, -0.77612), []).expect
+    assert (f"the base's {answered} returned -0.77745, its replay -0.77612; "
+            f"the candidate's {answered} returned -0.77749, its replay -0.77612") in close, close
+
+
+def test_values_shown_together_read_apart_wherever_they_differ():
+    assert fmt_distinct([-0.77745, -0.77612, -0.77749, -0.77612]) == ["-0.77745", "-0.77612", "-0.77749", "-0.77612"]
+    assert fmt_distinct([-0.5, -0.25, -0.5]) == ["-0.5", "-0.25", "-0.5"]
+    assert fmt_distinct([1.0, 1.0 + 2 ** -52]) == ["1", "1.0000000000000002"]
+    assert fmt_distinct([float("nan"), -1.5, 7]) == ["nan", "-1.5", "7"]
+
+
+def answers_with_tops(output: list[int], decode_top: list[list], replay_top: list[list], prompt_len: int) -> list:
+    """One side's answers to kl's requests (flush, decode, flush, replay) as the server sends them:
+    the sampled tokens' logprobs equal on decode and replay, the top-k lists as given."""
+    entry = lambda top: [[lp, tid, None] for lp, tid in top]  # noqa: E731
+    decode = Generation(tuple(output), {"output_token_logprobs": [[top[0][0], t, None] for t, top in zip(output, decode_top)],
+                                        "output_top_logprobs": [entry(top) for top in decode_top]})
+    scored = [None] * prompt_len + [[top[0][0], t, None] for t, top in zip(output, replay_top)]
+    replay = Generation((), {"input_token_logprobs": scored,
+                             "input_top_logprobs": [None] * prompt_len + [entry(top) for top in replay_top]})
+    return [None, decode, None, replay]
+
+
+@pytest.mark.parametrize("decided", ["topk_kl", "topk_first_divergent"])
+def test_a_kl_row_decided_by_a_top_k_list_is_checked_as_top_k_lists_not_by_logprobs(decided):
+    """softcap-verified's kl cells, the candidate's decode top-k at prompt 0, output position 2
+    reordered (topk_first_divergent) or with an alternative's logprob moved (topk_kl): every
+    sampled logprob equals its replay's, so a decode-vs-replay logprob check reads the sides
+    alike ("NOT reproduced"); the reproducer decodes 3 tokens and compares the lists in order."""
+    run = read_run(DATA / "softcap-verified.json")
+    comp = next(c for c in run.comparisons if c.probe == "kl")
+    base = run.cell(comp.config, "kl", Role.BASE)
+    top = [list(map(list, position)) for position in base.samples[0]["decode_top_logprobs"]]
+    bent = [list(position) for position in top]
+    bent[2] = bent[2][::-1] if decided == "topk_first_divergent" else [bent[2][0], [bent[2][1][0] - 0.25, bent[2][1][1]],
+                                                                         *bent[2][2:]]
+    cand = with_sample(dataclasses.replace(base, role=Role.CANDIDATE), 0, decode_top_logprobs=bent)
+    metric = dataclasses.replace(comp.metrics[decided], verdict=Verdict.DIFFERENT, first_difference=0)
+    comp = dataclasses.replace(comp, verdict=Verdict.DIFFERENT, decided_by=decided,
+                               metrics={**comp.metrics, decided: metric})
+    rep = reproducer(comp, base, cand, [])
+    assert rep.first_divergent == {"prompt": 0, "position": 2, "what": "decode top-k list vs cold replay",
+                                   "side": "candidate"}
+    assert [r.path for r in rep.requests] == ["/flush_cache", "/generate", "/flush_cache", "/generate"]
+    assert rep.requests[1].body["sampling_params"]["max_new_tokens"] == 3
+    output, prompt_len = base.samples[0]["output_ids"][:3], base.samples[0]["prompt_len"]
+    form = rep.form
+    seen_base = form.read(3, answers_with_tops(output, top[:3], top[:3], prompt_len))
+    seen_cand = form.read(3, answers_with_tops(output, bent[:3], top[:3], prompt_len))
+    assert form.reproduced(seen_base, seen_cand) and seen_cand.value == 2 and seen_base.value is None
+    said = form.words(seen_base, seen_cand)
+    assert said.startswith("at output position 2: the base's decode listed top-k ids"), said
+    assert ("(the same entries, another order)" in said) == (decided == "topk_first_divergent"), said

@@ -137,3 +137,34 @@ def test_the_report_leads_with_whether_it_reproduced():
     assert said(budget_ran_out=True).endswith("; the budget of 96 requests ran out.")
     assert said(attempts=0, error="the base's server did not start again: boom") == \
         "Not verified on servers (relaunched): the base's server did not start again: boom."
+
+
+class EchoServer:
+    """A /generate that returns output ids of its own (100, 101, …) and records every input."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[int]] = []
+
+    def flush_cache(self) -> None:
+        pass
+
+    def generate_from(self, body: dict, expected: int = 1) -> list[Generation]:
+        self.inputs.append(list(body["input_ids"]))
+        n = body["sampling_params"]["max_new_tokens"]
+        return [Generation(tuple(range(100, 100 + n)), {})]
+
+
+def test_a_next_turn_that_follows_an_answer_carries_that_answer_and_keeps_its_own_new_text():
+    """accept_length's turn 2 is prompt + this side's turn-1 output + the next prompt's start: the
+    body holds the stored output (7, 7, 7) in its place; the server's own (100, 101, 102) goes
+    there, and the new text (8, 9) stays. A replay (nothing after the output) is as it was."""
+    from harness.client import generate_body
+    from harness.results import Request
+    from harness.verify import post_all
+
+    server = EchoServer()
+    first = Request("turn 1", "/generate", generate_body([1, 2], max_new_tokens=3))
+    turn2 = Request("turn 2", "/generate", generate_body([1, 2, 7, 7, 7, 8, 9], max_new_tokens=3), follows=(0, 2))
+    replay = score_request("replay", [1, 2, 7, 7, 7], follows=(0, 2))
+    post_all(server, (first, turn2, replay))
+    assert server.inputs == [[1, 2], [1, 2, 100, 101, 102, 8, 9], [1, 2, 100, 101, 102]]

@@ -67,7 +67,8 @@ def run_interleaved(run: Run, jobs: list[Job]) -> None:
                     record_cell(run, job_at_scale(job, probe, state.scale if state else 1), probe, outcome)
             if len(clients) == 2:
                 for probe in jobs[0].cp.probes:
-                    verify_row(run, jobs[0].cp.spec.name, probe, clients, "still up")
+                    verify_row(run, jobs[0].cp.spec.name, probe, clients, "still up",
+                               logs={job.role: job.server for job in live if job.server is not None})
         finally:
             # Both at once too: SGLang takes seconds to shut down (5.7 s a server on the H200).
             list(launching.map(lambda job: stop_job(run, job), jobs))

@@ -9,7 +9,7 @@ import contextlib
 import functools
 import os
 import sys
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from harness.capabilities import NotExpressible
 from harness.client import SGLangClient
@@ -21,7 +21,11 @@ from harness.redaction import environment_secrets, scrub, scrub_file
 from harness.results import Reproducer, Role
 from harness.server import ServerProcess, launch
 from harness.targets import TRANSIENT_LAUNCH_FAILURES
-from harness.verify import not_verified, verify
+from harness.verify import ServerLog, not_verified, verify
+
+
+# The servers verify_relaunched starts for a row's reproducer, as its record names them.
+RELAUNCHED = "relaunched"
 
 
 def unverified(run: Run, config: str, probe: str) -> Reproducer | None:
@@ -32,21 +36,21 @@ def unverified(run: Run, config: str, probe: str) -> Reproducer | None:
 
 
 def verify_row(run: Run, config: str, probe: str, clients: dict[Role, SGLangClient], servers: str,
-               reference: dict[Role, SGLangClient] | None = None) -> None:
+               reference: dict[Role, SGLangClient] | None = None, logs: Mapping[Role, ServerLog] | None = None) -> None:
     """The row's reproducer posted to `clients` (harness/verify.py), within the run's budget; one
     against a reference configuration (`Form.reference`) to `reference`'s servers too, and left
     for verify_relaunched where they are not given (the row's own servers still up)."""
     rep = unverified(run, config, probe)
     if rep is None or rep.form is None or run.req.reproducer_budget <= 0 or run.cancelled.is_set():
         return
-    if rep.form.reference and reference is None:
-        return
+    if rep.form.reference and reference is None or rep.form.fresh_servers and servers != RELAUNCHED:
+        return  # left for verify_relaunched: the reference's servers, or servers started for it
     also = f" and {rep.form.reference}'s" if rep.form.reference else ""
     print(f"detcheck: {config} {probe} reads different: posting its reproducer to both sides' servers{also} "
           f"({servers}), at most {run.req.reproducer_budget} requests", file=sys.stderr)
     with run.recorder.clock("reproducers"):
         run.recorder.verified(config, probe, verify(rep, clients, servers, run.req.reproducer_budget,
-                                                    reference=reference))
+                                                    reference=reference, logs=logs))
 
 
 def verify_relaunched(run: Run) -> None:
@@ -62,32 +66,36 @@ def verify_relaunched(run: Run) -> None:
         todo = {probe: rep for probe in cp.probes if (rep := unverified(run, cp.spec.name, probe)) is not None}
         if not todo:
             continue
-        with reproducer_servers(run, cp) as (clients, failure):
+        with reproducer_servers(run, cp) as (clients, failure, logs):
             for probe, rep in todo.items():
                 name = rep.form.reference if rep.form is not None else None
                 if failure or not name:
-                    verify_on(run, rep, cp.spec.name, probe, clients, failure)
+                    verify_on(run, rep, cp.spec.name, probe, clients, failure, logs=logs)
                     continue
-                with reference_servers(run, cp, name) as (reference, ref_failure):
+                with reference_servers(run, cp, name) as (reference, ref_failure, _):
                     verify_on(run, rep, cp.spec.name, probe, clients, ref_failure, reference)
 
 
 def verify_on(run: Run, rep: Reproducer, config: str, probe: str, clients: dict[Role, SGLangClient], failure: str,
-              reference: dict[Role, SGLangClient] | None = None) -> None:
+              reference: dict[Role, SGLangClient] | None = None, logs: Mapping[Role, ServerLog] | None = None) -> None:
     """The row's reproducer `rep` verified on relaunched servers, or said not to be and why."""
     if failure:
-        run.recorder.verified(config, probe, not_verified(rep, failure, "relaunched", run.req.reproducer_budget))
+        run.recorder.verified(config, probe, not_verified(rep, failure, RELAUNCHED, run.req.reproducer_budget))
     else:
-        verify_row(run, config, probe, clients, "relaunched", reference)
+        verify_row(run, config, probe, clients, RELAUNCHED, reference, logs)
+
+
+# A side's clients, why one did not start (""), and each started server (its log).
+Started = tuple[dict[Role, SGLangClient], str, dict[Role, ServerProcess]]
 
 
 @contextlib.contextmanager
-def reference_servers(run: Run, cp: ConfigPlan, name: str) -> Iterator[tuple[dict[Role, SGLangClient], str]]:
+def reference_servers(run: Run, cp: ConfigPlan, name: str) -> Iterator[Started]:
     """A server per side of the reference configuration `name` that `cp`'s row is compared with
     (logged as `<config>-reproducer-reference-<role>-<sha>.log`), on the slots after the row's."""
     ref = next((p for p in run.plans if p.spec.name == name), None)
     if ref is None:
-        yield {}, f"the reference configuration {name} is not in this run's plan"
+        yield {}, f"the reference configuration {name} is not in this run's plan", {}
         return
     with reproducer_servers(run, ref, label=f"{cp.spec.name}-reproducer-reference", first_slot=2,
                             named=True) as found:
@@ -96,11 +104,11 @@ def reference_servers(run: Run, cp: ConfigPlan, name: str) -> Iterator[tuple[dic
 
 @contextlib.contextmanager
 def reproducer_servers(run: Run, cp: ConfigPlan, label: str = "", first_slot: int = 0, named: bool = False
-                       ) -> Iterator[tuple[dict[Role, SGLangClient], str]]:
+                       ) -> Iterator[Started]:
     """A server per side of the configuration, as its jobs started them (the revision's flags,
     the run's slots from `first_slot`, round the run's), logged beside theirs
     (`<label>-<role>-<sha>.log`, by default `<config>-reproducer-…`): their clients, or why one
-    did not start (`named`: the configuration named in it)."""
+    did not start (`named`: the configuration named in it), and the servers (their logs)."""
     servers: dict[Role, ServerProcess] = {}
     secrets: set[str] = set()
     failure = ""
@@ -137,7 +145,7 @@ def reproducer_servers(run: Run, cp: ConfigPlan, label: str = "", first_slot: in
                 break
         clients = {} if failure else {role: SGLangClient(server.url, timeout_s=run.suite.request_timeout_s)
                                       for role, server in servers.items()}
-        yield clients, failure
+        yield clients, failure, servers
     finally:
         for server in servers.values():
             server.stop()

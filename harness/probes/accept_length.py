@@ -15,20 +15,21 @@ CI, Mann-Whitney, the suite's floor). No logprobs are asked for: DFLASH and DSPA
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from harness.client import Generation
+from harness.client import Generation, generate_body
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.params import Param
 from harness.suite import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
-                                 parameter, register, summary)
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
+                                 metric, parameter, register, summary)
 from harness.probes.common import batches
 from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
                                           SIDES_AT_ONCE, WORKLOAD)
-from harness.results import Metric, ProbeOutput
+from harness.reproducer import FLUSH, OWN_OUTPUT, Form, Observed, with_form, workload_prompts
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
 from harness.verdict_stats import Kind
-from harness.textfmt import fmt
+from harness.textfmt import fmt, fmt_pair
 
 
 def _generate(ctx: ProbeContext, prompts: Sequence[Sequence[int]], batch: int) -> list[Generation]:
@@ -44,21 +45,31 @@ def _generate(ctx: ProbeContext, prompts: Sequence[Sequence[int]], batch: int) -
     return out
 
 
-def _sample(turn: int, repeat: int, prompt: Sequence[int], gen: Generation) -> dict[str, Any]:
+def _sample(turn: int, repeat: int, index: int, prompt: Sequence[int], gen: Generation) -> dict[str, Any]:
+    return {"repeat": repeat, "turn": turn, "prompt": index, **_served(prompt, gen)}
+
+
+def _accept_length(gen: Generation) -> float:
     verify = gen.spec_verify_ct or 0
     length = gen.spec_accept_length
     if length is None:  # no verify round (SGLang then omits spec_*): every token came without one
         length = gen.completion_tokens / max(verify, 1)
+    return float(length)
+
+
+def _served(prompt: Sequence[int], gen: Generation) -> dict[str, Any]:
+    """What one answer served, as a sample records it (and a reproducer's answer is read)."""
+    verify = gen.spec_verify_ct or 0
     return {
-        "repeat": repeat,
-        "turn": turn,
         "prompt_len": len(prompt),
         "cached_tokens": gen.cached_tokens,
         "completion_tokens": gen.completion_tokens,
         "spec_verify_ct": verify,
-        "accept_length": float(length),
+        "accept_length": _accept_length(gen),
         "accept_rate": gen.spec_accept_rate,
         "correct_drafts_histogram": gen.spec_correct_drafts_histogram,
+        # what turn 2 continues, and a reproducer's turn 2 carries in its curl line
+        "output_ids": list(gen.output_ids),
     }
 
 
@@ -71,13 +82,13 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     for done, rep in enumerate(rounds, 1):
         ctx.client.flush_cache()
         first = _generate(ctx, prompts, batch)
-        samples += [_sample(1, rep, p, g) for p, g in zip(prompts, first)]
+        samples += [_sample(1, rep, i, p, g) for i, (p, g) in enumerate(zip(prompts, first))]
         follow = [list(p) + list(g.output_ids) + list(prompts[(i + 1) % len(prompts)][:suffix_len])
                   for i, (p, g) in enumerate(zip(prompts, first))]
         second = _generate(ctx, follow, batch)
         # A turn-2 hit that reaches past the turn-1 prompt reuses decode-written tokens.
-        samples += [{**_sample(2, rep, f, g), "past_prompt": g.cached_tokens > len(p)}
-                    for p, f, g in zip(prompts, follow, second)]
+        samples += [{**_sample(2, rep, i, f, g), "past_prompt": g.cached_tokens > len(p)}
+                    for i, (p, f, g) in enumerate(zip(prompts, follow, second))]
         ctx.advance(done, len(rounds))
     states = (ctx.client.server_info().get("internal_states") or [{}])[0]
     return _output(samples, ctx.param("min_hit_fraction"), states.get("avg_spec_accept_length"),
@@ -170,6 +181,71 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
             f"{fmt(facts.get('completion_tokens'))} tok)")
 
 
+# --------------------------------------------------------------------------- reproducer
+
+
+# What each exact metric reads of one answer, and its name in words.
+READS: dict[str, tuple[str, Callable[[Generation], float]]] = {
+    "accept_length": ("accept length", _accept_length),
+    "request_tokens": ("completion tokens", lambda gen: float(gen.completion_tokens)),
+}
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """The first request whose deciding figure (its accept length, or its length in tokens)
+    differs: one prompt's turn 1 from a flushed cache, and for a turn 2 that turn after it (the
+    state turn 2 hits is what turn 1's decode wrote), its answer read for that figure."""
+    decided, prompts = comp.metrics.get(comp.decided_by or ""), workload_prompts(cand)
+    read = READS.get(comp.decided_by or "")
+    i = None if decided is None else decided.first_difference
+    if read is None or i is None or prompts is None or i >= min(len(base.samples), len(cand.samples)):
+        return None
+    s = cand.samples[i]
+    first = next((x for x in cand.samples if x.get("repeat") == s.get("repeat") and x.get("turn") == 1
+                  and x.get("prompt") == s.get("prompt") and "output_ids" in x), None)
+    if first is None or s["prompt"] >= len(prompts):  # a cell stored before samples named their prompt
+        return None
+    p, turn, new = s["prompt"], s["turn"], len(first["output_ids"])
+    prompt = list(prompts[p])
+    requests: tuple[Request, ...] = (FLUSH, Request(f"turn 1 of prompt {p}", "/generate",
+                                                    generate_body(prompt, max_new_tokens=new)))
+    if turn == 2:
+        suffix = list(prompts[(p + 1) % len(prompts)][:s["prompt_len"] - len(prompt) - new])
+        requests += (Request(f"turn 2: prompt {p}, turn 1's output, then {len(suffix)} tokens of the next prompt"
+                             + OWN_OUTPUT.format("candidate"), "/generate",
+                             generate_body(prompt + first["output_ids"] + suffix, max_new_tokens=new),
+                             follows=(1, len(prompt))),)
+    label, value = read
+    at = len(requests) - 1
+
+    def answered(_size: int, gens: list) -> Observed:
+        gen = gens[at]
+        return Observed(None if gen is None else value(gen),
+                        () if gen is None else (gen.completion_tokens, gen.spec_verify_ct or 0))
+
+    def words(b: Observed, c: Observed) -> str:
+        shown = [("nothing" if x is None else t) for x, t in zip((b.value, c.value), _pair(b.value, c.value))]
+        rounds = "; ".join(f"{side}: {x.points[0]} tokens in {x.points[1]} verify rounds"
+                           for side, x in (("base", b), ("candidate", c)) if x.points)
+        return f"turn {turn}'s {label}: base {shown[0]}, candidate {shown[1]} ({rounds})"
+
+    place = REQUEST.place(cand.samples, i)
+    stored = tuple(float(x.samples[i][comp.decided_by]) if comp.decided_by in x.samples[i]
+                   else float(x.samples[i]["completion_tokens"]) for x in (base, cand))
+    shown = _pair(*stored)
+    return with_form(Reproducer(
+        prompts=(p,), first_divergent={"prompt": p, "what": f"turn {turn}'s {label}", "request": i},
+        requests=requests, expect=f"{label} of {place}, prompt {p}: base {shown[0]}, candidate {shown[1]}",
+        shrink=(f"From the stored samples: {len(cand.samples)} requests → prompt {p}'s turn {turn}"
+                + (" after its turn 1 (the cached state turn 2 hits is what turn 1's decode wrote)" if turn == 2
+                   else ""))),
+        Form(lambda _size: requests, answered, words, 1, 1))
+
+
+def _pair(a: float | None, b: float | None) -> tuple[str, str]:
+    return fmt_pair(a, b) if a is not None and b is not None else (fmt(a), fmt(b))
+
+
 PARAMS = (
     *WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION,
     Param("temperature", float, 0.0, "sampling temperature of both turns", MEASURED, low=0.0, high=100.0),
@@ -193,4 +269,5 @@ FIGURES = (
 PROBE = register(ProbeKind("accept_length", run,
                            "speculative accept length, shared-prefix multi-turn (noisy)",
                            params=PARAMS, describe=describe, merge=merge, planned=planned,
-                           values=lambda metric: REQUEST, figures=FIGURES))
+                           values=lambda metric: REQUEST, figures=FIGURES,
+                           reproduction=Reproduction(exact=_exact_reproducer)))

@@ -37,10 +37,10 @@ from harness.probes.determinism import departure
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, MIN_HIT_FRACTION, WORKLOAD
-from harness.reproducer import (FLUSH, OWN_OUTPUT, decode_request, divergent_side, each_side, score_request, self_form,
-                                with_form, workload_prompts)
+from harness.reproducer import (FLUSH, OWN_OUTPUT, Form, Observed, decode_request, divergent_side, each_side,
+                                score_request, self_form, with_form, workload_prompts)
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
-from harness.verdict_stats import Kind
+from harness.verdict_stats import Kind, Verdict
 from harness.workloads import suffix_token
 
 
@@ -233,7 +233,48 @@ def _track_interval(cell: CellResult) -> int | None:
     return None if value is None else int(value)
 
 
+def _reuse_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """A row decided by what a prompt's turn reused (`cached_tokens`): that prompt's seed and the
+    turn that hits, its answer's cached_tokens compared (a change that reuses less serves the same
+    logprobs: no logprob shows it)."""
+    found, prompts = comp.metrics.get("cached_tokens"), workload_prompts(cand)
+    i = None if found is None else found.first_difference
+    if i is None or prompts is None or i >= len(prompts):
+        return None
+    side, s = next(((name, x) for name, cell in (("candidate", cand), ("base", base)) for x in cell.samples
+                    if x.get("prompt") == i and "input_ids" in x), ("candidate", None))
+    if s is None and comp.probe == "decode_cache_hit":
+        return None  # turn 2 continues a turn-1 output that no hit sample of either side kept
+    requests = _hit_requests(comp.probe, prompts[i], s or {"input_ids": list(prompts[i]), "output_ids": []}, side)(1)[:3]
+    b, c = (x.metric("cached_tokens") for x in (base, cand))
+    stored = [None if m is None or i >= len(m.values) else int(m.values[i]) for m in (b, c)]
+
+    def read(_size: int, gens: list) -> Observed:
+        return Observed(None if gens[2] is None else gens[2].cached_tokens)
+
+    def words(x: Observed, y: Observed) -> str:
+        return f"the turn that hits the cache reported cached_tokens {x.value} on the base, {y.value} on the candidate"
+
+    return with_form(Reproducer(
+        prompts=(i,), first_divergent={"prompt": i, "what": "cached_tokens of the turn that hits"},
+        requests=requests, expect=f"cached_tokens of prompt {i}'s hit: base {stored[0]}, candidate {stored[1]}",
+        shrink=f"From the stored samples: {len(prompts)} prompts → 1 (prompt {i}), its hit decoding one token "
+               f"(what it reused is fixed at its prefill)"),
+        Form(lambda _size: requests, read, words, 1, 1))
+
+
 def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """The first hit that departs from its replay; where none does (or the row was decided by
+    what the hits reused), the first prompt whose cached_tokens differ, if they do: a hit that
+    reuses less, or no longer hits, shows there and in no logprob."""
+    built = _divergence_reproducer(comp, base, cand) if comp.decided_by != "cached_tokens" else None
+    reuse = comp.metrics.get("cached_tokens")
+    if built is None and reuse is not None and reuse.verdict == Verdict.DIFFERENT:
+        return _reuse_reproducer(comp, base, cand)
+    return built
+
+
+def _divergence_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
     found, prompts = divergent_side(base, cand), workload_prompts(cand)
     if found is None or prompts is None or "input_ids" not in found[2]:
         return None  # a cell stored before hit samples named their prompt

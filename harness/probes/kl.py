@@ -10,7 +10,7 @@ one bucket) sees a change in the alternatives that k3 on the sampled token alone
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from harness import divergence
 from harness.client import Logprobs
@@ -23,7 +23,8 @@ from harness.probes.common import (KL_FIGURES, batches, cold_replay, degenerate_
                                    judge_gate, kl_metric, require_output_logprobs, require_top_logprobs)
 from harness.probes.shared_params import BATCH_SIZE, JUDGING, KL, MEASURED, WORKLOAD
 from harness.reproducer import (FLUSH, OWN_OUTPUT, Form, cell_top_k, decode_request, divergent_side, each_side,
-                                noisy_decode, score_request, self_form, with_form, workload_prompts)
+                                noisy_decode, order_form, order_text, ordered_entries, score_request, self_form,
+                                with_form, workload_prompts)
 from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request
 from harness.verdict_stats import Kind
 
@@ -133,25 +134,72 @@ FIGURES = (
 
 
 def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    if comp.decided_by in ("topk_kl", "topk_first_divergent"):
+        return _topk_reproducer(comp, base, cand)
     found, prompts = divergent_side(base, cand), workload_prompts(cand)
     if found is None or prompts is None:
         return None
     side, i, s = found
-    j, top_k = s["first_divergent"], cell_top_k(cand)
-
-    def decode(size: int) -> tuple[Request, ...]:
-        return (FLUSH, decode_request("greedy decode", prompts[i], size, top_k), FLUSH,
-                score_request("cold replay of prompt + output" + OWN_OUTPUT.format(side),
-                       prompts[i] + s["output_ids"][:size], top_k, (1, len(prompts[i]))))
+    j = s["first_divergent"]
+    decode = _decode_and_replay(prompts[i], s["output_ids"], side, cell_top_k(cand))
     return with_form(Reproducer(
         prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode vs cold replay", "side": side},
         requests=decode(j + 1),
         expect=(f"on the {side}, the decode's output_token_logprobs[{j}] differs from the replay's last "
                 f"input_token_logprobs; " + each_side(("decode", "decode_logprobs"), base, cand, i, j,
                                                        f"at prompt {i}, output position {j}")),
-        shrink=(f"From the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
-                f"max_new_tokens {len(s['output_ids'])} → {j + 1} (a greedy token depends only on those before)")),
+        shrink=_shrunk(cand, i, len(s["output_ids"]), j)),
         self_form(decode, 1, 3, j + 1, len(s["output_ids"])))
+
+
+def _decode_and_replay(prompt: list[int], output: list[int], side: str, top_k: int) -> Callable[[int], tuple[Request, ...]]:
+    """The requests at max_new_tokens `size`: a cold greedy decode of `prompt`, then the cold
+    replay of prompt + what that decode returned (`output`: the `side`'s stored one)."""
+    def decode(size: int) -> tuple[Request, ...]:
+        return (FLUSH, decode_request("greedy decode", prompt, size, top_k), FLUSH,
+                score_request("cold replay of prompt + output" + OWN_OUTPUT.format(side),
+                              prompt + output[:size], top_k, (1, len(prompt))))
+    return decode
+
+
+def _shrunk(cand: CellResult, i: int, full: int, j: int, why: str = "a greedy token depends") -> str:
+    return (f"From the stored samples: {len(cand.samples)} prompts → 1 (prompt {i}, the first that diverges); "
+            f"max_new_tokens {full} → {j + 1} ({why} only on those before)")
+
+
+def _topk_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """A row decided by a top-k list (its KL over the alternatives, or its order): the first
+    prompt whose figure differs, decoded up to the first position where a side's decode top-k
+    list departs from its replay's and replayed, checked as top-k lists in order (`order_form`),
+    not by the sampled tokens' logprobs, which such a change leaves alone."""
+    decided, prompts = comp.metrics.get(comp.decided_by or ""), workload_prompts(cand)
+    i = None if decided is None else decided.first_difference
+    if i is None or prompts is None or i >= min(len(base.samples), len(cand.samples), len(prompts)):
+        return None
+
+    def stored(x: CellResult) -> list[tuple[Any, Any]]:  # a side's (decode, replay) top-k lists of prompt i
+        s = x.samples[i]
+        return list(zip(s.get("decode_top_logprobs") or [], s.get("replay_top_logprobs") or []))
+
+    def departure(x: CellResult) -> int | None:
+        return next((t for t, (d, r) in enumerate(stored(x)) if ordered_entries(d) != ordered_entries(r)), None)
+
+    departs = [(j, side, x) for side, x in (("candidate", cand), ("base", base)) if (j := departure(x)) is not None]
+    if not departs:
+        return None
+    j, side, cell = min(departs, key=lambda found: found[0])  # the candidate first where both depart there
+    output = cell.samples[i]["output_ids"]
+    decode = _decode_and_replay(prompts[i], output, side, cell_top_k(cand))
+    seen = "; ".join(order_text(name, stored(x), j) for name, x in (("base", base), ("candidate", cand)))
+    return with_form(Reproducer(
+        prompts=(i,), first_divergent={"prompt": i, "position": j, "what": "decode top-k list vs cold replay",
+                                       "side": side},
+        requests=decode(j + 1),
+        expect=(f"on the {side}, the decode's output_top_logprobs[{j}] is not the replay's input_top_logprobs there "
+                f"as an ordered list; observed at prompt {i}, output position {j}: {seen}"),
+        shrink=_shrunk(cand, i, len(output), j, "a greedy token and its top-k list depend")),
+        order_form(decode, 1, 3, j + 1, len(output)))
+
 
 def _largest_effect_requests(comp: ProbeComparison, cand: CellResult, i: int,
                              sign: float) -> tuple[tuple[Request, ...], Form | None]:

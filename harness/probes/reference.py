@@ -308,9 +308,11 @@ def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult)
     reference = "" if across else str(facts["reference"])
 
     def requests(size: int) -> tuple[Request, ...]:
-        """FLUSH, then what the phase's request needs before it: a hit the cold decode that
-        seeds the cache; a next turn (`multiturn`, after a flush `multiturn_cold`) that decode's
-        own output after the prompt (each server replays its own, as the probe did)."""
+        """FLUSH, then every phase whose requests for this prompt wrote the cache the phase's
+        request reads, as the probe sent them: a hit the cold decode that seeds the cache; a next
+        turn (`multiturn`) the cold decode, whose output it continues (each server its own, as
+        the probe did), and the hit phase's decode, which wrote the cache again after it; after
+        a flush (`multiturn_cold`) the cold decode alone."""
         cut = "up to the first divergent token" if size == j + 1 else f"{size} tokens"
         ask = decode_request(f"the {phase} request, {cut}", sample["input_ids"], size, top_k)
         if phase in ("cold", "single"):
@@ -321,7 +323,11 @@ def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult)
         if phase == "hit":
             return FLUSH, seed, ask
         turn = Request(ask.what + OWN_OUTPUT.format(side), ask.path, ask.body, follows=(1, len(prompt)))
-        return (FLUSH, seed, turn) if phase == "multiturn" else (FLUSH, seed, FLUSH, turn)
+        if phase == "multiturn":
+            again = decode_request(f"the hit phase: prompt {request} again, whose decode writes the cache the next "
+                                   f"turn hits", prompt, new, top_k)
+            return FLUSH, seed, again, turn
+        return FLUSH, seed, FLUSH, turn
 
     ours, theirs = first.get("served"), first.get("reference_served")
     observed = (f"; observed in the run: {facts['reference']} served {theirs}, this configuration {ours} "

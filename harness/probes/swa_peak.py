@@ -17,20 +17,21 @@ import statistics
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from harness.client import SGLangClient
+from harness.client import SGLangClient, generate_body
 from harness.errors import ProbeNotApplicable, ServerError
 from harness.params import Param
 from harness.suite import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
-                                 register, summary)
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
+                                 metric, register, summary)
 from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
-from harness.results import CellResult, Metric, ProbeOutput, Role
+from harness.reproducer import FLUSH, Form, Observed, with_form, workload_prompts
+from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Reproducer, Request, Role
 from harness.sparkline import sparkline
 from harness.verdict_stats import Kind
-from harness.textfmt import fmt, md_table
+from harness.textfmt import fmt, fmt_distinct, fmt_pair, md_table, plural
 
 GAUGE = "sglang:swa_used_tokens"
 
@@ -215,6 +216,69 @@ def text_figure(cells: dict[Role, CellResult]) -> list[str]:
             *md_table(("side", "SWA tokens held", "peak"), body)]
 
 
+# --------------------------------------------------------------------------- reproducer
+
+
+# What each metric reads of one request's answer and the Decode lines its server logged meanwhile.
+READS: dict[str, Callable[[Any, SwaCurve], float]] = {
+    "swa_peak": lambda gen, curve: float(max(curve.held)),
+    "swa_plateau": lambda gen, curve: plateau(curve),
+    "retractions": lambda gen, curve: float(gen.meta.get("num_retractions", 0) or 0),
+}
+
+
+def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult) -> Reproducer | None:
+    """The first request whose deciding figure (the pool's peak, its plateau, the retractions)
+    differs: its prompt generated alone from a flushed cache, as the probe sent it, read from
+    the `#swa token` of the Decode lines each side's server logged meanwhile."""
+    decided, prompts = comp.metrics.get(comp.decided_by or ""), workload_prompts(cand)
+    read = READS.get(comp.decided_by or "")
+    i = None if decided is None else decided.first_difference
+    if read is None or i is None or prompts is None or i >= min(len(prompts), len(base.samples), len(cand.samples)):
+        return None
+    new = int(cand.samples[i]["completion_tokens"])
+    requests = (FLUSH, Request(f"generate {new} tokens from prompt {i}, alone", "/generate",
+                               generate_body(prompts[i], max_new_tokens=new)))
+    what = comp.decided_by or ""
+
+    def answered(_size: int, seen: tuple[list, str]) -> Observed:
+        gens, log = seen
+        curve = swa_curve(log)
+        gen = gens[-1]
+        if gen is None or not curve:
+            return Observed(None)
+        return Observed(read(gen, curve), (max(curve.held), plateau(curve), len(curve.held)))
+
+    def words(b: Observed, c: Observed) -> str:
+        sides = (("base", b), ("candidate", c))
+        shown = iter(fmt_distinct([float(v) for _, x in sides if x.points for v in x.points[:2]]))
+        parts = []
+        for side, x in sides:
+            if not x.points:
+                parts.append(f"the {side}'s server logged no `#swa token` in its Decode lines")
+                continue
+            peak, flat = next(shown), next(shown)
+            extra = f", {fmt(x.value)} retractions" if what == "retractions" else ""
+            parts.append(f"the {side}'s server logged {x.points[2]} Decode lines: peak {peak} SWA tokens held, "
+                         f"plateau {flat}{extra}")
+        return "; ".join(parts)
+
+    stored = fmt_pair(float(base.samples[i][SAMPLE_KEYS[what]]), float(cand.samples[i][SAMPLE_KEYS[what]]))
+    return with_form(Reproducer(
+        prompts=(i,), first_divergent={"index": i, "metric": what},
+        requests=requests,
+        expect=(f"{what} of request {i}: base {stored[0]}, candidate {stored[1]} (read each server's log: the "
+                f"`#swa token` of its Decode lines while the request runs; on a server that ran other batches "
+                f"first the eviction cadence, and so the counts, differ)"),
+        shrink=f"From the stored samples: {plural(len(cand.samples), 'request')} → request {i}, as measured (its "
+               f"length is what fills the pool)"),
+        Form(lambda _size: requests, answered, words, 1, 1, reads_log=True, fresh_servers=True))
+
+
+# Where a sample keeps each metric's value.
+SAMPLE_KEYS = {"swa_peak": "peak", "swa_plateau": "plateau", "retractions": "retractions"}
+
+
 PARAMS = (
     *WORKLOAD,
     Param("gauge_poll_s", float, 0.1, "seconds between scrapes of the SWA gauge", MEASURED,
@@ -233,4 +297,5 @@ FIGURES = (
 PROBE = register(ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",
                            params=PARAMS, server_args=("--decode-log-interval", "1", "--enable-metrics"),
                            describe=describe, plot=plot, text_figure=text_figure,
-                           values=lambda metric: REQUEST, planned=planned, figures=FIGURES))
+                           values=lambda metric: REQUEST, planned=planned, figures=FIGURES,
+                           reproduction=Reproduction(exact=_exact_reproducer)))

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
+from pathlib import PurePosixPath
 from typing import Any, Sequence
 
 from harness.probes import PROBES
+from harness.redaction import REDACTED
+from harness.revisions import WORKTREES
+from harness.targets import TARGETS, Target, configuration_may_set, foreign_server_argv
 from harness.paths import safe_name
 from harness.report.format import portable, portable_path
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
                                  revision_label, rows, torch_change_text)
-from harness.results import (PORT_VARIABLE, REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
+from harness.results import (REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
                              RunResult, Status)
 from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
                              shell_join)
-from harness.targets import foreign_server_argv
 
 # Every string of a results file (names, refs, commit subjects, a server's words) lands here
 # escaped for where it lands: md_text in prose, md_code in a code span, md_fence around log
@@ -111,12 +116,13 @@ class MarkdownReport:
                     out += [*md_fence(portable(line) for line in cell.log_tail.splitlines()[-15:]), ""]
         out += self._facts(comp, base, cand)
         if comp.reproducer is not None:
-            lines = self._server_lines(base, cand)
             reference = _reference_config(comp)
+            lines = self._server_lines(base, cand, SERVER_PORTS)
             if reference:  # its requests go to the reference configuration's servers too
                 lines += [f"# and the reference configuration {one_line(reference)}, each side likewise",
-                          *self._server_lines(r.cell(reference, probe, Role.BASE), r.cell(reference, probe, Role.CANDIDATE))]
-            out += _reproducer(comp.reproducer, lines, self._command_lines(comp.reproducer))
+                          *self._server_lines(r.cell(reference, probe, Role.BASE),
+                                              r.cell(reference, probe, Role.CANDIDATE), REFERENCE_PORTS)]
+            out += _reproducer(comp.reproducer, lines, self._command_lines(comp.reproducer), bool(reference))
         return out
 
     def _command_lines(self, rep: Reproducer) -> list[str]:
@@ -147,21 +153,22 @@ class MarkdownReport:
                 # portable() after the quoting: it rewrites paths within a word, never across quotes
                 portable(shell_join(words))]
 
-    def _server_lines(self, base: CellResult | None, cand: CellResult | None) -> list[str]:
+    def _server_lines(self, base: CellResult | None, cand: CellResult | None,
+                      ports: dict[Role, str]) -> list[str]:
         """The shell lines that start each side's server for one row: that row's cells' own
-        argv (a configuration's flags differ row by row), one line where both sides' agree."""
+        argv (a configuration's flags differ row by row) and environment, each side on its own
+        port (`ports`: the shell variable of each), its revision's code on PYTHONPATH."""
         r = self.result
-        started = [(role, info, server_line(r.target, cell.metadata["server_argv"]))
-                   for role, info, cell in ((Role.BASE, r.base, base), (Role.CANDIDATE, r.candidate, cand))
-                   if cell is not None and cell.metadata.get("server_argv")]
-        # A revision's name is a comment on one line: a line break in it would be a command.
-        revision = {role: one_line(info.sha or info.ref) for role, info, _ in started}
-        if len(started) == 2 and started[0][2] == started[1][2]:
-            return [f"# each side, in a checkout of its revision (base {revision[Role.BASE]}, "
-                    f"candidate {revision[Role.CANDIDATE]})", started[0][2]]
-        return [line for role, _, command in started
-                for line in (f"# the {role.value}, in a checkout of {revision[role]}", command)]
-
+        target = TARGETS.get(r.target)
+        lines = []
+        for role, info, cell in ((Role.BASE, r.base, base), (Role.CANDIDATE, r.candidate, cand)):
+            if cell is None or not cell.metadata.get("server_argv"):
+                continue
+            # A revision's name is a comment on one line: a line break in it would be a command.
+            lines += [f"# the {role.value}, from the root of a checkout of {one_line(info.sha or info.ref)}",
+                      server_line(r.target, cell.metadata["server_argv"], cell.metadata.get("server_env") or {},
+                                  served_from(cell, target), ports[role])]
+        return lines
 
     def _facts(self, comp: ProbeComparison, base: CellResult | None, cand: CellResult | None) -> list[str]:
         facts = [comp.facts(cell) if cell else {} for cell in (base, cand)]
@@ -214,25 +221,87 @@ def _reference_config(comp: ProbeComparison) -> str:
     return next((str(facts["reference"]) for facts in comp.judged.values() if facts.get("reference")), "")
 
 
-# Every shell block of a reproducer sets the port first: the reader's own, else SGLang's default.
+# Every shell block of a reproducer sets the ports first: from the reader's own `PORT`, else
+# SGLang's default, one port per server (both sides may run on one machine).
 PORT_LINE = f"PORT=${{PORT:-{REPRODUCER_PORT}}}"
+SERVER_PORTS = {Role.BASE: "$BASE_PORT", Role.CANDIDATE: "$CANDIDATE_PORT"}
+REFERENCE_PORTS = {Role.BASE: "$REFERENCE_BASE_PORT", Role.CANDIDATE: "$REFERENCE_CANDIDATE_PORT"}
+
+
+def port_lines(reference: bool) -> list[str]:
+    """`PORT`, then each server's port from it: the base's $PORT, the candidate's $PORT + 1 (a
+    reference configuration's servers: + 2 and + 3)."""
+    lines = [PORT_LINE, "BASE_PORT=$PORT CANDIDATE_PORT=$((PORT + 1))"]
+    if reference:
+        lines.append("REFERENCE_BASE_PORT=$((PORT + 2)) REFERENCE_CANDIDATE_PORT=$((PORT + 3))")
+    return lines
+
+
 # The recorded argv leaves out the interpreter (a path of the machine that ran it).
 SERVER_PYTHON = "python3"
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def server_line(target: str, argv: list) -> str:
-    """A server's recorded argv as a line that starts it on the shell's `$PORT`: every word
-    shell-quoted but the port (a model directory named `m $(touch x)` stays one word); an argv
-    that does not start the target's server (`-c …`), a comment saying so, never the line."""
+def served_from(cell: CellResult, target: Target | None) -> str:
+    """The PYTHONPATH entry the cell's server imported its package from, as a line run from the
+    root of a checkout of its revision reads it: a revision's worktree as the path in its tree
+    (python), any other directory as the run used it (no worktree: the project's fixtures)."""
+    package = target.package if target is not None else ""
+    found = cell.metadata.get(f"{package}_path") if package else None
+    if not isinstance(found, str) or not found:
+        return target.package_dir if target is not None else ""
+    return in_checkout(str(PurePosixPath(found).parent))
+
+
+def in_checkout(path: str) -> str:
+    """A path as a line run from the root of a checkout of its revision reads it: a file of a
+    revision's worktree (<cache>/worktrees/<repo>/<sha>/<tree>) as its path in the tree, any
+    other path as it is."""
+    parts = PurePosixPath(path).parts
+    if path.startswith("/") and WORKTREES in parts[:-1]:  # a whole word that is a path, never `--flag=/…`
+        at = len(parts) - 1 - parts[::-1].index(WORKTREES)
+        if len(parts) > at + 3:
+            return "/".join(parts[at + 3:])
+        if len(parts) == at + 3:
+            return "."
+    return path
+
+
+def server_line(target: str, argv: list, env: dict[str, str] | None = None, pythonpath: str = "",
+                port: str = "$BASE_PORT") -> str:
+    """A server's recorded argv as a line that starts it on the shell's `port` (a variable):
+    `env` with the configuration's environment and the revision's code in front of PYTHONPATH
+    (as the run started it: an editable install would otherwise serve its own code to both
+    sides), every word shell-quoted but the port (a model directory named `m $(touch x)` stays
+    one word); each path of a worktree as its path in the checkout, any other as the run used
+    it (the model path too). A value the results redacted is read from the reader's own
+    environment. A results.json may come from elsewhere: an argv that does not start the
+    target's server (`-c …`) is a comment saying so, never the line, and a variable a results
+    file may not set (`targets.configuration_may_set`: a loader's, or a path) is left out of
+    the line, named in a comment above it."""
     foreign = foreign_server_argv(target, argv)
     if foreign:
         return f"# not shown: {one_line(foreign)}"
-    words = [SERVER_PYTHON, *(str(a) for a in argv)]
+    assignments: list[str] = []
+    withheld: list[str] = []
+    for name, value in (env or {}).items():
+        if value == REDACTED and _SHELL_NAME.fullmatch(name):
+            assignments.append(ShellText(f'"{name}=${name}"'))
+        elif name != "PYTHONPATH" and configuration_may_set(name, value):
+            assignments.append(f"{name}={value}")
+        else:
+            withheld.append(name)
+    if pythonpath:
+        assignments.append(f"PYTHONPATH={pythonpath}")
+    words = [*(["env", *assignments] if assignments else []), SERVER_PYTHON, *(in_checkout(str(a)) for a in argv)]
     for i, word in enumerate(words[:-1]):
         if word == "--port":
-            words[i + 1] = ShellText(f'"{PORT_VARIABLE}"')
-    # portable() after the quoting: it rewrites paths within a word, never across quotes
-    return portable(shell_join(words))
+            words[i + 1] = ShellText(f'"{port}"')
+    if withheld:
+        return (f"# left out: {one_line(', '.join(withheld))}, which results.json sets for the server and a results "
+                f"file may not (it may change what code runs): add it yourself if you trust the file\n"
+                + shell_join(words))
+    return shell_join(words)
 
 
 # The options of `detcheck run` that results.json records (commands/run.py, RUN_OPTIONS) and a
@@ -242,7 +311,8 @@ RUN_FLAGS = (("python", "--python"), ("base_python", "--base-python"), ("candida
              ("env_pip_arg", "--env-pip-arg"))
 
 
-def _reproducer(rep: Reproducer, server_lines: list[str], command_lines: Sequence[str] = ()) -> list[str]:
+def _reproducer(rep: Reproducer, server_lines: list[str], command_lines: Sequence[str] = (),
+                reference: bool = False) -> list[str]:
     """A *different* row's smallest request: the commands that start each side's server with
     the row's own argv, each step's curl line, what to compare, how it was shrunk; a row no
     request shows (`command_lines`): the command that measures it again."""
@@ -257,14 +327,20 @@ def _reproducer(rep: Reproducer, server_lines: list[str], command_lines: Sequenc
     if command_lines:
         out += ["Measure it again (from a checkout of detcheck; both sides' servers are started as this run "
                 "started them):", "", *md_fence(command_lines, "sh"), ""]
+    ports = port_lines(reference)
     if server_lines and not command_lines:
-        out += [f"Start each side's server with this row's configuration (its environment's `{SERVER_PYTHON}`; "
-                f"`PORT` is {REPRODUCER_PORT} unless set):", "", *md_fence([PORT_LINE, *server_lines], "sh"), ""]
+        out += [f"Start each side's server with this row's configuration, each from the root of a checkout of its "
+                f"revision (its environment's `{SERVER_PYTHON}`; the base on `PORT`, {REPRODUCER_PORT} unless set, "
+                f"the candidate on `PORT` + 1{', the reference configuration on + 2 and + 3' if reference else ''}):",
+                "", *md_fence([*ports, *server_lines], "sh"), ""]
     if rep.requests:
+        order = ('"$BASE_PORT" "$REFERENCE_BASE_PORT" "$CANDIDATE_PORT" "$REFERENCE_CANDIDATE_PORT"' if reference
+                 else '"$BASE_PORT" "$CANDIDATE_PORT"')
         # A request's `what` is a comment on one line: a line break in it would be a command.
-        out += ["Post to each side's server, in order:", "",
-                *md_fence([PORT_LINE, *(line for r in rep.requests
-                                        for line in (f"# {one_line(r.what)}", r.curl_to_port_variable()))], "sh"), ""]
+        out += ["Post to each server, in order (each answer on a line of its own):", "",
+                *md_fence([*ports, f"for PORT in {order}; do", 'echo "# the server on port $PORT"',
+                           *(line for r in rep.requests
+                             for line in (f"# {one_line(r.what)}", r.curl_to_port_variable())), "done"], "sh"), ""]
     return out + [f"Expect: {md_escape(rep.expect)}", ""]
 
 

@@ -71,6 +71,17 @@ def test_a_fix_reads_different_and_says_where_the_base_departed():
     assert comp.reproducer.requests[-1].body["sampling_params"]["max_new_tokens"] == 3
 
 
+def test_a_next_turns_reproducer_sends_every_phase_that_wrote_the_cache_it_hits():
+    """The probe's multiturn request hits what the cold phase's decode and then the hit phase's
+    decode of the same prompt wrote: both come before it, the turn continuing the first's output."""
+    comp = judge(run_cells(answers(("multiturn", 1, 1)), answers()))["unified"]
+    requests = comp.reproducer.requests
+    assert [r.path for r in requests] == ["/flush_cache", "/generate", "/generate", "/generate"], requests
+    assert requests[1].body["input_ids"] == requests[2].body["input_ids"] == PROMPTS[1]
+    assert requests[2].what.startswith("the hit phase: prompt 1 again")
+    assert requests[3].follows == (1, len(PROMPTS[1])) and requests[3].body["sampling_params"]["max_new_tokens"] == 2
+
+
 def test_a_candidate_that_newly_departs_reads_different():
     comp = judge(run_cells(answers(), answers(("multiturn", 0, 1))))["unified"]
     assert comp.verdict == Verdict.DIFFERENT
