@@ -72,6 +72,10 @@ class RunRequest:
     # The sides this run measures: both, or one (a Slurm job of one (revision, configuration),
     # harness/slurm.py): a one-side run records its cells, and the run that collects them compares.
     sides: tuple[Role, ...] = (Role.BASE, Role.CANDIDATE)
+    # Stored noisy cells stand for this run's too (`detcheck history`: each revision measured
+    # once, its noisy values one point of a series that change-point detection judges; a change
+    # point is then confirmed by a paired run, which measures both sides again).
+    reuse_noisy: bool = False
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate
