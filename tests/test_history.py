@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import browser
-from conftest import ROOT, detcheck, refserver_suite
+from conftest import ROOT, detcheck
 from harness.demo import build_demo_history, build_noisy_histories
 from harness.errors import UsageError
 from harness.fixture_repo import FixtureRepo
@@ -24,6 +24,8 @@ from harness.history.model import (ChangePoint, Cost, History, Mark, Point, Revi
                                    select_revisions)
 
 DEMO_SUITE = ROOT / "suites" / "default.toml"
+COMMITTED = ROOT / "results" / "history-demo"
+NOISY_SUITE = COMMITTED / "throughput.toml"  # what run.sh made the committed noisy dashboards with
 # The demo's regression (cache) decides on prefill_cache_hit; 2 prompts keep each revision short.
 DEMO_ARGS = ("--suite", str(DEMO_SUITE), "--config", "deterministic", "--probe", "prefill_cache_hit",
              "--set", "prefill_cache_hit.prompts=2")
@@ -85,6 +87,15 @@ def test_revisions_by_range_list_last_and_tags(small_repo):
 def test_a_bad_selection_is_a_usage_error(small_repo, sel, message):
     with pytest.raises(UsageError, match=message):
         select_revisions(small_repo[0], sel)
+
+
+def test_an_out_folder_holding_anything_but_a_history_is_refused(small_repo, tmp_path):
+    (tmp_path / "dash").mkdir()
+    (tmp_path / "dash" / "notes.txt").write_text("mine")
+    proc = detcheck("history", "--repo", str(small_repo[0]), "--last", "2", "--suite", str(DEMO_SUITE),
+                    "--out", str(tmp_path / "dash"))
+    assert proc.returncode == 2 and "not a history's" in proc.stderr, proc.stderr
+    assert (tmp_path / "dash" / "notes.txt").read_text() == "mine"
 
 
 def test_bad_input_exits_2_with_one_line(small_repo, tmp_path):
@@ -190,15 +201,9 @@ def test_a_history_of_n_revisions_costs_n_servers_and_appending_one_costs_one(de
 def noisy_histories(tmp_path_factory):
     root = tmp_path_factory.mktemp("history-noisy")
     h = build_noisy_histories(root, commits=20, planted_at=10)
-    suite = refserver_suite(root / "throughput.toml", ["throughput"], """[probe.throughput]
-concurrency = [2]
-requests_per_client = 1
-repeats = 6
-max_looks = 1
-""", output_len=8)
     env, store = {"DETCHECK_CACHE_DIR": str(root / "cache")}, root / "store"
-    aa = history_cli(h.path, ",".join(h.aa), root / "aa", store, env, "--suite", str(suite))
-    planted = history_cli(h.path, ",".join(h.planted), root / "planted", store, env, "--suite", str(suite))
+    aa = history_cli(h.path, ",".join(h.aa), root / "aa", store, env, "--suite", str(NOISY_SUITE))
+    planted = history_cli(h.path, ",".join(h.planted), root / "planted", store, env, "--suite", str(NOISY_SUITE))
     return h, aa, planted, root
 
 
@@ -287,5 +292,5 @@ def test_the_noisy_dashboard_loads_offline_draws_its_plots_and_every_link_resolv
 @needs_chromium
 def test_the_committed_demo_dashboard_loads_offline(tmp_path):
     """results/history-demo/ as committed: what a reader opens."""
-    for folder in (ROOT / "results" / "history-demo" / "demo", ROOT / "results" / "history-demo" / "noisy"):
-        check_in_browser(folder)
+    for name in ("demo", "noisy", "aa"):
+        check_in_browser(COMMITTED / name)

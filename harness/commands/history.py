@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from harness.commands.common_args import (add_env_args, add_target_arg, chosen_t
                                           parse_overrides)
 from harness.errors import UsageError
 from harness.history.build import build_history
-from harness.history.dashboard import write_dashboard
+from harness.history.dashboard import FEED, INDEX, write_dashboard
 from harness.history.measure import HistorySpec, measure
 from harness.history.model import RevisionSelection, select_revisions
 from harness.paths import cache_dir
@@ -45,8 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--until", default="HEAD", metavar="REF", help="where --last counts back from (default HEAD)")
     p.add_argument("--suite", type=Path, required=True, help="suite TOML file")
     p.add_argument("--out", type=Path, required=True,
-                   help="the dashboard's folder (index.html, history.json, pairs/, runs/); an earlier history "
-                        "there is replaced, its measurements stay in the store")
+                   help="the dashboard's folder (index.html, history.json, pairs/, runs/): new, empty, or an "
+                        "earlier history's, which is replaced (its measurements stay in the store)")
     p.add_argument("--config", action="append", default=[], metavar="NAME", help="only this configuration (repeatable)")
     p.add_argument("--probe", action="append", default=[], metavar="NAME", help="only this probe (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="PROBE.PARAM=VALUE", dest="overrides",
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
                        configs=tuple(args.config), probes=tuple(args.probe),
                        overrides=parse_overrides(args.overrides), overrides_text=tuple(args.overrides),
                        python=args.python, env_options=env_options_from(args), slots=args.slots)
+    claim_history_dir(spec.out_dir)
     print(f"history: {len(revisions)} revisions, {revisions[0].short()} … {revisions[-1].short()}", file=sys.stderr)
     measured = measure(spec, revisions)
     history = build_history(spec, revisions, measured, write_pair)
@@ -85,6 +87,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"dashboard: {index}")
     return 1 if any(t.confirmed_changes or any(m.verdict == "different" for m in t.marks)
                     for t in history.timelines) else 0
+
+
+def claim_history_dir(out: Path) -> None:
+    """`out` empty, absent, or an earlier history's folder (its files removed: a pair that is no
+    longer a neighbour must not linger); anything else there is someone's, and exit 2."""
+    if not out.exists():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise UsageError(f"--out {out}: not a directory")
+    entries = {p.name for p in out.iterdir()}
+    if entries and FEED not in entries:
+        raise UsageError(f"--out {out}: holds files that are not a history's ({', '.join(sorted(entries)[:3])}…); "
+                         f"name an empty or new folder")
+    for name in (INDEX, FEED):
+        (out / name).unlink(missing_ok=True)
+    for name in ("pairs", "runs"):
+        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def write_pair(result: RunResult, out: Path) -> None:

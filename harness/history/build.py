@@ -20,7 +20,7 @@ from harness.history.measure import HistorySpec, confirm, confirm_dir, pair_dir,
 from harness.history.model import ChangePoint, Cost, History, Mark, Point, Series, Timeline
 from harness.pipeline.plan import plan_request
 from harness.result_files import atomic_write_json
-from harness.results import CellResult, ProbeComparison, Role, RunResult, Status
+from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult, Status
 from harness.revisions import Revision
 from harness.verdict_stats import Kind, Verdict, combine_verdicts
 
@@ -127,20 +127,18 @@ class Builder:
     def series(self, row: Row) -> tuple[Series, ...]:
         """The row's noisy metrics, each with its change points, confirmed."""
         measured = [i for i in range(len(self.revisions)) if self.status(i, row) == Status.OK.value]
-        noisy: dict[str, CellResult] = {}
+        noisy: dict[str, Metric] = {}  # each noisy metric as first measured: its unit and direction
         for i in measured:
             for m in self.cells[i][row].metrics:
                 if m.kind == Kind.NOISY:
-                    noisy.setdefault(m.name, self.cells[i][row])
+                    noisy.setdefault(m.name, m)
         floor_rel = float(self.suite.probe_spec(row[1]).params.get("floor_rel") or 0.0)
         out = []
-        for name, example in noisy.items():
-            metric = example.metric(name)
-            assert metric is not None
+        for name, metric in noisy.items():
             values = []
             for i in range(len(self.revisions)):
-                m = self.cells[i][row].metric(name) if i in measured else None
-                values.append(tuple(m.values) if m else ())
+                at_i = self.cells[i][row].metric(name) if i in measured else None
+                values.append(tuple(at_i.values) if at_i else ())
             at = [i for i in measured if values[i]]
             medians = Series(name, metric.unit, metric.better, tuple(values)).medians
             found = shifts([float(medians[i] or 0.0) for i in at], floor_rel)
