@@ -227,6 +227,9 @@ def test_a_planted_slowdown_is_found_at_its_commit_and_an_aa_history_has_no_chan
     (cp,) = headline["change_points"]
     assert cp["sha"] == h.culprit and cp["index"] == 10
     assert cp["worse"] is True and cp["confirmation"] == "different", cp
+    # throughput has no exact metric: neighbours measured at different times are never paired
+    assert {m["verdict"] for m in timeline["marks"]} == {"first", ""}
+    assert not any(m["report"] for m in timeline["marks"])
     # each revision measured once: 20, then the planted history's 10 of its own; 2 to confirm
     assert aa_data["cost"]["measured_servers"] == 20
     assert planted_data["cost"]["measured_servers"] == 10

@@ -41,6 +41,12 @@ def exact_verdict(comp: ProbeComparison) -> str:
     return combine_verdicts(exact).value if exact else ""
 
 
+def exact_part(cell: CellResult) -> CellResult:
+    """The cell with its exact metrics alone: what neighbours measured at different times can
+    be compared on (their noisy values are points of a series)."""
+    return dataclasses.replace(cell, metrics=tuple(m for m in cell.metrics if m.kind == Kind.EXACT))
+
+
 def relative_link(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
@@ -72,13 +78,14 @@ class Builder:
                        detector=detector_description())
 
     def exact_marks(self) -> dict[Row, list[Mark]]:
-        """Every row's marks: each ok cell compared with the previous ok one, one pair result per
-        (older, newer) holding every row that compares those two."""
+        """Every row's marks: each ok cell with an exact metric compared with the previous such
+        one on its exact metrics alone, one pair result per (older, newer) holding every row that
+        compares those two. A noisy-only row's revisions are points of its series, not pairs."""
         pairs: dict[tuple[int, int], list[Row]] = {}
         for row in self.rows:
             previous = None
             for i in range(len(self.revisions)):
-                if self.status(i, row) != Status.OK.value:
+                if self.status(i, row) != Status.OK.value or not exact_part(self.cells[i][row]).metrics:
                     continue
                 if previous is not None:
                     pairs.setdefault((previous, i), []).append(row)
@@ -91,7 +98,8 @@ class Builder:
                 marks[row][first] = Mark(Status.OK.value, "first")
         for (older, newer), rows in pairs.items():
             result = pair_result(self.spec, self.revisions[older], self.revisions[newer],
-                                 [(self.cells[older][row], self.cells[newer][row]) for row in rows])
+                                 [(exact_part(self.cells[older][row]), exact_part(self.cells[newer][row]))
+                                  for row in rows])
             out = pair_dir(self.spec, self.revisions[older].sha or "", self.revisions[newer].sha or "")
             self.write_pair(result, out)
             for comp in result.comparisons:
