@@ -214,13 +214,16 @@ def series_figures(data: dict) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_planted_slowdown_is_found_at_its_commit_and_an_aa_history_has_no_change_point(noisy_histories):
+def test_a_planted_slowdown_is_found_at_its_commit_and_an_aa_history_has_no_confirmed_change(noisy_histories):
     h, aa, planted, root = noisy_histories
     aa_data, planted_data = feed(root / "aa"), feed(root / "planted")
     print("\n".join(["A/A:", *series_figures(aa_data), "planted:", *series_figures(planted_data)]))
+    # A/A: no change that a paired run confirms. A candidate the detector finds there (the host's
+    # load shifting while the history runs, seen once in this project's runs) is printed above:
+    # asserting none at all would test the host's load, not the code.
     assert aa.returncode == 0, aa.stdout + aa.stderr
     aa_series = [s for t in aa_data["timelines"] for s in t["series"]]
-    assert aa_series and all(not s["change_points"] for s in aa_series)
+    assert aa_series and all(cp["confirmation"] != "different" for s in aa_series for cp in s["change_points"])
     assert planted.returncode == 1, planted.stdout + planted.stderr
     (timeline,) = planted_data["timelines"]
     headline = next(s for s in timeline["series"] if s["metric"] == "tok_s_c2")

@@ -21,7 +21,7 @@ INDEX, FEED = "index.html", "history.json"
 
 MARK_COLOURS = {"same": "#2e7d32", "different": "#c62828", "unknown": "#f9a825", "first": "#1565c0",
                 "n/a": "#9e9e9e", "error": "#212121", "missing": "#e0e0e0", "": "#90a4ae"}
-STEP, LEFT, PLOT_H = 22, 150, 120
+STEP, LEFT, PLOT_H, PLOT_TOP = 22, 150, 150, 44
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
@@ -139,8 +139,8 @@ def series_svg(history: History, s: Series) -> str:
     span = (high - low) or abs(high) or 1.0
     width = LEFT + STEP * len(history.points) + 10
 
-    def y(v: float) -> float:
-        return 8 + (PLOT_H - 16) * (1 - (v - low) / span)
+    def y(v: float) -> float:  # below the metric's name and unit
+        return PLOT_TOP + (PLOT_H - PLOT_TOP - 8) * (1 - (v - low) / span)
 
     items = [f"<text x=0 y=16>{e(s.metric)}</text>",
              f"<text x=0 y=34 class=dim>{e(s.unit)}{', ' + e(s.better) + ' is better' if s.better else ''}</text>",
@@ -164,7 +164,7 @@ def change_line(cp: ChangePoint, label: str) -> str:
     colour = {"different": "#c62828", "same": "#9e9e9e"}.get(cp.confirmation, "#f9a825")
     title = (f"change point at {label}: {cp.before:.4g} → {cp.after:.4g} ({cp.relative:+.1%}); "
              f"paired run: {cp.confirmation or 'not run'} {cp.confirmation_note}")
-    return link(f"<rect x={x - 2:.1f} y=0 width=4 height={PLOT_H} fill='{colour}' opacity=0.7>"
+    return link(f"<rect x={x - 2:.1f} y={PLOT_TOP - 4} width=4 height={PLOT_H - PLOT_TOP + 4} fill='{colour}' opacity=0.7>"
                 f"<title>{e(title)}</title></rect>", cp.report)
 
 
@@ -172,7 +172,8 @@ def revisions_table(history: History) -> str:
     rows = []
     for i, p in enumerate(history.points):
         changes = "; ".join(f"{t.config}/{t.probe}: {what}" for t in history.timelines for j, what in t.changes if j == i)
-        rows.append(f"<tr><td>{i}</td><td><code>{e(p.sha[:12])}</code></td><td>{e(p.label)}</td>"
+        label = p.label if p.label != p.sha[:12] else ""  # a tag or branch; a bare sha is in its column
+        rows.append(f"<tr><td>{i}</td><td><code>{e(p.sha[:12])}</code></td><td>{e(label)}</td>"
                     f"<td>{e(p.subject)}</td><td>{e(changes)}</td></tr>")
     return ("<h2>Revisions</h2><table><tr><th>#</th><th>sha</th><th>label</th><th>subject</th><th>changed</th></tr>"
             + "".join(rows) + "</table>")
