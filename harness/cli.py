@@ -20,13 +20,13 @@ import sys
 import threading
 
 from harness import __version__
-from harness.commands import (baseline, bisect, compare, demo, localize, make_model, matrix, probes, report, run,
+from harness.commands import (baseline, bisect, compare, demo, history, localize, make_model, matrix, probes, report, run,
                               selftest)
 from harness.commands.common_args import release_out_dirs
 from harness.errors import CorruptResult, UsageError
 from harness.server import stop_all
 
-COMMANDS = (run, compare, report, demo, bisect, matrix, baseline, make_model, selftest, localize, probes)
+COMMANDS = (run, compare, report, demo, bisect, history, matrix, baseline, make_model, selftest, localize, probes)
 
 
 def build_parser() -> argparse.ArgumentParser:

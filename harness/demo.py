@@ -130,6 +130,29 @@ def build_demo_history(root: Path, seed: int, commits: int = 33, regression: str
     return DemoHistory(repo.path, good, bad, shas["culprit"], shas["unbuildable"])
 
 
+@dataclass(frozen=True)
+class NoisyHistories:
+    """Two histories of one repository, `commits` revisions each, sharing their first
+    `planted_at`: on main only notes (an A/A history: nothing changes), on `planted` a noisy
+    regression at revision `planted_at` (then notes)."""
+
+    path: Path
+    aa: tuple[str, ...]
+    planted: tuple[str, ...]
+    culprit: str
+
+
+def build_noisy_histories(root: Path, commits: int = 20, planted_at: int = 10,
+                          regression: str = "slow-decode") -> NoisyHistories:
+    repo = FixtureRepo.create(root / "refserver-noisy")
+    aa = [repo.head(), *(repo.note(f"docs: changelog entry {i}") for i in range(1, commits))]
+    repo.branch_off("planted", aa[planted_at - 1])
+    repo.edit(regression)
+    culprit = repo.commit(f"scheduler: decode step bookkeeping (planted regression: {regression})")
+    later = [repo.note(f"docs: changelog entry {i} (planted branch)") for i in range(planted_at + 1, commits)]
+    return NoisyHistories(repo.path, tuple(aa), (*aa[:planted_at], culprit, *later), culprit)
+
+
 # The bisect demo: which probe of which configuration decides each commit.
 BISECT_SUITE, BISECT_CONFIG, BISECT_PROBE = SUITES / "default.toml", "deterministic", "prefill_cache_hit"
 

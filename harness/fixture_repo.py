@@ -124,6 +124,10 @@ class FixtureRepo:
     def head(self) -> str:
         return self._git("rev-parse", "HEAD")
 
+    def branch_off(self, name: str, at: str) -> None:
+        """Continue on a new branch `name` from commit `at` (two histories sharing their start)."""
+        self._git("checkout", "-q", "-b", name, at)
+
     def edit(self, name: str, undo: bool = False) -> None:
         """Apply (or undo) a planted regression."""
         if name not in self.regressions:

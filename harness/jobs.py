@@ -75,6 +75,10 @@ class RunRequest:
     # This run's id in its plan (results.json's `plan.run_id`); None: a fresh one. A Slurm job
     # is given its collector's, which merges only job results that carry it (harness/slurm.py).
     run_id: str | None = None
+    # Stored noisy cells stand for this run's too (`detcheck history`: each revision measured
+    # once, its noisy values one point of a series that change-point detection judges; a change
+    # point is then confirmed by a paired run, which measures both sides again).
+    reuse_noisy: bool = False
 
     def revision(self, role: Role) -> Revision:
         return self.base if role == Role.BASE else self.candidate

@@ -80,9 +80,10 @@ def plan_units(req: RunRequest, suite: Suite, plans: tuple[ConfigPlan, ...]) -> 
     """The jobs in plan order, sides alternating per configuration; a configuration with an
     interleaved or a sequential probe is one unit of both jobs (its servers are up together),
     unless the run's slots hold only one server at a time (`slots.side_by_side`): then its
-    sides run in turn, and its interleaved probes' cells say so (`IN_TURN`)."""
+    sides run in turn, and its interleaved probes' cells say so (`IN_TURN`). A history's run
+    (`reuse_noisy`) measures a revision alone, each point of a series, so its sides never pair."""
     units = []
-    together = side_by_side(req.slots)
+    together = side_by_side(req.slots) and not req.reuse_noisy
     for i, cp in enumerate(plans):
         if together and both_sides_together(suite, cp):
             units.append(Unit(i, role_order(i)))

@@ -115,7 +115,7 @@ def read_capabilities_ahead(run: Run) -> ThreadPoolExecutor:
 
 def will_launch(run: Run, role: Role) -> bool:
     """Whether some cell of this role is still to measure (reuse_stored will not cover it)."""
-    return any(not reusable(run.stored_cell(run.key(cp, probe, role))) for cp in run.plans for probe in cp.probes)
+    return any(not reusable(run.stored_cell(run.key(cp, probe, role)), run.req.reuse_noisy) for cp in run.plans for probe in cp.probes)
 
 
 def raise_failure(futures: list[Future]) -> None:

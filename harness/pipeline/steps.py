@@ -80,19 +80,21 @@ def new_job(run: Run, cp: ConfigPlan, role: Role, slot: Slot) -> Job:
                secrets=environment_secrets({**os.environ, **env}, cp.server.args))
 
 
-def reusable(stored: CellResult | None) -> TypeGuard[CellResult]:
-    """A stored cell stands for this run's: an exact one; a noisy one is measured again."""
-    return stored is not None and not stored.noisy
+def reusable(stored: CellResult | None, noisy_too: bool = False) -> TypeGuard[CellResult]:
+    """A stored cell stands for this run's: an exact one; a noisy one is measured again, unless
+    the run measures points of a series (`RunRequest.reuse_noisy`: `detcheck history`)."""
+    return stored is not None and (noisy_too or not stored.noisy)
 
 
 def reuse_stored(run: Run, job: Job) -> bool:
     """Exact cells come from the store. A noisy cell (one with a noisy metric) is measured
     again whatever is stored: noisy values measured at another time, under another load, are
     not comparable with this run's, so both sides of a noisy comparison are measured in the
-    same run (the stored one is kept in the cell's metadata, for reference only)."""
+    same run (the stored one is kept in the cell's metadata, for reference only). A history's
+    run (`reuse_noisy`) takes noisy cells too: each is one point of a series."""
     for probe in job.cp.probes:
         stored = run.stored_cell(job.keys[probe])
-        if reusable(stored):
+        if reusable(stored, run.req.reuse_noisy):
             run.recorder.add(stored.with_role(job.role).as_reused(), reused=True, observer=run.observer)
             continue
         if stored is not None:
