@@ -5,6 +5,8 @@ point in an A/A history of the same length, and the dashboard in a real browser.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import subprocess
 from pathlib import Path
@@ -126,6 +128,20 @@ def test_the_page_escapes_foreign_text_and_links_only_inside_its_folder():
     assert {"pairs/b/report.md", "pairs/b/r.json", "pairs/b/confirm/report.md", "history.json"} <= set(hrefs)
     assert not [h for h in hrefs if "://" in h or h.startswith("/")]
     assert page.count("<svg class=plot") == 2  # the marks and the one noisy series
+
+
+def test_a_revision_without_evidence_is_a_gap_never_a_pass():
+    """An errored revision (or one whose exact figures could not be judged) leaves a history
+    that is no pass, however quiet its other revisions (issue 44: exit 0 is earned)."""
+    history = made_up_history()
+    assert history.gaps() == ["r<3>: det/throughput: error"]
+    quiet = dataclasses.replace(history, timelines=(dataclasses.replace(
+        history.timelines[0], marks=(Mark("ok", "first"), Mark("ok", "same"), Mark("ok", "same"),
+                                     Mark("ok", "unknown", "too few tokens", f"{2:040x}"))),))
+    assert quiet.gaps() == ["r<3>: det/throughput: unknown against " + f"{2:040x}"[:12] + " (too few tokens)"]
+    whole = dataclasses.replace(quiet, timelines=(dataclasses.replace(
+        quiet.timelines[0], marks=(Mark("ok", "first"), *(Mark("ok", "same"),) * 3)),))
+    assert whole.gaps() == []
 
 
 def test_the_feed_holds_the_series_and_their_medians():

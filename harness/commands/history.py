@@ -85,8 +85,17 @@ def run(args: argparse.Namespace) -> int:
           f"({history.cost.reused_revisions} of {len(revisions)} revisions wholly from the store), "
           f"{history.cost.confirmation_servers} to confirm change points")
     print(f"dashboard: {index}")
-    return 1 if any(t.confirmed_changes or any(m.verdict == "different" for m in t.marks)
-                    for t in history.timelines) else 0
+    changed = any(t.confirmed_changes or any(m.verdict == "different" for m in t.marks) for t in history.timelines)
+    gaps = history.gaps()
+    for gap in gaps[:MAX_GAPS_SHOWN]:
+        print(f"detcheck: history: not a pass: {gap}", file=sys.stderr)
+    if len(gaps) > MAX_GAPS_SHOWN:
+        print(f"detcheck: history: not a pass: and {len(gaps) - MAX_GAPS_SHOWN} more (history.json)", file=sys.stderr)
+    return 1 if changed or gaps else 0
+
+
+# The gaps a history prints; the feed and the page hold every one.
+MAX_GAPS_SHOWN = 20
 
 
 def claim_history_dir(out: Path) -> None:

@@ -194,6 +194,17 @@ class History:
     cost: Cost
     detector: dict[str, Any] = field(default_factory=dict)  # the change-point method, as run
 
+    def gaps(self) -> list[str]:
+        """Where the history holds no evidence, each as `<revision>: <config>/<probe>: <why>`: a
+        revision whose cell is an error or missing, or whose exact figures could not be judged
+        against its neighbour (unknown). A history with gaps is never a pass, however quiet the
+        rest: what was not measured cannot have stayed the same."""
+        return [f"{self.points[i].label}: {t.config}/{t.probe}: "
+                f"{m.status if m.status in ('error', 'missing') else 'unknown against ' + m.against[:12]}"
+                + (f" ({m.note})" if m.note else "")
+                for t in self.timelines for i, m in enumerate(t.marks)
+                if m.status in ("error", "missing") or m.verdict == "unknown"]
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for timeline, raw in zip(self.timelines, data["timelines"]):
