@@ -13,7 +13,7 @@ def test_the_two_commands_come_first_and_the_readme_stays_short():
     first_block = re.search(r"```sh\n(.*?)```", README, re.S).group(1).splitlines()
     assert first_block == [
         "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -c constraints/cpu.txt && .venv/bin/detcheck demo",
-        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -c constraints/cpu.txt && .venv/bin/python -m pytest -q"]
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -c constraints/cpu.txt && .venv/bin/python -m pytest -q -n 3"]
     assert README.index("```sh") < README.index("\n## ")  # before any section
     assert len(README.encode()) < 12 * 1024
 
