@@ -95,3 +95,10 @@ def test_every_runtime_dependency_is_imported_by_the_harness():
                 imported.add(node.module.split(".")[0])
     names = [_NAME_AND_FLOOR.match(r).group(1).lower().replace("-", "_") for r in PROJECT["dependencies"]]
     assert [name for name in names if name not in imported] == []
+
+
+def test_python_dash_m_detcheck_is_the_command():
+    """For an environment whose scripts are not on PATH (a venv not activated, a CI step)."""
+    proc = subprocess.run([sys.executable, "-m", "detcheck", "--version"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert (proc.returncode, proc.stdout.split()[0]) == (0, "detcheck"), proc.stderr

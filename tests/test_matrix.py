@@ -298,3 +298,12 @@ def test_the_ci_example_packs_a_labels_jobs_longest_processing_time_first():
                           input=json.dumps(sessions), capture_output=True, text=True, check=True)
     rows = json.loads(proc.stdout.removeprefix("matrix="))["include"]
     assert rows[0]["jobs"] == ["a", "b", "c", "d"] and rows[0]["est_time"] == 750
+
+
+def test_the_log_counts_server_slots_in_words():
+    from harness.commands.matrix import placement
+    from harness.pipeline.slots import Slot
+
+    assert placement((Slot(),)) == " (1 server slot)"
+    assert placement((Slot({"CUDA_VISIBLE_DEVICES": "0"}), Slot({"CUDA_VISIBLE_DEVICES": "0"}))) == \
+        " (2 server slots on GPU 0)"

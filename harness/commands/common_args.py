@@ -99,7 +99,9 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", action="append", default=[], metavar="NAME",
                    help="run only this probe (repeatable)")
     p.add_argument("--python", default=None,
-                   help="interpreter that runs the servers (default: this one)")
+                   help="interpreter that runs the servers: the one SGLang is installed in (default: the "
+                        "one running detcheck, which has SGLang only if detcheck was installed into SGLang's "
+                        "environment)")
     p.add_argument("--base-python", default=None, metavar="PYTHON",
                    help="interpreter of the base's servers only: a revision that needs other packages "
                         "(another torch or kernel wheel) runs from its own environment; wins over the "

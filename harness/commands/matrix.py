@@ -97,7 +97,7 @@ def placement(slots: tuple[Slot, ...]) -> str:
         return (f" (one server at a time on GPU {slots[0].env['CUDA_VISIBLE_DEVICES']}: base and candidate "
                 f"in turn, noisy probes not interleaved)")
     gpus = ",".join(sorted({s.env["CUDA_VISIBLE_DEVICES"] for s in slots if "CUDA_VISIBLE_DEVICES" in s.env}))
-    return f" ({len(slots)} server slots{f' on GPU {gpus}' if gpus else ''})"
+    return f" ({len(slots)} server slot{'s' if len(slots) != 1 else ''}{f' on GPU {gpus}' if gpus else ''})"
 
 
 def run_list(args: argparse.Namespace) -> int:
