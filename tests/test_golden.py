@@ -202,3 +202,24 @@ def test_combined_report_over_two_matrix_entries_golden(tmp_path):
     assert proc.returncode == 0, proc.stderr
     check_golden(DATA / "combined-entries.md", proc.stdout)
     assert "sides measured in turn" in proc.stdout.split("### ")[1] and "in turn" not in proc.stdout.split("### ")[2]
+
+
+def test_the_console_table_takes_a_terminals_width_and_200_columns_elsewhere():
+    """In a 100-column terminal a 200-column table wrapped each of its lines; in a CI log or a
+    file there is no width to take."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from harness.report.emit import PIPED_WIDTH, console_width
+
+    assert console_width(io.StringIO()) == PIPED_WIDTH == 200
+    leader, follower = pty.openpty()
+    try:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+        with open(follower, "w", closefd=False) as terminal:
+            assert console_width(terminal) == 100
+    finally:
+        os.close(leader)
+        os.close(follower)

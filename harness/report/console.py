@@ -24,15 +24,20 @@ class ConsoleReport:
 
     def table(self) -> Table:
         r = self.result
-        t = Table(title=f"detcheck {r.suite} ({r.target}): base {revision_label(r.base)} → "
-                        f"candidate {revision_label(r.candidate)}",
+        table_rows = rows(r, self.sides)
+        configs = list(dict.fromkeys(row.config for row in table_rows))
+        # One configuration: named in the title, not repeated on every row (a column's width saved).
+        one = configs[0] if len(configs) == 1 else None
+        t = Table(title=f"detcheck {r.suite} ({r.target}{f', configuration {one}' if one else ''}): "
+                        f"base {revision_label(r.base)} → candidate {revision_label(r.candidate)}",
                   caption=f"verdict: {headline(r)} · {launches_text(r)}", show_lines=False)
-        for col in ("configuration", "probe", "base", "candidate", "verdict", "comparison"):
+        columns = ("probe", "base", "candidate", "verdict", "comparison")
+        for col in columns if one else ("configuration", *columns):
             t.add_column(col, overflow="fold")
-        for row in rows(r, self.sides):
+        for row in table_rows:
             style = VERDICT_STYLE.get(row.verdict, "")
-            t.add_row(row.config, row.probe, row.base, row.candidate,
-                      f"[{style}]{row.verdict}[/]" if style else row.verdict, row.note)
+            cells = (row.probe, row.base, row.candidate, f"[{style}]{row.verdict}[/]" if style else row.verdict, row.note)
+            t.add_row(*cells if one else (row.config, *cells))
         return t
 
     def print(self, console: Console | None = None) -> None:
