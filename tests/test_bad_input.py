@@ -228,5 +228,5 @@ def test_a_branch_only_the_remote_has_resolves_to_origins_saying_so(tmp_path, ca
     revision = Revision.resolve(clone, "base")
     assert (revision.ref, revision.sha) == ("origin/base", Revision.resolve(origin, "base").sha)
     assert f"git ref 'base' is no local branch in {clone}: using 'origin/base'" in capsys.readouterr().err
-    with pytest.raises(UsageError, match="git ref 'bsae' does not resolve to a commit in .*; did you mean 'base'\?"):
+    with pytest.raises(UsageError, match=r"git ref 'bsae' does not resolve to a commit in .*; did you mean 'base'\?"):
         Revision.resolve(clone, "bsae")

@@ -32,7 +32,8 @@ def test_the_sglang_checkout_section_installs_no_torch_and_its_commands_parse():
 
     from harness.cli import parse
 
-    section = README[README.index("## On your SGLang checkout"):README.index("## Five-minute tour")]
+    start = README.index("## On your SGLang checkout")
+    section = README[start:README.index("\n## ", start)]
     lines = [block.replace("\\\n", " ") for block in re.findall(r"```sh\n(.*?)```", section, re.S)]
     commands = [shlex.split(line) for block in lines for line in block.splitlines()]
     runs = [argv for argv in commands if argv[0].endswith("/detcheck")]
