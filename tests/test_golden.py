@@ -99,6 +99,10 @@ def test_each_rows_reproducer_starts_that_rows_servers_shell_quoted():
     assert base == (f'python3 -m refserver --model-path {model} --host 127.0.0.1 --port "$PORT" '
                     "--enable-deterministic-inference --cuda-graph-max-bs 8")
     assert cand == base + " --enable-torch-compile"
+    # Provenance: a line per configuration, a line per side where the sides' flags differ.
+    provenance = text.split("<summary>Provenance</summary>")[1]
+    assert [line.split(":")[0] for line in provenance.splitlines() if line.startswith("- server args")] == [
+        "- server args (det)", "- server args (graphs @ base)", "- server args (graphs @ candidate)"]
 
 
 def test_round_trip_is_lossless():

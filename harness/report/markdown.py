@@ -174,6 +174,23 @@ class MarkdownReport:
             return fmt(side[k]) if k in side else "–"
         return md_table(("fact", "base", "candidate"), ((k, *(get(side, k) for side in facts)) for k in keys)) + [""]
 
+    def _server_args_lines(self) -> list[str]:
+        """Each configuration's server args, in the run's order: one line where both sides
+        started alike (but for the port each server was given), else one per side."""
+        argv: dict[str, dict[str, list[str]]] = {}
+        for c in self.result.cells:
+            if c.metadata.get("server_argv"):
+                argv.setdefault(c.config, {}).setdefault(c.role.value, [str(a) for a in c.metadata["server_argv"]])
+        out = []
+        for config, sides in argv.items():
+            # portable() after the quoting: it rewrites paths within a word, never across quotes
+            lines = {role: portable(shlex.join(args)) for role, args in sides.items()}
+            if len({shlex.join(without_port(args)) for args in sides.values()}) == 1:
+                out.append(f"- server args ({md_text(config)}): {md_code(next(iter(lines.values())))}")
+            else:
+                out += [f"- server args ({md_text(config)} @ {role}): {md_code(line)}" for role, line in lines.items()]
+        return out
+
     def _footer(self) -> list[str]:
         r = self.result
         meta = r.metadata
@@ -189,9 +206,7 @@ class MarkdownReport:
                                         m.get("cuda") and f"CUDA {m['cuda']}") if k)
             if env:
                 out.append(f"- environment: {md_text(env)}; machine {md_text(str(m.get('machine', '?')))}")
-            # portable() after the quoting: it rewrites paths within a word, never across quotes
-            out.append(f"- server args ({md_text(cell.config)}): "
-                       f"{md_code(portable(shlex.join(str(a) for a in m['server_argv'])))}")
+        out += self._server_args_lines()
         if meta.get("command"):
             out.append(f"- command: {md_code(portable(str(meta['command'])))}")
         out.append(f"- detcheck {md_text(str(meta.get('harness_version', '?')))}, "
@@ -199,6 +214,11 @@ class MarkdownReport:
         out += ["", "</details>"]
         return out
 
+
+
+def without_port(argv: list[str]) -> list[str]:
+    """A server's argv without its `--port` value: drawn per launch, never the configuration's."""
+    return [a for i, a in enumerate(argv) if not (i and argv[i - 1] == "--port")]
 
 
 def _reference_config(comp: ProbeComparison) -> str:
