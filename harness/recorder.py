@@ -125,6 +125,9 @@ class RunRecorder:
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": scrub(self.req.command_line, secrets),
                       **({"overrides": self.req.overrides} if self.req.overrides else {}),
+                      **({"sessions": [*self.req.earlier_sessions,
+                                       {"command": scrub(self.req.command_line, secrets), "launches": len(launches)}]}
+                         if self.req.earlier_sessions else {}),
                       # every probe's parameters as judged: what `report` judges the cells again with
                       "probe_params": {probe: self.suite.probe_spec(probe).params
                                        for probe in dict.fromkeys(p for _, p in self.order)},

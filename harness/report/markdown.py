@@ -11,7 +11,7 @@ from harness.paths import safe_name
 from harness.report.format import portable, portable_path
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
-                                 revision_label, rows)
+                                 revision_label, rows, run_sessions)
 from harness.results import (PORT_VARIABLE, REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
                              RunResult, Status)
 from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
@@ -207,7 +207,11 @@ class MarkdownReport:
             if env:
                 out.append(f"- environment: {md_text(env)}; machine {md_text(str(m.get('machine', '?')))}")
         out += self._server_args_lines()
-        if meta.get("command"):
+        sessions = run_sessions(r)
+        if sessions:  # resumed: the command that started it, then each that continued it
+            out.append(f"- command: {md_code(portable(str(sessions[0].get('command', ''))))}")
+            out += [f"- resumed: {md_code(portable(str(s.get('command', ''))))}" for s in sessions[1:]]
+        elif meta.get("command"):
             out.append(f"- command: {md_code(portable(str(meta['command'])))}")
         out.append(f"- detcheck {md_text(str(meta.get('harness_version', '?')))}, "
                    f"{md_text(str(meta.get('started_at', '?')))} → {md_text(str(meta.get('finished_at', '?')))}")
