@@ -4,7 +4,7 @@
     nox -l --json -t matrix                     the hardware matrix for CI, one session per job with
                                                 its runner label and est_time (validate sessions are
                                                 not default, so a bare `nox -l` marks them skipped)
-    nox -s "validate(h200x1)" -- --repo ../sglang --base main --candidate HEAD [--baseline F]
+    nox -s "validate(h200x1)" -- --repo ../sglang --base main --candidate HEAD [--python PY] [--baseline F]
 
 Sessions run in the current environment (the harness installed with its test extra): the
 GPU machines have no network to build virtualenvs from. A validate session on a machine
@@ -28,7 +28,7 @@ from harness.matrix import gpu_names, load_matrix  # noqa: E402
 nox.options.default_venv_backend = "none"
 PY = sys.executable
 MATRIX = load_matrix(ROOT / "matrix.toml")
-USAGE = 'nox -s "validate(<entry>)" -- --repo PATH --base REF --candidate REF [--baseline FILE]'
+USAGE = 'nox -s "validate(<entry>)" -- --repo PATH --base REF --candidate REF [--python PYTHON] [--junit-xml FILE] [--baseline FILE]'
 
 
 @nox.session(default=False)

@@ -9,6 +9,7 @@ its runners (`--jobs cpu=1`: every CPU entry in one job). CPU sessions (label `c
 hosted runner, the others on self-hosted runners with that label.
 
     nox -l --json -t matrix | python ci/github_matrix.py [--jobs 1-gpu-h200=2] >> "$GITHUB_OUTPUT"
+    printf '%s' "$MATRIX" | python ci/github_matrix.py --check-runs runs    # every job left a run
 """
 
 from __future__ import annotations
@@ -71,13 +72,38 @@ def parse_jobs(values: list[str]) -> dict[str, int]:
     return jobs
 
 
-def main(argv: list[str] | None = None) -> None:
+RESULT_FILES = ("results.json", "results.json.gz", "results.json.xz")
+
+
+def missing_runs(matrix: dict, runs: Path) -> list[str]:
+    """The jobs of `matrix` (this script's output, `{"include": rows}`) that left no run under
+    `runs` (the downloaded artifacts: runs/detcheck-<row entry>/<job>/<suite>/results.json)."""
+    missing = []
+    for row in matrix["include"]:
+        for job in row["jobs"]:
+            found = [f for name in RESULT_FILES for f in (runs / f"detcheck-{row['entry']}" / job).glob(f"*/{name}")]
+            if not found:
+                missing.append(job)
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", action="append", default=[], metavar="LABEL=N",
                    help="pack this label's sessions into at most N jobs by estimated time")
+    p.add_argument("--check-runs", type=Path, default=None, metavar="DIR",
+                   help="read the matrix this script wrote (its JSON) on stdin instead, and exit 1 naming "
+                        "each job that left no run under DIR (the downloaded artifacts)")
     args = p.parse_args(argv)
+    if args.check_runs is not None:
+        missing = missing_runs(json.load(sys.stdin), args.check_runs)
+        for job in missing:
+            print(f"detcheck matrix: job {job}: no run under {args.check_runs} (it failed before writing one, "
+                  f"or never ran)", file=sys.stderr)
+        return 1 if missing else 0
     print("matrix=" + json.dumps({"include": rows(json.load(sys.stdin), parse_jobs(args.jobs))}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,13 +1,17 @@
 """detcheck: deterministic-inference validation for SGLang revisions.
 
-Exit codes:
-  0    nothing differs (every compared probe reads same or unknown)
-  1    a probe differs, or a cell failed
-  2    bad input (nothing launched), or a damaged result file
-  3    nothing measured: no probe was compared on both sides (e.g. every configuration is
-       n/a at a revision); never a pass
-  4    I/O error (disk full, read-only directory): the path is named, finished cells kept
-  130  interrupted (servers stopped; finished cells kept for --resume)
+Exit codes (README.md's table, word for word as far as each row goes here):
+  0    nothing differs: every compared probe reads same (or an unknown that does not lean
+       to different)
+  1    a probe differs, a cell failed (error), or an unknown row leans to different
+  2    bad input, found before anything launched
+  3    nothing measured: no probe was compared on both sides (e.g. every configuration n/a
+       at a revision); never a pass
+  4    I/O error (disk full, read-only directory): the path is named, finished cells stay
+       in the store
+  130  interrupted: servers stopped (SIGTERM, SIGKILL after $DETCHECK_STOP_GRACE_S, default
+       10 s; a second Ctrl-C at once), finished cells kept; the printed detcheck run --resume
+       --out D continues
 """
 
 from __future__ import annotations

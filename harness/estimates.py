@@ -16,9 +16,11 @@ is installed, so the result files are read as plain JSON, never through `results
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import lzma
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence, TypeVar
 
@@ -32,19 +34,38 @@ DEFAULT_EST_S = 600.0
 T = TypeVar("T")
 
 
-def run_documents(paths: Iterable[Path]) -> list[tuple[Path, dict]]:
+@dataclass(frozen=True)
+class RunTiming:
+    """What an estimate reads of one results file: its suite's name and its launches' windows."""
+
+    file: Path
+    suite: str
+    windows: tuple[tuple[float, float], ...]
+
+
+def run_timings(paths: Iterable[Path]) -> list[RunTiming]:
     """Each result file under `paths` (a results file, a run directory, or a folder of run
-    directories: a matrix run's `--out`), parsed. A file that cannot be read is UsageError."""
-    found: list[tuple[Path, dict]] = []
+    directories: a matrix run's `--out`), timed. A file that cannot be read is UsageError."""
+    found: list[RunTiming] = []
     for path in paths:
         files = [path] if path.is_file() else _files(path) or [
             f for d in (sorted(path.iterdir()) if path.is_dir() else ()) if d.is_dir() for f in _files(d)]
         for file in files:
             try:
-                found.append((file, json.loads(bounded.read_file(file, bounded.RESULT_DOCUMENT).decode())))
+                stat = file.stat()
+                found.append(_timing(file, stat.st_mtime_ns, stat.st_size))
             except (OSError, ValueError, EOFError, gzip.BadGzipFile, lzma.LZMAError, bounded.TooLarge) as exc:
                 raise UsageError(f"est_time: {file}: not a readable results file ({exc})") from None
     return found
+
+
+@functools.lru_cache(maxsize=256)
+def _timing(file: Path, mtime_ns: int, size: int) -> RunTiming:
+    """One results file parsed once per process while it is unchanged (mtime and size are the
+    key): a matrix's jobs read each entry's runs for the entry and again for each suite, and a
+    stored run is megabytes of JSON."""
+    document = json.loads(bounded.read_file(file, bounded.RESULT_DOCUMENT).decode())
+    return RunTiming(file, str(document.get("suite", "")), tuple(windows(document)))
 
 
 def _files(directory: Path) -> list[Path]:
@@ -80,15 +101,15 @@ def suite_seconds(paths: Iterable[Path]) -> dict[str, float]:
     """Each suite's wall time over the runs under `paths`, by its `suite` name and by its run
     directory's name (a matrix run names each suite's directory after the suite file)."""
     spans: dict[str, list[tuple[float, float]]] = {}
-    for file, document in run_documents(paths):
-        for key in {str(document.get("suite", "")), file.parent.name} - {""}:
-            spans.setdefault(key, []).extend(windows(document))
+    for run in run_timings(paths):
+        for key in {run.suite, run.file.parent.name} - {""}:
+            spans.setdefault(key, []).extend(run.windows)
     return {key: round(union_seconds(s), 1) for key, s in spans.items() if s}
 
 
 def runs_seconds(paths: Iterable[Path]) -> float | None:
     """The wall time of all the runs under `paths` together (one pool's suites count once)."""
-    spans = [w for _, document in run_documents(paths) for w in windows(document)]
+    spans = [w for run in run_timings(paths) for w in run.windows]
     return round(union_seconds(spans), 1) if spans else None
 
 

@@ -48,6 +48,10 @@ class RunRequest:
     # another environment is never served from the other's stored cells.
     role_env: dict[Role, dict[str, str]] = field(default_factory=dict)
     command_line: str = ""
+    # A resumed run's earlier sessions, oldest first, each {"command": …, "launches": n}: the
+    # results record every session (metadata.sessions), so the report keeps the first command
+    # and counts the launches of them all.
+    earlier_sessions: tuple[dict[str, Any], ...] = ()
     # `--set probe.param=value`: probe parameters over the suite's tables (recorded in results).
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     # How many servers may be up at once, and what pins each (a GPU, a role's GPUs): with more

@@ -30,7 +30,7 @@ from harness.targets import TARGET_NAMES
 from harness.typed_toml import TomlTable
 
 _ENTRY_KEYS = {"name", "description", "gpu", "gpus", "servers_per_gpu", "gpus_per_server", "suites", "target",
-               "server_args", "env", "order_from", "first_per_model", "runner", "est_time", "partitions"}
+               "server_args", "env", "order_from", "first_per_model", "runner", "est_time", "partitions", "python"}
 # A CI runner label as SGLang's self-hosted runners are named ({n}-gpu-{hardware}: 2-gpu-h100).
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CPU_RUNNER = "cpu"  # the label of an entry without GPUs (or whose GPUs the reference server models)
@@ -67,6 +67,9 @@ class MatrixEntry:
     runner: str = ""
     est_time: float | None = None
     partitions: int = 1
+    # The servers' interpreter on the entry's runners (the environment SGLang is installed in);
+    # None: `matrix run --python`, else the one running detcheck.
+    python: str | None = None
 
     @property
     def runner_label(self) -> str:
@@ -230,11 +233,14 @@ def _entry(top: TomlTable, raw: object, index: int) -> MatrixEntry:
                                  or not 0 < est_time < 7 * 86400):
         raise entry.error("est_time", "must be seconds, more than 0 and less than a week")
     partitions = entry.integer("partitions", 1, 1, MAX_PARTITIONS)
+    python = entry.string("python", "") or None
+    if python is not None and "/" in python:  # a path: ~ is the runner's home, a relative one the matrix file's
+        python = str(path.parent / Path(python).expanduser())
     return MatrixEntry(name=name, gpu=gpu, gpus=gpus, suites=tuple(resolved), target=target,
                        runner=runner, est_time=None if est_time is None else float(est_time),
                        partitions=partitions, server_args=server_args, servers_per_gpu=servers_per_gpu, env=env,
                        description=description, order_from=order_from, first_per_model=first_per_model,
-                       gpus_per_server=per_server)
+                       gpus_per_server=per_server, python=python)
 
 
 def _total(seconds: list[float | None]) -> float | None:

@@ -131,6 +131,9 @@ class RunRecorder:
             cells=cells, comparisons=self._compare(cells, partial), launches=launches,
             metadata={**self.host, "suite_path": str(self.suite.path), "command": scrub(self.req.command_line, secrets),
                       **({"overrides": self.req.overrides} if self.req.overrides else {}),
+                      **({"sessions": [*self.req.earlier_sessions,
+                                       {"command": scrub(self.req.command_line, secrets), "launches": len(launches)}]}
+                         if self.req.earlier_sessions else {}),
                       # masked as the command is: a flag secret only by its --help is known now
                       **({"options": scrub_all(self.req.options, secrets)} if self.req.options else {}),
                       "started_at": self.started, "harness_version": __version__,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,15 @@ from harness.textfmt import did_you_mean
 
 # The cache's directory of revision worktrees: WORKTREES/<repo name>-<key>/<sha[:12]>/<tree>.
 WORKTREES = "worktrees"
+
+
+def remote_branch(ref: str, names: list[str]) -> str | None:
+    """The remote-tracking branch `ref` names where it is no local ref (`base` → `origin/base`):
+    origin's where it has one, else the one remote's that has it; None when none or several do."""
+    found = [name for name in names if "/" in name and name.split("/", 1)[1] == ref]
+    if f"origin/{ref}" in found:
+        return f"origin/{ref}"
+    return found[0] if len(found) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,18 @@ class Revision:
         if proc.returncode != 0:
             names = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags",
                         "refs/remotes", check=False).splitlines()
-            raise UsageError(f"git ref {ref!r} does not resolve to a commit in {repo}{did_you_mean(ref, names)}")
+            remote = remote_branch(ref, names)
+            if remote is None:
+                # A remote's branch by its own name too: that resolves, as above.
+                branches = [name.split("/", 1)[1] for name in names
+                            if "/" in name and remote_branch(name.split("/", 1)[1], names) == name]
+                raise UsageError(f"git ref {ref!r} does not resolve to a commit in {repo}"
+                                 f"{did_you_mean(ref, [*names, *branches])}")
+            # A CI clone (actions/checkout, `git clone`) has only its default branch locally: the
+            # others are remote-tracking branches. Said on stderr, so that it is never silent.
+            print(f"detcheck: git ref {ref!r} is no local branch in {repo}: using {remote!r}", file=sys.stderr)
+            ref = remote
+            proc = git_run(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         sha = proc.stdout.strip()
         subject = git(repo, "log", "-1", "--format=%s", sha)
         return cls(ref=ref, sha=sha, repo=repo, subject=subject)

@@ -163,3 +163,13 @@ def did_you_mean(given: str, known: Iterable[str]) -> str:
     error about a name the user typed names the one they likely meant."""
     close = difflib.get_close_matches(given, list(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters, cut at a word's end with "…" where it is longer (a
+    word longer than the limit alone is cut inside it)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    words = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return words.rstrip(" ,;:") + "…"

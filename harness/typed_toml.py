@@ -37,6 +37,12 @@ TOO_DEEP = "nested deeper than detcheck reads (arrays or tables inside hundreds 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """A TOML file's table, or UsageError naming the file (`what`: "suite", "matrix", …)."""
     if not path.is_file():
+        # A bare name (`--suite default`) means the file of that name in suites/, where this
+        # project keeps its suites, or beside it with the .toml it lacks.
+        named = [str(c) for c in (path.parent / "suites" / f"{path.name}.toml", path.parent / f"{path.name}.toml")
+                 if path.suffix != ".toml" and c.is_file()]
+        if named:
+            raise UsageError(f"{what} file not found: {path}; did you mean {named[0]!r}?")
         siblings = [str(path.parent / p.name) for p in path.parent.glob(f"*{path.suffix}")] if path.parent.is_dir() else []
         raise UsageError(f"{what} file not found: {path}{did_you_mean(str(path), siblings)}")
     try:

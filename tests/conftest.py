@@ -4,6 +4,8 @@ interpreter, and the check that no process a test started outlives it."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
 import subprocess
@@ -16,6 +18,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_dirs(tmp_path_factory):
+    """Caches of this test process (an xdist worker's own under `-n`; its basetemp is per worker)
+    and of every process it starts: matplotlib's font list and config, and whatever else keeps
+    its cache under $XDG_CACHE_HOME, so parallel workers never write one file."""
+    root = tmp_path_factory.getbasetemp()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, sub in (("XDG_CACHE_HOME", "xdg-cache"), ("MPLCONFIGDIR", "matplotlib")):
+            (root / sub).mkdir(exist_ok=True)
+            patch.setenv(name, str(root / sub))
+        yield root
 
 
 @pytest.fixture(autouse=True)
@@ -199,6 +214,95 @@ def _gpu_skip_reason() -> str | None:
     if importlib.util.find_spec("sglang") is None:
         return "needs SGLang importable (see tools/gpu/gpu-run.sh for the offline kit)"
     return None
+
+
+# A fixture of these scopes is shared by the tests of a module (or of a class in it), and built on
+# every worker that runs one of them: under pytest-xdist (`-n N`) the tests of a module that share
+# one run on one worker, so that an expensive shared fixture (servers, a history of commits, a
+# run) is built once.
+SHARED_SCOPES = ("class", "module", "package")
+
+
+def _fixture_call(node: ast.FunctionDef) -> ast.expr | None:
+    """The function's @pytest.fixture decorator (a call or the bare name), if it has one."""
+    for deco in node.decorator_list:
+        func = deco.func if isinstance(deco, ast.Call) else deco
+        if ast.unparse(func) in ("pytest.fixture", "fixture"):
+            return deco
+    return None
+
+
+def _used_fixtures(node: ast.FunctionDef) -> set[str]:
+    """The fixtures a function names: its parameters and its @pytest.mark.usefixtures."""
+    names = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+    for deco in node.decorator_list:
+        if isinstance(deco, ast.Call) and ast.unparse(deco.func).endswith("usefixtures"):
+            names |= {a.value for a in deco.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return names
+
+
+@functools.cache
+def sharing_tests(module: Path) -> frozenset[str]:
+    """The test functions of the module at `module` that use a fixture of a SHARED_SCOPES scope
+    it defines (directly, or through another of its fixtures); `{"*"}`, all of them, when such a
+    fixture is autouse or the module cannot be read."""
+    try:
+        tree = ast.parse(module.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset({"*"})
+    uses: dict[str, set[str]] = {}  # a fixture's name -> the fixtures it uses
+    shared: set[str] = set()
+    tests: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        deco = _fixture_call(node)
+        if deco is None:
+            if node.name.startswith("test"):
+                tests[node.name] = _used_fixtures(node)
+            continue
+        keywords = {k.arg: k.value.value for k in getattr(deco, "keywords", [])
+                    if isinstance(k.value, ast.Constant)}
+        name = keywords.get("name") or node.name
+        uses[name] = _used_fixtures(node)
+        if keywords.get("scope") in SHARED_SCOPES:
+            if keywords.get("autouse"):
+                return frozenset({"*"})
+            shared.add(name)
+    grew = True
+    while grew:  # a fixture that uses a shared one shares it too
+        grew = False
+        for name, used in uses.items():
+            if name not in shared and used & shared:
+                shared.add(name)
+                grew = True
+    return frozenset(test for test, used in tests.items() if used & shared)
+
+
+def shared_fixture_scope(rootpath: Path, nodeid: str) -> str:
+    """A test's unit of distribution: its module, for a test sharing a fixture of its module with
+    others (sharing_tests); else the test itself."""
+    module, _, rest = nodeid.partition("::")
+    function = rest.rsplit("::", 1)[-1].split("[", 1)[0]
+    sharing = sharing_tests(rootpath / module)
+    return module if "*" in sharing or function in sharing else nodeid
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # pytest-xdist's hook; before its own `load`
+def pytest_xdist_make_scheduler(config, log):
+    """`-n N` (xdist's `load`): every test goes to whichever worker is free, except that the tests
+    that share a module's fixture go to one worker together (handed out first, the largest group
+    first: xdist's loadscope order). Another `--dist` is left to xdist. The controller collects
+    nothing, so who shares what is read from the modules' source."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_fixture_scope(config.rootpath, nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tarfile
@@ -16,6 +15,7 @@ from pathlib import Path
 import requests
 
 from harness.fixture_repo import FixtureRepo
+from harness.server import free_port  # below the ephemeral range: see its docstring
 
 
 def checkout(repo: FixtureRepo, sha: str, dst: Path) -> Path:
@@ -24,12 +24,6 @@ def checkout(repo: FixtureRepo, sha: str, dst: Path) -> Path:
     with tarfile.open(archive) as tar:
         tar.extractall(dst, filter="data")
     return dst / "python"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post_reproducer(argv: list[str], pythonpath: Path, rep: dict, log: Path) -> list[dict]:

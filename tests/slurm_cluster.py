@@ -14,8 +14,9 @@ import shutil
 import socket
 import subprocess
 import time
-from contextlib import closing
 from pathlib import Path
+
+from harness.server import free_port  # below the ephemeral range: see its docstring
 
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "srun", "sinfo", "scancel")
 NODE = "detcheck-node"
@@ -32,17 +33,11 @@ def why_not() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def conf_text(root: Path) -> str:
     host = socket.gethostname().split(".")[0]
     lines = {
         "ClusterName": "detcheck", "SlurmctldHost": f"{host}(127.0.0.1)",
-        "SlurmctldPort": str(_free_port()), "SlurmdPort": str(_free_port()),
+        "SlurmctldPort": str(free_port()), "SlurmdPort": str(free_port()),
         "SlurmUser": "root", "SlurmdUser": "root", "AuthType": "auth/none", "CredType": "cred/none",
         "StateSaveLocation": str(root / "state"), "SlurmdSpoolDir": str(root / "spool"),
         "SlurmctldPidFile": str(root / "slurmctld.pid"), "SlurmdPidFile": str(root / "slurmd.pid"),

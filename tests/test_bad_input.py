@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,27 @@ def test_a_mistyped_ref_or_suite_names_the_closest_one(tmp_path):
     with pytest.raises(UsageError, match=rf"suite file not found: {tmp_path}/defualt.toml; did you mean "
                                          rf"'{tmp_path}/default.toml'\?"):
         load_suite(tmp_path / "defualt.toml")
+    # A bare name: the suite of that name in suites/ (as `--suite default` run from the project).
+    (tmp_path / "suites").mkdir()
+    refserver_suite(tmp_path / "suites" / "pools.toml", ["kl"])
+    with pytest.raises(UsageError, match=rf"suite file not found: {tmp_path}/pools; did you mean "
+                                         rf"'{tmp_path}/suites/pools.toml'\?"):
+        load_suite(tmp_path / "pools")
+
+
+def test_a_branch_only_the_remote_has_resolves_to_origins_saying_so(tmp_path, capsys):
+    """A CI clone (actions/checkout, `git clone`) has only the default branch locally: `--base
+    base` takes origin/base and says so; a ref no remote has either is still bad input."""
+    from conftest import git, make_sglang_repo
+    from harness.errors import UsageError
+    from harness.revisions import Revision
+
+    origin = make_sglang_repo(tmp_path)
+    git(origin, "branch", "base", "main~1")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+    revision = Revision.resolve(clone, "base")
+    assert (revision.ref, revision.sha) == ("origin/base", Revision.resolve(origin, "base").sha)
+    assert f"git ref 'base' is no local branch in {clone}: using 'origin/base'" in capsys.readouterr().err
+    with pytest.raises(UsageError, match=r"git ref 'bsae' does not resolve to a commit in .*; did you mean 'base'\?"):
+        Revision.resolve(clone, "bsae")

@@ -207,6 +207,15 @@ def test_a_step_line_says_where_its_results_are():
     assert "results: /s/runs/x/results.json" in ev.line("step 1")
 
 
+def test_a_long_subject_is_cut_at_a_words_end():
+    from harness.textfmt import shortened
+
+    subject = "scheduler: keep the SWA eviction interval when a DFLASH draft step retracts requests"
+    ev = Evaluation("step", "1" * 40, subject, "same", 0, 1, 1)
+    assert "'scheduler: keep the SWA eviction interval when a DFLASH…'" in ev.line("step 1")
+    assert shortened("short", 60) == "short" and shortened("x" * 70, 10) == "x" * 9 + "…"
+
+
 # --------------------------------------------------------------------------- k-ary bisect
 
 KARY_COMMITS, KARY_SEED = 33, 12  # seed 12 plants the regression where 2 slots meet the unbuildable commit

@@ -79,3 +79,26 @@ def test_an_sglang_environment_with_another_torch_keeps_it(tmp_path):
     # The stand-in can fail: a pin the environment does not hold is something pip must install.
     pinned = planned_installs(python, ["torch==2.13.0"], tmp_path)
     assert pinned.returncode != 0 and "torch==2.13.0" in pinned.stderr, pinned.stderr
+
+
+def test_every_runtime_dependency_is_imported_by_the_harness():
+    """A dependency no harness module imports is an install every user pays for nothing
+    (`requests` was one: only a test helper posts with it, so it is in the test extra)."""
+    import ast
+
+    imported = set()
+    for module in (ROOT / "harness").rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    names = [_NAME_AND_FLOOR.match(r).group(1).lower().replace("-", "_") for r in PROJECT["dependencies"]]
+    assert [name for name in names if name not in imported] == []
+
+
+def test_python_dash_m_detcheck_is_the_command():
+    """For an environment whose scripts are not on PATH (a venv not activated, a CI step)."""
+    proc = subprocess.run([sys.executable, "-m", "detcheck", "--version"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert (proc.returncode, proc.stdout.split()[0]) == (0, "detcheck"), proc.stderr

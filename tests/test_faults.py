@@ -291,6 +291,10 @@ def test_interrupt_mid_suite_then_resume(tmp_path, bare_python, no_leftovers, si
     assert len(bench.launches("done")) == done_launches
     assert {(c["config"], c["status"]) for c in result["cells"]} == {("done", "ok"), ("stuck", "ok")}
     assert [c["verdict"] for c in result["comparisons"]] == ["same", "same"]
+    # Both sessions recorded: the first's command (what report.md shows as the command) and launches.
+    first, last = result["metadata"]["sessions"]
+    assert "--resume" not in first["command"] and "--resume" in last["command"] == result["metadata"]["command"]
+    assert first["launches"] == len(partial["launches"]) and last["launches"] == len(result["launches"])
 
 
 def test_a_hangup_while_servers_start_ends_the_run_at_once_every_time(tmp_path, bare_python, no_leftovers):

@@ -100,6 +100,10 @@ def test_each_rows_reproducer_starts_that_rows_servers_shell_quoted():
     assert base == (f'env PYTHONPATH=python python3 -m refserver --model-path {model} --host 127.0.0.1 '
                     '--port "$BASE_PORT" --enable-deterministic-inference --cuda-graph-max-bs 8')
     assert cand == base.replace('"$BASE_PORT"', '"$CANDIDATE_PORT"') + " --enable-torch-compile"
+    # Provenance: a line per configuration, a line per side where the sides' flags differ.
+    provenance = text.split("<summary>Provenance</summary>")[1]
+    assert [line.split(":")[0] for line in provenance.splitlines() if line.startswith("- server args")] == [
+        "- server args (det)", "- server args (graphs @ base)", "- server args (graphs @ candidate)"]
 
 
 def test_round_trip_is_lossless():
@@ -248,3 +252,24 @@ def test_a_server_line_runs_as_the_run_started_it_from_the_root_of_a_checkout(tm
     assert (tmp_path / "argv").read_text().splitlines() == [
         "-m", "refserver", "--model-path", "/models/tiny llama", "--port", "4001", "--chat-template",
         "python/templates/chat.jinja"]
+
+
+def test_the_console_table_takes_a_terminals_width_and_200_columns_elsewhere():
+    """In a 100-column terminal a 200-column table wrapped each of its lines; in a CI log or a
+    file there is no width to take."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from harness.report.emit import PIPED_WIDTH, console_width
+
+    assert console_width(io.StringIO()) == PIPED_WIDTH == 200
+    leader, follower = pty.openpty()
+    try:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+        with open(follower, "w", closefd=False) as terminal:
+            assert console_width(terminal) == 100
+    finally:
+        os.close(leader)
+        os.close(follower)

@@ -141,8 +141,15 @@ def nox(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env={**os.environ, **(env or {})})
 
 
-def test_nox_lists_one_validate_session_per_entry():
-    proc = nox("-l", "--json", "-t", "matrix")
+@pytest.fixture(scope="module")
+def matrix_listing() -> subprocess.CompletedProcess:
+    """`nox -l --json -t matrix`, once for the tests that only read it (a nox process reads every
+    entry's stored runs for its est_time)."""
+    return nox("-l", "--json", "-t", "matrix")
+
+
+def test_nox_lists_one_validate_session_per_entry(matrix_listing):
+    proc = matrix_listing
     assert proc.returncode == 0, proc.stderr
     sessions = json.loads(proc.stdout)
     names = [e.name for e in load_matrix(ROOT / "matrix.toml").entries]
@@ -211,13 +218,8 @@ def test_an_entry_with_two_gpus_runs_both_roles_at_once(tmp_path):
     assert len(result["launches"]) == 2
 
 
-def test_the_ci_example_turns_nox_sessions_into_one_job_per_entry():
-    spec = importlib.util.spec_from_file_location("github_matrix", ROOT / "ci" / "github_matrix.py")
-    github_matrix = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(github_matrix)
-    listed = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l", "--json",
-                             "-t", "matrix"], capture_output=True, text=True, cwd=ROOT, check=True)
-    rows = github_matrix.rows(json.loads(listed.stdout))
+def test_the_ci_example_turns_nox_sessions_into_one_job_per_entry(matrix_listing):
+    rows = _github_matrix().rows(json.loads(matrix_listing.stdout))
     assert {r["entry"] for r in rows} == {e.name for e in load_matrix(ROOT / "matrix.toml").entries}
     assert {r["entry"]: r["runner"] for r in rows}["refserver-cpu"] == "ubuntu-latest"
 
@@ -268,8 +270,8 @@ def test_an_entrys_suites_split_into_partitions_by_est_time(tmp_path):
         split.partition(3)
 
 
-def test_nox_lists_each_jobs_runner_and_est_time():
-    sessions = {s["session"]: s for s in json.loads(nox("-l", "--json", "-t", "matrix").stdout)}
+def test_nox_lists_each_jobs_runner_and_est_time(matrix_listing):
+    sessions = {s["session"]: s for s in json.loads(matrix_listing.stdout)}
     h200 = sessions["validate(h200x1)"]["call_spec"]
     assert (h200["runner"], h200["partition"]) == ("1-gpu-h200", 0) and 400 < h200["est_time"] < 450
     assert "runner:1-gpu-h200" in sessions["validate(h200x1)"]["tags"]
@@ -298,3 +300,33 @@ def test_the_ci_example_packs_a_labels_jobs_longest_processing_time_first():
                           input=json.dumps(sessions), capture_output=True, text=True, check=True)
     rows = json.loads(proc.stdout.removeprefix("matrix="))["include"]
     assert rows[0]["jobs"] == ["a", "b", "c", "d"] and rows[0]["est_time"] == 750
+
+
+def test_the_log_counts_server_slots_in_words():
+    from harness.commands.matrix import placement
+    from harness.pipeline.slots import Slot
+
+    assert placement((Slot(),)) == " (1 server slot)"
+    assert placement((Slot({"CUDA_VISIBLE_DEVICES": "0"}), Slot({"CUDA_VISIBLE_DEVICES": "0"}))) == \
+        " (2 server slots on GPU 0)"
+
+
+def test_an_entrys_python_is_its_servers_interpreter_and_matrix_run_checks_it(tmp_path):
+    """A GPU runner's SGLang environment, named once in matrix.toml (a path from the matrix file,
+    `~` the runner's home; a bare name from PATH), or by `matrix run --python` / nox's validate
+    (`-- --python`), which wins. One that is not there is bad input before anything starts."""
+    relative = load_matrix(write(tmp_path, GOOD + 'python = "envs/sglang/bin/python"\n')).entry("h200x2")
+    assert relative.python == str(tmp_path / "envs/sglang/bin/python")
+    assert load_matrix(write(tmp_path, GOOD + 'python = "python3"\n')).entry("h200x2").python == "python3"
+    assert load_matrix(write(tmp_path, GOOD)).entry("h200x2").python is None
+    cpu = tmp_path / "cpu.toml"
+    cpu.write_text(f'[[entry]]\nname = "cpu"\ngpus = 0\ntarget = "refserver"\nsuites = ["{ROOT}/suites/default.toml"]\n'
+                   'python = "/nowhere/bin/python"\n')
+    repo = FixtureRepo.create(tmp_path / "repo")
+    argv = ("matrix", "run", "cpu", "--matrix", str(cpu), "--repo", str(repo.path), "--base", repo.head(),
+            "--candidate", repo.head(), "--out", str(tmp_path / "out"))
+    proc = detcheck(*argv)
+    assert (proc.returncode, proc.stderr.splitlines()[-1]) == (
+        2, "detcheck: error: cpu.python /nowhere/bin/python: no such executable")
+    proc = detcheck(*argv, "--python", "/also/nowhere")
+    assert proc.stderr.splitlines()[-1] == "detcheck: error: --python /also/nowhere: no such executable"

@@ -130,3 +130,25 @@ def test_a_secret_among_the_options_is_never_recorded_and_must_be_given_again(tm
     args, _ = stored.resume("--server-arg=--api-key", "--server-arg=sk-live-1234",
                             "--env-pip-arg=--index-url=https://user:hunter22@pypi.example/simple")
     assert args.server_arg == ["--api-key", "sk-live-1234"]
+
+
+def test_a_resumed_run_carries_every_earlier_session_and_its_report_keeps_the_first_command(tmp_path):
+    """report.md read `command: detcheck run --resume …` and "0 server launches" after a resume
+    that launched nothing: the command that started the run, each resume, and every session's
+    launches now."""
+    from harness.report.markdown import MarkdownReport
+    from harness.results import RunResult
+
+    stored = StoredRun(tmp_path)
+    data = json.loads(stored.results.read_text())
+    _, resumed = stored.resume()
+    assert resumed.sessions == ({"command": data["metadata"]["command"], "launches": len(data["launches"])},)
+    sessions = [{"command": "detcheck run --suite s.toml --out D", "launches": 2},
+                {"command": "detcheck run --resume --out D", "launches": 0}]
+    data["metadata"]["sessions"] = sessions
+    stored.results.write_text(json.dumps(data))
+    _, again = stored.resume()
+    assert list(again.sessions) == sessions
+    report = MarkdownReport(RunResult.from_dict({**data, "launches": []})).render()
+    assert "- command: `detcheck run --suite s.toml --out D`\n- resumed: `detcheck run --resume --out D`" in report
+    assert "2 server launches over 2 sessions (0 in the last, 0 healthy)" in report

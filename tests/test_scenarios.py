@@ -71,6 +71,8 @@ def test_scenario_prints_expected_verdicts(demo, name):
     proc, result, _ = demo(name)
     assert verdicts(result) == expected(name, result)
     assert "expected verdicts reproduced" in proc.stderr
+    # A plain demo ends saying what to do next: keep its repos, or run on an SGLang checkout.
+    assert proc.stderr.rstrip().endswith("its servers in SGLang's environment") and "detcheck demo --keep" in proc.stderr
     for (config, probe), verdict in verdicts(result).items():
         assert any(config in line and probe in line and verdict in line
                    for line in proc.stdout.splitlines()), (config, probe, verdict)

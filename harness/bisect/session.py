@@ -15,6 +15,7 @@ from harness.bounded import RESULT_DOCUMENT, read_file_text
 from harness.envs import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ENV_FILE, EnvOptions
 from harness.errors import UsageError
 from harness.paths import cache_dir, safe_name
+from harness.textfmt import shortened
 
 
 SAME, DIFFERENT, SKIP, ABORT = 0, 1, 125, 128
@@ -97,7 +98,7 @@ class Evaluation:
         note = f"  {self.note}" if self.note else ""
         where = f"\n{'':<9} results: {self.results}" if self.results else ""
         return (f"{label:<9} {self.sha[:12]}  {self.verdict:<9} exit {self.exit_code:<3} "
-                f"{self.source}{scale}  {self.subject[:60]!r}{note}{where}")
+                f"{self.source}{scale}  {shortened(self.subject, 60)!r}{note}{where}")
 
 
 def session_dir_for(repo: Path, good: str, bad: str) -> Path:

@@ -53,7 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_slurm_args(p, "each round as one job (one task per commit; the endpoint and the confirmation too)")
     p.set_defaults(func=run)
 
-    s = sub.add_parser("bisect-step", help="the predicate `bisect` hands to git bisect run",
+    # No `help`: not one of the user's commands (`--help` lists only those given one), but the
+    # predicate `bisect` hands to git bisect run.
+    s = sub.add_parser("bisect-step",
                        description="Judge BISECT_HEAD (or --commit) against the session's good "
                                    "commit. Exit 0 same, 1 different, 125 cannot be tested, "
                                    "128 the good endpoint failed.")

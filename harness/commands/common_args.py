@@ -104,14 +104,7 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                    help="run only this configuration (repeatable)")
     p.add_argument("--probe", action="append", default=[], metavar="NAME",
                    help="run only this probe (repeatable)")
-    p.add_argument("--python", default=None,
-                   help="interpreter that runs the servers (default: this one)")
-    p.add_argument("--base-python", default=None, metavar="PYTHON",
-                   help="interpreter of the base's servers only: a revision that needs other packages "
-                        "(another torch or kernel wheel) runs from its own environment; wins over the "
-                        "environment its --env-file would build")
-    p.add_argument("--candidate-python", default=None, metavar="PYTHON",
-                   help="interpreter of the candidate's servers only; wins over its --env-file")
+    add_python_args(p)
     add_env_args(p)
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument appended to every configuration (repeatable; "
@@ -136,6 +129,30 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     add_start_order_args(p)
     add_format_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_python_args(p: argparse.ArgumentParser, default: str = "the one running detcheck, which has "
+                    "SGLang only if detcheck was installed into SGLang's environment") -> None:
+    """The servers' interpreters: every command that launches servers of both sides takes these."""
+    p.add_argument("--python", default=None,
+                   help=f"interpreter that runs the servers: the one SGLang is installed in (default: {default})")
+    p.add_argument("--base-python", default=None, metavar="PYTHON",
+                   help="interpreter of the base's servers only: a revision that needs other packages "
+                        "(another torch or kernel wheel) runs from its own environment; wins over the "
+                        "environment its --env-file would build")
+    p.add_argument("--candidate-python", default=None, metavar="PYTHON",
+                   help="interpreter of the candidate's servers only; wins over its --env-file")
+
+
+def check_pythons(pythons: dict[str, str | None]) -> None:
+    """Each interpreter given (by its option) exists, before anything starts."""
+    for option, python in pythons.items():
+        if python and shutil.which(python) is None:
+            raise UsageError(f"{option} {python}: no such executable")
+
+
+def role_pythons(base: str | None, candidate: str | None) -> dict[Role, str]:
+    return {role: python for role, python in ((Role.BASE, base), (Role.CANDIDATE, candidate)) if python}
 
 
 def add_env_args(p: argparse.ArgumentParser) -> None:
@@ -316,10 +333,8 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
                  target_named_by: str = "--target", options: dict[str, Any] | None = None) -> RunRequest:
     """`options`: the command's options as results.json records them (what `--resume` restores)."""
     target = chosen_target(args.target, args.repo, target_named_by)
-    for option, python in (("--python", args.python), ("--base-python", args.base_python),
-                           ("--candidate-python", args.candidate_python)):
-        if python and shutil.which(python) is None:
-            raise UsageError(f"{option} {python}: no such executable")
+    check_pythons({"--python": args.python, "--base-python": args.base_python,
+                   "--candidate-python": args.candidate_python})
     out = args.out or default_out(suite.stem)
     if args.resume:  # a resumed --out was checked to hold the run it continues
         hold_out_dir(out)
@@ -329,8 +344,7 @@ def request_from(args: argparse.Namespace, base: Revision, candidate: Revision, 
         suite_path=suite, target=target, base=base, candidate=candidate,
         out_dir=out, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
         python=args.python, only_configs=tuple(args.config), only_probes=tuple(args.probe),
-        role_python={role: python for role, python in ((Role.BASE, args.base_python),
-                                                       (Role.CANDIDATE, args.candidate_python)) if python},
+        role_python=role_pythons(args.base_python, args.candidate_python),
         env_options=env_options_from(args),
         extra_args=tuple(args.server_arg),
         slots=cpu_slots(slot_count(args, target)),

@@ -73,8 +73,19 @@ def run(args: argparse.Namespace) -> int:
         keep(args.keep, scenario, repo.path, req, args.seed)
     verdicts = {(c.config, c.probe): c.verdict for c in result.comparisons}
     problems = [f"unexpected verdict {p}" for p in check_expected(scenario, verdicts)]
-    return demo_outcome(f"demo {scenario.name}", problems,
+    code = demo_outcome(f"demo {scenario.name}", problems,
                         f"expected verdicts reproduced ({len(result.launches)} launches)")
+    if not args.keep and not problems:
+        print(NEXT_STEPS, file=sys.stderr)
+    return code
+
+
+# What a plain `detcheck demo` ends with: where to go from a demo that worked.
+NEXT_STEPS = """
+next:
+  detcheck demo --keep /tmp/detcheck-demo     keep the demo's repos (and a history to bisect) to try run, report and bisect on
+  detcheck run --repo ~/sglang --base main --candidate my-branch --suite suites/default.toml \\
+      --python ~/sglang/.venv/bin/python      the same on your SGLang checkout, its servers in SGLang's environment"""
 
 
 def check_keep_dir(root: Path, scenario: Scenario) -> None:

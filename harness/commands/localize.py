@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", type=Path, required=True, help="the checkout the run's revisions are in")
     p.add_argument("--python", default=None,
                    help="the interpreter that runs the servers and reads the dumps (it needs torch; "
-                        "default: this one)")
+                        "default: the one running detcheck)")
     p.add_argument("--suite", type=Path, default=None,
                    help="the run's suite: a server environment variable other than CUDA_VISIBLE_DEVICES and "
                         "SGLang's SGLANG_*/SGL_* switches, or one whose value is a path (OPENSSL_CONF, "

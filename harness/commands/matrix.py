@@ -23,12 +23,15 @@ import os
 import sys
 from pathlib import Path
 
-from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, add_format_arg, add_revision_args,
-                                          add_start_order_args, check_baseline_file, chosen_target,
-                                          claim_out_dir, command_line, conclude, default_out, env_options_from,
-                                          observer_for, revisions_from, start_order_from)
+from harness.commands.common_args import (EXIT_NOTHING_MEASURED, add_env_args, add_format_arg, add_python_args,
+                                          add_revision_args, add_start_order_args, check_baseline_file,
+                                          check_pythons, chosen_target, claim_out_dir, command_line, conclude,
+                                          default_out, env_options_from, observer_for, revisions_from,
+                                          role_pythons, start_order_from)
 from harness.matrix import gpu_names, load_matrix
 from harness.paths import PROJECT_ROOT, cache_dir
+from harness.report.junit import junit_xml_runs
+from harness.result_files import atomic_write_text
 from harness.run import RunRequest, execute_together
 from harness.errors import UsageError
 from harness.matrix import MatrixEntry
@@ -69,10 +72,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--servers-per-gpu", type=int, default=None, metavar="N",
                    help="servers at once on each GPU instead of the entry's servers_per_gpu "
                         "(fewer when host or GPU memory is short)")
+    add_python_args(r, default="the entry's `python` in the matrix file, else the one running detcheck")
     add_env_args(r)
     add_start_order_args(r)
     r.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="also gate each candidate cell on this baselines file")
+    r.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
+                   help="also write the runs as JUnit XML: a test suite per suite, a test case per "
+                        "(configuration, probe), failed when it differs or errs")
     add_slurm_args(r, "the entry's jobs (one per revision and configuration; one of both sides where its "
                       "probes interleave)")
     add_format_arg(r)
@@ -98,7 +105,7 @@ def placement(slots: tuple[Slot, ...]) -> str:
         return (f" (one server at a time on GPU {slots[0].env['CUDA_VISIBLE_DEVICES']}: base and candidate "
                 f"in turn, noisy probes not interleaved)")
     gpus = ",".join(sorted({s.env["CUDA_VISIBLE_DEVICES"] for s in slots if "CUDA_VISIBLE_DEVICES" in s.env}))
-    return f" ({len(slots)} server slots{f' on GPU {gpus}' if gpus else ''})"
+    return f" ({len(slots)} server slot{'s' if len(slots) != 1 else ''}{f' on GPU {gpus}' if gpus else ''})"
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -153,6 +160,9 @@ def run_entry(args: argparse.Namespace) -> int:
     root = args.out or default_out(entry.name)
     slots = entry_slots(entry, os.environ.get("CUDA_VISIBLE_DEVICES"), args.servers_per_gpu, gpus_per_server(entry))
     env_options = env_options_from(args)
+    python = args.python or entry.python
+    check_pythons({"--python" if args.python else f"{entry.name}.python": python,
+                   "--base-python": args.base_python, "--candidate-python": args.candidate_python})
     start_order = start_order_from(args, entry.order_from, entry.first_per_model)
     folders = dict(zip(entry.suites, suite_folders(entry.suites)))  # of every suite: partitions share --out
     if args.partition:
@@ -165,6 +175,7 @@ def run_entry(args: argparse.Namespace) -> int:
             suite_path=suite, target=target, base=base, candidate=candidate,
             out_dir=root / folder, store_root=args.store or cache_dir() / "store", fresh=args.fresh,
             slots=slots, start_order=start_order, extra_args=entry.server_args, extra_env=entry.env, env_options=env_options,
+            python=python, role_python=role_pythons(args.base_python, args.candidate_python),
             command_line=command_line()))
     print(f"matrix {entry.name}: {', '.join(s.name for s in entry.suites)} on target {entry.target}, "
           f"in one pool{placement(slots)}", file=sys.stderr)
@@ -172,6 +183,8 @@ def run_entry(args: argparse.Namespace) -> int:
         results = run_on_slurm(entry, args.matrix, tuple(reqs), slurm)
     else:
         results = execute_together(tuple(reqs), observer_for(args))
+    if args.junit_xml is not None:
+        atomic_write_text(args.junit_xml, junit_xml_runs(list(results)))
     code = max(conclude(result, args.format, req.out_dir, args.baseline) for req, result in zip(reqs, results))
     # On stderr: stdout may be the runs' JSON.
     print(f"matrix {entry.name}: results and reports in {root}/ "

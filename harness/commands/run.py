@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     base, candidate = (resumed.base, resumed.candidate) if resumed else revisions_from(args)
     req = request_from(args, base, candidate, args.suite, options=recorded_options(args),
                        target_named_by=f"the run in {args.out}" if resumed else "--target")
+    if resumed:
+        req = dataclasses.replace(req, earlier_sessions=resumed.sessions)
     result = execute(req, observer_for(args))
     if args.junit_xml is not None:
         atomic_write_text(args.junit_xml, junit_xml(result))
@@ -158,6 +160,8 @@ class ResumedRun:
 
     base: Revision
     candidate: Revision
+    # The sessions of the run so far, oldest first (RunRequest.earlier_sessions).
+    sessions: tuple[dict[str, Any], ...] = ()
 
 
 def resumed_run(args: argparse.Namespace) -> ResumedRun:
@@ -188,9 +192,13 @@ def resumed_run(args: argparse.Namespace) -> ResumedRun:
             setattr(args, option.dest, option.recorded.restore(value))
         elif option.measured and option.recorded.key(option.recorded.record(given)) != option.recorded.key(value):
             raise differs(args.out, option.flag, given, value)
-    return ResumedRun(*(resumed_revision(args.out, args.repo, flag, getattr(args, dest), info)
-                        for dest, flag, info in (("base", "--base", earlier.base),
-                                                 ("candidate", "--candidate", earlier.candidate))))
+    sessions = earlier.metadata.get("sessions")
+    if not isinstance(sessions, list):  # the run's first session
+        sessions = [{"command": earlier.metadata.get("command", ""), "launches": len(earlier.launches)}]
+    base, candidate = (resumed_revision(args.out, args.repo, flag, getattr(args, dest), info)
+                       for dest, flag, info in (("base", "--base", earlier.base),
+                                                ("candidate", "--candidate", earlier.candidate)))
+    return ResumedRun(base, candidate, tuple(sessions))
 
 
 # What a resumed run would run that the stored run chose: the servers' interpreters, what pip

@@ -167,18 +167,27 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
     return text
 
 
+def identical_curves(cells: dict[Role, CellResult]) -> bool:
+    """Both sides drew the same curves, request for request."""
+    curves = [[(s["generated"], s["swa_tokens"]) for s in cell.samples] for cell in cells.values()]
+    return len(curves) == 2 and curves[0] == curves[1]
+
+
 def plot(config: str, cells: dict[Role, CellResult], out_dir: Path) -> str:
     """SWA tokens held vs generated tokens, one line per request, base and candidate."""
     from harness.report import plot as draw  # matplotlib: only when a report draws
 
     name = f"{config}-swa_peak"
+    identical = identical_curves(cells)
     with draw.figure(out_dir, name) as ax:
         for role, cell in cells.items():
+            # Drawn over the base's, an identical candidate line would hide it: dashed, and said.
+            dashed = identical and role == Role.CANDIDATE
             for i, sample in enumerate(cell.samples):
                 label = (f"{role.value} {draw.rev_name(cell)}: peak {cell.facts.get('swa_peak')}"
-                         if i == 0 else None)
+                         f"{' (identical to the base: dashed)' if dashed else ''}" if i == 0 else None)
                 ax.plot(sample["generated"], sample["swa_tokens"], color=draw.COLORS[role], lw=1.2,
-                        alpha=0.9 if i == 0 else 0.5, label=label)
+                        alpha=0.9 if i == 0 else 0.5, label=label, linestyle="--" if dashed else "-")
         ax.set_xlabel("generated tokens")
         ax.set_ylabel("SWA pool tokens held (#swa token)")
         ax.set_title(f"{config}: SWA tokens vs generated tokens")

@@ -31,7 +31,7 @@ tokens in the window / its own time in it. A request cut by the window is neithe
 finding; one the server aborted itself counts as it always did. A cut request whose stream ends
 later than about one decode step after the server answered the abort that reached it
 (ABORT_GRACE_STEPS × the level's longest gap between events, at least ABORT_GRACE_MIN_S), or
-still streams ABORT_GIVE_UP_S after the close (then the harness closes it), is a finding for the
+still streams ABORT_GIVE_UP_S after that answer (then the harness closes it), is a finding for the
 cell, saying how late: the server does not honour aborts in time. The abort's own round trip is
 not part of it: on a loaded host /abort_request itself may take longer than a step to be answered
 (the host's doing, not the server's), and a server that answers it at once but applies it late
@@ -83,15 +83,17 @@ def request_metric_name(level: int) -> str:
 ABORT_RETRY_S = 1.0
 # An abort may take effect this many decode steps after it reached its request (the step running
 # when it arrives, then the one after which SGLang ends the request), a step being the longest
-# gap between two events of any stream of the level before the window's end, and never less than
+# gap between two events of any stream of the level (MeasurementWindow.allowed_s), and never less than
 # ABORT_GRACE_MIN_S: on a loaded host the client reads a stream's last event late (a healthy
 # reference server's aborts, timed from when they were sent, answered in up to 0.34 s on the CI
 # machine with two CPU burners beside it, once 0.85 s; 0.25 s made one false finding in 26 A/A
 # cells there). The lateness is timed from the abort's answer, so its round trip is not in it.
 ABORT_GRACE_STEPS = 2
 ABORT_GRACE_MIN_S = 0.5
-# After the close, how long a cut request's stream is read for its abort's answer (at least twice
-# the grace); then the harness gives up and closes the connection, which SGLang takes as an abort.
+# After the server answered the abort that reached it, how long a cut request's stream is still
+# read (at least twice the grace); then the harness gives up and closes the connection, which
+# SGLang takes as an abort. Timed from that answer, as the lateness is: the close aborts the
+# requests one after another, and on a loaded host the last abort may be answered seconds later.
 ABORT_GIVE_UP_S = 3.0
 
 Clock = Callable[[], float]
@@ -152,8 +154,9 @@ class MeasurementWindow:
         self._aborts: dict[str, list[AbortCall]] = {}  # rid -> each abort sent for it
         self._last_event: dict[str, float] = {}
         self._longest_step_s = 0.0
-        self.allowed_s: float | None = None  # how late an abort may be answered: set at the close
-        self.give_up_at: float | None = None
+        # How long after the answer to an abort that reached it a request may still stream: set
+        # at the close.
+        self.give_up_after_s: float | None = None
 
     def admit(self, rid: str) -> float | None:
         """Register a request about to be sent: its start, before the window's end by
@@ -167,17 +170,29 @@ class MeasurementWindow:
 
     def event(self, rid: str) -> float:
         """An event of `rid`'s stream arrived: when, on the window's clock. Gaps between a
-        stream's events before the end are the level's decode steps (the grace of an abort)."""
+        stream's events are the level's decode steps (the grace of an abort), those after the
+        end included: a host loaded at the close slows the steps that end the cut requests too."""
         with self._lock:
             now = self._clock()
             last = self._last_event.get(rid)
-            if last is not None and now < self.ends_at:
+            if last is not None:
                 self._longest_step_s = max(self._longest_step_s, now - last)
             self._last_event[rid] = now
             return now
 
     def now(self) -> float:
         return self._clock()
+
+    @property
+    def allowed_s(self) -> float:
+        """How long after its abort's answer a cut request's stream may end: ABORT_GRACE_STEPS of
+        the level's longest step so far (the step running when the abort arrives, then the one
+        after which SGLang ends the request), at least ABORT_GRACE_MIN_S. Read once every stream
+        has ended, it holds the steps that ended them: a server slowed by its host after the
+        close is not late for it, while one that goes on generating after the answer (steps as
+        long as before) is, by as many steps as it made."""
+        with self._lock:
+            return max(ABORT_GRACE_MIN_S, ABORT_GRACE_STEPS * self._longest_step_s)
 
     def answered(self, rid: str) -> list[AbortCall]:
         """Unregister an answered request: each abort sent for it (none: it ended first)."""
@@ -198,10 +213,24 @@ class MeasurementWindow:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            self.allowed_s = max(ABORT_GRACE_MIN_S, ABORT_GRACE_STEPS * self._longest_step_s)
-            # From the close, not the end: a late closing thread must not shorten the wait.
-            self.give_up_at = self._clock() + max(ABORT_GIVE_UP_S, 2 * self.allowed_s)
+            allowed_s = max(ABORT_GRACE_MIN_S, ABORT_GRACE_STEPS * self._longest_step_s)
+            self.give_up_after_s = max(ABORT_GIVE_UP_S, 2 * allowed_s)
         self._abort_in_flight()
+
+    def give_up_at(self, rid: str, first_event_at: float | None) -> float | None:
+        """When the harness stops reading `rid`'s stream: give_up_after_s after the server
+        answered the first abort that surely reached it (sent after the request's first event);
+        None until one has been answered. Timed per request, from its own abort's answer, never
+        from the close: the close aborts the requests one after another, and on a loaded host
+        each /abort_request may take most of a second to be answered, so the last request's abort
+        may be answered seconds after the close (a request streaming then is not late)."""
+        with self._lock:
+            after = self.give_up_after_s
+            for call in self._aborts.get(rid, ()):
+                if (after is not None and first_event_at is not None and call.sent >= first_event_at
+                        and call.answered is not None):
+                    return call.answered + after
+        return None
 
     def _abort_in_flight(self) -> None:
         with self._lock:
@@ -228,7 +257,7 @@ class MeasurementWindow:
                 if at < self.ends_at:
                     in_window = gen.completion_tokens
                 last = gen
-                give_up_at = self.give_up_at
+                give_up_at = self.give_up_at(rid, first_event_at)
                 if give_up_at is not None and at >= give_up_at and gen.meta.get("finish_reason") is None:
                     given_up = True
                     break

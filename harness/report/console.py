@@ -25,17 +25,23 @@ class ConsoleReport:
 
     def table(self) -> Table:
         r = self.result
+        table_rows = rows(r, self.sides)
+        configs = list(dict.fromkeys(row.config for row in table_rows))
+        # One configuration: named in the title, not repeated on every row (a column's width saved).
+        one = configs[0] if len(configs) == 1 else None
         # Every string of the result printable: a results file's or a server's control
         # characters (a set-title, a clear-screen) never reach the terminal as such.
-        t = Table(title=printable(f"detcheck {r.suite} ({r.target}): base {revision_label(r.base)} → "
-                                  f"candidate {revision_label(r.candidate)}"),
+        t = Table(title=printable(f"detcheck {r.suite} ({r.target}{f', configuration {one}' if one else ''}): "
+                                  f"base {revision_label(r.base)} → candidate {revision_label(r.candidate)}"),
                   caption=printable(f"verdict: {headline(r)} · {launches_text(r)}"), show_lines=False)
-        for col in ("configuration", "probe", "base", "candidate", "verdict", "comparison"):
+        columns = ("probe", "base", "candidate", "verdict", "comparison")
+        for col in columns if one else ("configuration", *columns):
             t.add_column(col, overflow="fold")
-        for row in rows(r, self.sides):
+        for row in table_rows:
             style = VERDICT_STYLE.get(row.verdict, "")
-            t.add_row(printable(row.config), printable(row.probe), printable(row.base), printable(row.candidate),
-                      f"[{style}]{row.verdict}[/]" if style else printable(row.verdict), printable(row.note))
+            cells = (printable(row.probe), printable(row.base), printable(row.candidate),
+                     f"[{style}]{row.verdict}[/]" if style else printable(row.verdict), printable(row.note))
+            t.add_row(*cells if one else (printable(row.config), *cells))
         return t
 
     def print(self, console: Console | None = None) -> None:

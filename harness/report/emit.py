@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -70,4 +71,19 @@ def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
                   stream, indent=1)
         stream.write("\n")
     else:
-        ConsoleReport(result, sides).print(Console(file=stream, width=200))
+        ConsoleReport(result, sides).print(Console(file=stream, width=console_width(stream)))
+
+
+# Off a terminal (a CI log, a file) the table is as wide as its cells want, up to this.
+PIPED_WIDTH = 200
+
+
+def console_width(stream: TextIO) -> int:
+    """The terminal's width where `stream` is one (a table wider than it wraps every line), else
+    PIPED_WIDTH."""
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        pass
+    return PIPED_WIDTH

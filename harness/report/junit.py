@@ -26,6 +26,20 @@ def xml_text(text: str) -> str:
 
 
 def junit_xml(result: RunResult) -> str:
+    suite = suite_element(result)
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def junit_xml_runs(results: list[RunResult]) -> str:
+    """Several runs (a matrix entry's suites) as one JUnit file: a <testsuite> each."""
+    suites = ET.Element("testsuites")
+    suites.extend(suite_element(result) for result in results)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def suite_element(result: RunResult) -> ET.Element:
     table = rows(result)
     suite = ET.Element("testsuite", {
         "name": xml_text(f"detcheck {result.suite} ({result.target}): {result.base.short} → {result.candidate.short}"),
@@ -36,8 +50,7 @@ def junit_xml(result: RunResult) -> str:
     })
     for row in table:
         suite.append(case_element(row))
-    ET.indent(suite)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    return suite
 
 
 def case_element(row: Row) -> ET.Element:

@@ -17,7 +17,7 @@ from harness.paths import safe_name
 from harness.report.format import portable, portable_path
 from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
                                  index_item, launches_text, metric_label, metric_text, relaunch_texts,
-                                 revision_label, rows, torch_change_text)
+                                 revision_label, rows, run_sessions, torch_change_text)
 from harness.results import (REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
                              RunResult, Status)
 from harness.textfmt import (ShellText, fmt, md_code, md_escape, md_fence, md_table, md_text, one_line, plural,
@@ -184,6 +184,25 @@ class MarkdownReport:
             return fmt(side[k]) if k in side else "–"
         return md_table(("fact", "base", "candidate"), ((k, *(get(side, k) for side in facts)) for k in keys)) + [""]
 
+    def _server_args_lines(self) -> list[str]:
+        """Each configuration's server args, in the run's order: one line where both sides
+        started alike (but for the port each server was given), else one per side."""
+        argv: dict[str, dict[str, list[str]]] = {}
+        for c in self.result.cells:
+            if c.metadata.get("server_argv"):
+                argv.setdefault(c.config, {}).setdefault(c.role.value, [str(a) for a in c.metadata["server_argv"]])
+        out = []
+        for config, sides in argv.items():
+            # portable() after the quoting: it rewrites paths within a word, never across quotes;
+            # an argv that does not start the target's server is named, never printed as a command
+            lines = {role: (f"not shown: {foreign}" if (foreign := foreign_server_argv(self.result.target, args))
+                            else portable(shlex.join(args))) for role, args in sides.items()}
+            if len({shlex.join(without_port(args)) for args in sides.values()}) == 1:
+                out.append(f"- server args ({md_text(config)}): {shown(next(iter(lines.values())))}")
+            else:
+                out += [f"- server args ({md_text(config)} @ {role}): {shown(line)}" for role, line in lines.items()]
+        return out
+
     def _footer(self) -> list[str]:
         r = self.result
         meta = r.metadata
@@ -199,18 +218,28 @@ class MarkdownReport:
                                         m.get("cuda") and f"CUDA {m['cuda']}") if k)
             if env:
                 out.append(f"- environment: {md_text(env)}; machine {md_text(str(m.get('machine', '?')))}")
-            # portable() after the quoting: it rewrites paths within a word, never across quotes
-            foreign = foreign_server_argv(r.target, m["server_argv"])
-            out.append(f"- server args ({md_text(cell.config)}): " + (
-                f"not shown: {md_text(foreign)}" if foreign else
-                md_code(portable(shlex.join(str(a) for a in m['server_argv'])))))
-        if meta.get("command"):
+        out += self._server_args_lines()
+        sessions = run_sessions(r)
+        if sessions:  # resumed: the command that started it, then each that continued it
+            out.append(f"- command: {md_code(portable(str(sessions[0].get('command', ''))))}")
+            out += [f"- resumed: {md_code(portable(str(s.get('command', ''))))}" for s in sessions[1:]]
+        elif meta.get("command"):
             out.append(f"- command: {md_code(portable(str(meta['command'])))}")
         out.append(f"- detcheck {md_text(str(meta.get('harness_version', '?')))}, "
                    f"{md_text(str(meta.get('started_at', '?')))} → {md_text(str(meta.get('finished_at', '?')))}")
         out += ["", "</details>"]
         return out
 
+
+
+def shown(line: str) -> str:
+    """A provenance line's server args: a command as code, a refusal to print one as text."""
+    return md_text(line) if line.startswith("not shown: ") else md_code(line)
+
+
+def without_port(argv: list[str]) -> list[str]:
+    """A server's argv without its `--port` value: drawn per launch, never the configuration's."""
+    return [a for i, a in enumerate(argv) if not (i and argv[i - 1] == "--port")]
 
 
 def _reference_config(comp: ProbeComparison) -> str:

@@ -397,6 +397,12 @@ def revision_label(info) -> str:
 def launches_text(result: RunResult) -> str:
     ok = sum(1 for l in result.launches if l.ok)
     configs = {c.config for c in result.cells}
+    sessions = run_sessions(result)
+    if len(sessions) > 1:  # resumed: every session's launches, the last one's as recorded
+        total = sum(int(s.get("launches") or 0) for s in sessions)
+        return (f"{plural(total, 'server launch', 'server launches')} over {len(sessions)} sessions "
+                f"({len(result.launches)} in the last, {ok} healthy) "
+                f"for {plural(len(configs), 'configuration')} × 2 revisions")
     return (f"{plural(len(result.launches), 'server launch', 'server launches')} ({ok} healthy) "
             f"for {plural(len(configs), 'configuration')} × 2 revisions")
 
@@ -412,6 +418,13 @@ def torch_change_text(result: RunResult) -> str | None:
     return (f"The pair spans a torch change (base torch {', '.join(seen[Role.BASE])}, candidate torch "
             f"{', '.join(seen[Role.CANDIDATE])}): a difference, revision_kl's above all, measures torch as "
             f"well as the revision.")
+
+
+def run_sessions(result: RunResult) -> list[dict]:
+    """The sessions a resumed run was made in, oldest first ({"command", "launches"} each); []
+    for a run made in one."""
+    sessions = result.metadata.get("sessions")
+    return [s for s in sessions if isinstance(s, dict)] if isinstance(sessions, list) else []
 
 
 def relaunch_texts(result: RunResult) -> list[str]:

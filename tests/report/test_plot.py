@@ -82,3 +82,24 @@ def test_many_requests_show_the_first_few_and_say_so():
     text = swa_peak.text_figure({Role.BASE: many})
     assert text[0].endswith("; base: first 4 of 6 requests:")
     assert [row.split(" | ")[0] for row in text[4:]] == [f"| base, request {i}" for i in range(1, 5)]
+
+
+def test_an_identical_candidate_line_is_dashed_and_said_so_never_hiding_the_bases(tmp_path, monkeypatch):
+    import contextlib
+
+    from matplotlib.figure import Figure
+
+    drawn = []
+
+    @contextlib.contextmanager
+    def kept_figure(out_dir, name):
+        drawn.append(Figure().add_subplot())
+        yield drawn[-1]
+
+    monkeypatch.setattr(plot, "figure", kept_figure)
+    for candidate_log, dashed in ((LOG, True), (PLAIN_LOG, False)):
+        cells = {Role.BASE: _swa_cell(Role.BASE, LOG), Role.CANDIDATE: _swa_cell(Role.CANDIDATE, candidate_log)}
+        swa_peak.plot("dflash", cells, tmp_path)
+        base, cand = drawn[-1].get_lines()
+        assert (base.get_linestyle(), cand.get_linestyle()) == ("-", "--" if dashed else "-")
+        assert ("identical to the base" in cand.get_label()) == dashed

@@ -1,0 +1,1 @@
+"""`python -m detcheck`: the `detcheck` command, for an environment whose scripts are not on PATH."""
