@@ -89,6 +89,8 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         bad = [name for name, c in sides.items() if c.status == status]
         if bad:
             reasons = "; ".join(f"{n}: {sides[n].reason}" for n in bad)
+            if status == Status.NOT_APPLICABLE and len(bad) == 1:
+                return ProbeComparison(config, probe, Verdict.DIFFERENT, note=capability_change(bad[0], reasons))
             return ProbeComparison(config, probe, Verdict(status.value), note=reasons)
     judge = PROBES[probe].judge
     judged = {role: facts for role, facts in
@@ -267,6 +269,15 @@ def finding_change(sides: dict[str, CellResult]) -> tuple[Verdict, str] | None:
         return Verdict.ERROR, f"both: {base.reason}"
     notes = "; ".join(f"{side}: {c.reason or 'serves'}" for side, c in sides.items())
     return Verdict.DIFFERENT, f"changed between the sides: {notes}"
+
+
+def capability_change(refusing: str, reasons: str) -> str:
+    """A configuration one side serves and the other refuses (a `not supported` at launch, a flag
+    its `--help` lacks, a probe it cannot answer): a change between the revisions, never the
+    neutral *n/a* both sides refusing reads, in words naming what was lost or gained."""
+    if refusing == "candidate":
+        return f"capability lost: the base serves this, the candidate refuses it ({reasons})"
+    return f"capability gained: the candidate serves this, the base refused it ({reasons})"
 
 
 def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, Any]],
