@@ -159,11 +159,11 @@ DECLARED = {
         'descriptive': ['prompts', 'tokens', 'vacuous'],
     },
     'reference': {
-        'metric': ['diverging', 'revision_diverging'],
-        'summary': ['diverging_phases', 'diverging_requests'],
+        'metric': ['cached_tokens', 'diverging', 'revision_diverging'],
+        'summary': ['cached_tokens', 'diverging_phases', 'diverging_requests'],
         'locator': ['first_divergence'],
         'parameter': ['deterministic', 'reference', 'top_k'],
-        'descriptive': ['cached_tokens', 'degenerate_prompts', 'not_comparable', 'phases', 'prompts', 'requests'],
+        'descriptive': ['degenerate_prompts', 'not_comparable', 'phases', 'prompts', 'requests'],
     },
     'revision_kl': {
         'metric': ['greedy_ids', 'greedy_k3', 'greedy_logprobs', 'greedy_match', 'greedy_topk', 'kl', 'scored_logprobs', 'scored_topk', 'top1_agree'],
