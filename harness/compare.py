@@ -221,12 +221,26 @@ def derive(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any
     """What metric_pairs returns, with what a derived comparison adds (the base's facts, why it
     may not read *same*)."""
     kind = PROBES[probe]
-    if kind.versus is not None:
-        return kind.versus(base, cand, reference, params)
-    if kind.across is not None:
-        return kind.across(base, cand, params)
+    if kind.versus is not None or kind.across is not None:
+        derived = (kind.versus(base, cand, reference, params) if kind.versus is not None
+                   else kind.across(base, cand, params) if kind.across is not None else Across(()))
+        return dataclasses.replace(derived, metrics=(*derived.metrics, *_counter_pairs(base, cand)))
     # The candidate may lack a base metric (None: one_sided names it).
     return Across(tuple((m, cand.metric(m.name)) for m in base.metrics))
+
+
+def _counter_pairs(base: CellResult, cand: CellResult) -> tuple[tuple[Metric, Metric | None], ...]:
+    """A derived comparison's own cells' exact path counters (harness/path_proof.exact_metrics),
+    which no probe derives: paired by name, a side without one None (one_sided names it)."""
+    names = [m.name for c in (base, cand) for m in c.metrics if m.name.startswith(path_proof.METRIC_PREFIX)]
+    pairs: list[tuple[Metric, Metric | None]] = []
+    for name in dict.fromkeys(names):
+        b, c = base.metric(name), cand.metric(name)
+        if b is None and c is not None:
+            b = dataclasses.replace(c, values=())
+        if b is not None:
+            pairs.append((b, c))
+    return tuple(pairs)
 
 
 def reference_of(config: str, probe: str, cells: Mapping[tuple[str, str, Role], CellResult],

@@ -91,6 +91,9 @@ def _request_place(samples: Sequence[dict[str, Any]], i: int) -> str:
 
 # accept_length's value i is one request: a (round, turn, prompt) of the workload.
 REQUEST = ValueIndex("request", _request_place)
+# draft_position_accept's value i is draft position i + 1, over every request's verify rounds.
+DRAFT_POSITION = ValueIndex("draft position", lambda samples, i: f"draft position {i + 1} (share of the verify "
+                                                                  f"rounds reaching it that accepted it)")
 
 
 def merge(outputs: list[ProbeOutput]) -> ProbeOutput:
@@ -118,8 +121,14 @@ def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | Non
     # request that stopped elsewhere on one side reads *different*, never an accept length judged
     # over another span.
     tokens = Metric("request_tokens", Kind.EXACT, tuple(float(s["completion_tokens"]) for s in samples))
-    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens),
-                       facts={**_facts(samples, hit_fraction), "min_hit_fraction": floor,
+    facts = _facts(samples, hit_fraction)
+    # Under deterministic inference at temperature 0 the acceptance of each draft position is as
+    # exact as the accept length, and decides with it: a draft that now fails at position 2 and
+    # succeeds at 3 moves it while the mean accept length stays put (issue 44).
+    shares = facts["draft_position_accept"]
+    positions = (Metric("draft_position_accept", Kind.EXACT, tuple(shares), headline=""),) if exact and shares else ()
+    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens, *positions),
+                       facts={**facts, "min_hit_fraction": floor,
                               # cumulative since the last flush, folded in at decode-log boundaries
                               "server_avg_accept_length": server_avg})
 
@@ -159,8 +168,9 @@ def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool)
     deterministic inference at temperature 0."""
     prompts = params["prompts"] or workload.prompts
     kind = Kind.EXACT if judged_exactly(deterministic, params["temperature"]) else Kind.NOISY
+    exact = (PlannedMetric("draft_position_accept", Kind.EXACT),) if kind == Kind.EXACT else ()
     return (PlannedMetric("accept_length", kind, paired=True, key="repeats", per_unit=2 * prompts),
-            PlannedMetric("request_tokens", Kind.EXACT))
+            PlannedMetric("request_tokens", Kind.EXACT), *exact)
 
 
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
@@ -182,6 +192,7 @@ PARAMS = (
 FIGURES = (
     metric("accept_length"),
     metric("request_tokens"),
+    metric("draft_position_accept"),
     *summary("accept_length", "aggregate_accept_length", "verify_calls", "requests_without_verify",
              "turn1_median", "turn2_median", "server_avg_accept_length", "draft_position_accept"),
     *parameter("min_hit_fraction"),
@@ -193,4 +204,5 @@ FIGURES = (
 PROBE = register(ProbeKind("accept_length", run,
                            "speculative accept length, shared-prefix multi-turn (noisy)",
                            params=PARAMS, describe=describe, merge=merge, planned=planned,
-                           values=lambda metric: REQUEST, figures=FIGURES))
+                           values=lambda metric: DRAFT_POSITION if metric == "draft_position_accept" else REQUEST,
+                           figures=FIGURES))

@@ -217,7 +217,10 @@ PIPELINE_FIGURES = (
     # harness/path_proof.py: the counters' growth over the probe; its `vacuous` (a demanded
     # path not shown to have run) the verdict reads, as it reads a probe's own.
     *descriptive("which paths ran (CUDA-graph passes, verify calls, cached tokens), from the server's "
-                 "counters; an unmet demand makes the cell vacuous (error unless different)", "path"),
+                 "counters; an unmet demand makes the cell vacuous (error unless different); its exact "
+                 "counters decide as the path_* metrics", "path"),
+    # harness/path_proof.exact_metrics: under deterministic inference, no pressure, nothing noisy.
+    metric("path_cached_tokens"), metric("path_decoded_tokens"), metric("path_verify_calls"),
     # harness/runner.py: another program's compute processes on the server's GPUs around a noisy
     # measurement; compare.py reads them as a finding on the row.
     *descriptive("foreign GPU processes seen before or after a noisy measurement: the row's noisy figures "

@@ -126,7 +126,7 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
 # recorded that no verdict reads without saying why.
 DECLARED = {
     'accept_length': {
-        'metric': ['accept_length', 'request_tokens'],
+        'metric': ['accept_length', 'draft_position_accept', 'request_tokens'],
         'summary': ['aggregate_accept_length', 'draft_position_accept', 'requests_without_verify', 'server_avg_accept_length', 'turn1_median', 'turn2_median', 'verify_calls'],
         'parameter': ['min_hit_fraction'],
         'descriptive': ['completion_tokens', 'requests', 'turn2_hit_fraction'],
@@ -228,11 +228,13 @@ def test_the_pipeline_declares_what_it_adds_to_every_cell():
     """The facts the pipeline writes into every probe's cells (round placement, looks, the path
     proof of harness/path_proof.py, the foreign GPU processes of harness/runner.py) are declared
     once, as descriptive: none decides by itself (a path proof's `vacuous` and the foreign
-    processes are read by compare.py, as a probe's own vacuity)."""
+    processes are read by compare.py, as a probe's own vacuity); the path's exact counters are
+    metrics under deterministic mode (`path_*`, issue 44)."""
     from harness.probes.base import PIPELINE_FIGURES
 
     assert sorted((f.name, f.role.value) for f in PIPELINE_FIGURES) == [
-        ("first_side", "descriptive"), ("path", "descriptive"), ("placement", "descriptive"),
+        ("first_side", "descriptive"), ("path", "descriptive"), ("path_cached_tokens", "metric"),
+        ("path_decoded_tokens", "metric"), ("path_verify_calls", "metric"), ("placement", "descriptive"),
         ("placement_seed", "descriptive"), ("runner_foreign", "descriptive"), ("sequential", "descriptive")]
 
 
