@@ -82,6 +82,7 @@ EAGLE = """name = "eagle"
 deterministic = true
 mamba_track_interval = 16
 speculative = { algorithm = "EAGLE", num_steps = 3, eagle_topk = 1, num_draft_tokens = 4 }
+probes = ["accept_length"]
 [config.draft]
 refserver = "%s"
 """ % (ROOT / "fixtures/refmodels/hybrid-draft")
@@ -100,8 +101,7 @@ prompts = 4
 prompt_len = [40, 90]
 output_len = 48
 [[config]]
-{EAGLE}probes = ["accept_length"]
-""")
+{EAGLE}""")
     code, result, proc = run(repo, base, cand, suite, tmp_path / "out", "--format", "console")
     comp = comparison(result, "accept_length")
     assert comp["metrics"]["accept_length"]["verdict"] == "same", comp

@@ -21,7 +21,7 @@ from harness.client import Generation
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.params import Param
 from harness.suite import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, metric,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, given, metric,
                                  parameter, register, summary)
 from harness.probes.common import batches
 from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
@@ -127,7 +127,10 @@ def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | Non
     # succeeds at 3 moves it while the mean accept length stays put (issue 44).
     shares = facts["draft_position_accept"]
     positions = (Metric("draft_position_accept", Kind.EXACT, tuple(shares), headline=""),) if exact and shares else ()
-    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens, *positions),
+    # So do the tokens each request found cached (turn 2's reach past its prompt, the gate's input).
+    cached = (Metric("cached_tokens", Kind.EXACT, tuple(float(s.get("cached_tokens") or 0) for s in samples),
+                     headline="", paired=True),) if exact else ()
+    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens, *positions, *cached),
                        facts={**facts, "min_hit_fraction": floor,
                               # cumulative since the last flush, folded in at decode-log boundaries
                               "server_avg_accept_length": server_avg})
@@ -168,7 +171,8 @@ def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool)
     deterministic inference at temperature 0."""
     prompts = params["prompts"] or workload.prompts
     kind = Kind.EXACT if judged_exactly(deterministic, params["temperature"]) else Kind.NOISY
-    exact = (PlannedMetric("draft_position_accept", Kind.EXACT),) if kind == Kind.EXACT else ()
+    exact = ((PlannedMetric("draft_position_accept", Kind.EXACT), PlannedMetric("cached_tokens", Kind.EXACT, paired=True))
+             if kind == Kind.EXACT else ())
     return (PlannedMetric("accept_length", kind, paired=True, key="repeats", per_unit=2 * prompts),
             PlannedMetric("request_tokens", Kind.EXACT), *exact)
 
@@ -193,12 +197,14 @@ FIGURES = (
     metric("accept_length"),
     metric("request_tokens"),
     metric("draft_position_accept"),
+    metric("cached_tokens"),
     *summary("accept_length", "aggregate_accept_length", "verify_calls", "requests_without_verify",
              "turn1_median", "turn2_median", "server_avg_accept_length", "draft_position_accept"),
     *parameter("min_hit_fraction"),
-    *descriptive("the workload's size, the same on both sides", "requests", "completion_tokens"),
-    *descriptive("the vacuity gate's input: whether turn 2 reached past its prompt; the hits themselves are "
-                 "compared by the cache-hit probes", "turn2_hit_fraction"),
+    *given("the workload's size, the same on both sides", "requests"),
+    *summary("request_tokens", "completion_tokens"),
+    # the vacuity gate's input, from each request's cached tokens: a metric under deterministic mode
+    *summary("cached_tokens", "turn2_hit_fraction"),
 )
 
 PROBE = register(ProbeKind("accept_length", run,

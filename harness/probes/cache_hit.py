@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from harness.client import OUTPUT_LOGPROBS, generate_body
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.suite import WorkloadSpec
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, metric,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, given, metric,
                                  parameter, register, summary)
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
@@ -134,7 +134,7 @@ FIGURES = (
     *KL_FIGURES, metric("hit_fraction"), metric("cached_tokens"),
     *summary("hit_fraction", "hit_fraction"), *summary("cached_tokens", "hit_lengths"),
     *parameter("min_hit_fraction"),
-    *descriptive("why too few hits vouch for no match (the verdict reads it: error unless different)", "vacuous"),
+    *given("why too few hits vouch for no match (the verdict reads it: error unless different)", "vacuous"),
 )
 
 PARAMS = (*WORKLOAD, BATCH_SIZE, MIN_HIT_FRACTION, *KL, *JUDGING)

@@ -35,7 +35,7 @@ from harness.errors import ProbeNotApplicable, UsageError
 from harness.params import Param
 from harness.suite import WorkloadSpec
 from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reference, Reproduction, ValueIndex,
-                                 descriptive, locator, metric, parameter, register, summary)
+                                 given, locator, metric, parameter, register, summary)
 from harness.probes.common import batches, degenerate_outputs, require_output_logprobs, require_top_logprobs
 from harness.probes.shared_params import BATCH_SIZE, JUDGED, JUDGING, MEASURED, WORKLOAD
 from harness.reproducer import (FLUSH, OWN_OUTPUT, Form, Observed, cell_top_k, decode_request, entry_values,
@@ -315,12 +315,13 @@ FIGURES = (
     *summary("diverging", "diverging_requests", "diverging_phases"),
     *locator("diverging", "first_divergence"),
     *parameter("deterministic", "top_k", "reference"),
-    *descriptive("the workload's size and phases, the same on every configuration", "prompts", "phases", "requests"),
+    *given("the workload's size and phases, the same on every configuration", "prompts", "phases", "requests"),
     # The fact is per phase, for the table; the metric of the same name (per request) decides.
     *summary("cached_tokens", "cached_tokens"),
-    *descriptive("a warning about one side's outputs; diverging compares them", "degenerate_prompts"),
-    *descriptive("why the configuration could not be compared with its reference (the row reads error)",
-                 "not_comparable"),
+    # a count over the cold outputs, which revision_diverging compares request by request
+    *summary("revision_diverging", "degenerate_prompts"),
+    *given("why the configuration could not be compared with its reference (the row reads error)",
+           "not_comparable"),
 )
 
 # --------------------------------------------------------------------------- reproducer
