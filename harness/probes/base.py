@@ -318,9 +318,10 @@ class ProbeKind:
         """The figures of `output` (a cell's; `derived`: what compare time derived, `across` and
         `judge`) this probe does not declare (empty: all are). A cross-revision probe's own
         cells hold metrics that are never compared (only those `across` derives are): they may
-        be declared descriptive."""
+        be declared descriptive, or a summary of a derived metric."""
         derives = self.across is not None or self.versus is not None
-        own = (FigureRole.METRIC, FigureRole.DESCRIPTIVE, FigureRole.INPUT) if derives and not derived else (FigureRole.METRIC,)
+        own = ((FigureRole.METRIC, FigureRole.DESCRIPTIVE, FigureRole.INPUT, FigureRole.SUMMARY) if derives and not derived
+               else (FigureRole.METRIC,))
         return undeclared(self.figures, [m.name for m in output.metrics], list(output.facts), own)
 
     def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]:
