@@ -9,8 +9,9 @@ against off. Under deterministic inference the two must agree bit for bit.
 Each configuration's server gets the same requests (greedy, output logprobs with top-k), in
 phases: `cold` (after /flush_cache), `hit` (the same prompts again: prefix-cache hits at the
 track-interval multiple below each prompt's length, so prompts of varied lengths land at
-different multiples), `multiturn` (prompt + this server's cold output: a hit past the prompt),
-`multiturn_cold` (the same after a flush) and `single` (prompt 0 alone after a flush). Each cell
+different multiples), `multiturn` (prompt + this server's cold output: a hit past the prompt), `later_turns` (turns 3
+to `turns`, each the turn before's input and output, no flush: each a hit on the one cache entry
+the chat grew), `multiturn_cold` (turn 2 after a flush) and `single` (prompt 0 alone after a flush). Each cell
 holds what its server served; the comparison (`versus`) reads the reference configuration's cell
 of the same revision too (`[probe.reference] against`, configuration → its reference; the
 planner runs the reference wherever a configuration names it), and derives per side the
