@@ -22,9 +22,13 @@ reads *different*, with each side's first divergent (phase, request, position) i
 
 A candidate that diverges from its reference never reads *same*: where both sides diverge alike
 (the metric equal on both) the row is an *error* that says so, as the same finding on both sides
-is. A reference whose cell is missing or failed makes the row an *error* with the reason. A
-configuration that is no other's (a reference, or one `against` does not name) is compared with
-itself across revisions (`revision_diverging`: the candidate's answers against the base's).
+is. A reference whose cell is missing or failed makes the row an *error* with the reason.
+
+Every configuration is also compared with itself across revisions, request by request (issue 44:
+under deterministic mode every per-request figure decides): `revision_diverging` (the candidate's
+answers against the base's) and `cached_tokens` (what each request found cached, every phase and
+turn), so a change both configurations of a revision share, or one in reuse alone, is no *same*.
+A configuration that is no other's (a reference, or one `against` does not name) has those alone.
 """
 
 from __future__ import annotations
