@@ -10,9 +10,10 @@ import contextlib
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generator, Iterator, Sequence, TypeGuard
 
+from harness.answer_checks import SinceFlush, answer_violations, raise_violations
 from harness.bounded import SERVER_ANSWER, TooLarge
 from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
 from harness.httpcall import Answer, AnswerBrokenOff, ConnectionFailed, DeadlinePassed, call, open_stream
@@ -215,6 +216,14 @@ def _require_a_logprob_per_token(answers: Sequence[Generation]) -> None:
                             f"{len(answers)}; {len(short)} such)", tuple(short))
 
 
+def _prompts(body: dict[str, Any]) -> list[list[int]]:
+    """The prompts of a /generate body by input ids, one per answer (none for a text body)."""
+    ids = body.get("input_ids")
+    if not isinstance(ids, list) or not ids:
+        return []
+    return [list(p) for p in ids] if is_batch(ids) else [list(ids)]
+
+
 def is_batch(input_ids: Sequence[int] | Sequence[Sequence[int]]) -> TypeGuard[Sequence[Sequence[int]]]:
     """Whether `input_ids` is a list of prompts (a batch), not one prompt."""
     return bool(input_ids) and isinstance(input_ids[0], (list, tuple))
@@ -246,6 +255,8 @@ class SGLangClient:
     # flush is retried as long.
     timeout_s: float = 300.0
     flush_backoff_s: float = 0.25
+    # What was sent since the last flush: bounds what a request can find cached (answer_checks).
+    since_flush: SinceFlush = field(default_factory=SinceFlush, repr=False)
 
     def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Answer:
         seconds = timeout or self.timeout_s
@@ -276,7 +287,21 @@ class SGLangClient:
     def generate_from(self, body: dict[str, Any], expected: int = 1) -> list[Generation]:
         """A /generate body as built (`generate_body`: a reproducer's request), its `expected`
         answers read as `generate` reads them."""
-        resp = self._request("POST", "/generate", body)
+        prompts, out = _prompts(body), None
+        call_number, alone = self.since_flush.begin()
+        try:
+            out = self._answers(self._request("POST", "/generate", body), expected)
+        finally:  # a call that failed may still have filled the cache: what it holds is unknown then
+            bounds = self.since_flush.end(call_number, alone, prompts,
+                                          None if out is None else [g.output_ids for g in out])
+        if body.get("return_logprob"):
+            _require_a_logprob_per_token(out)
+        # Whatever each answer must satisfy on its own (issue 44): a finding naming the request.
+        if len(prompts) == len(out):
+            raise_violations(answer_violations(body, prompts, out, bounds))
+        return out
+
+    def _answers(self, resp: Answer, expected: int) -> list[Generation]:
         _check_generate_status(resp, "/generate")
         data = self._json(resp, "/generate")
         items = data if isinstance(data, list) else [data]
@@ -289,8 +314,6 @@ class SGLangClient:
             # A null output logprob is kept as None: the probes say, as a finding, on how many
             # prompts and where (harness.probes.common.require_output_logprobs).
             out.append(Generation(tuple(int(t) for t in item["output_ids"]), item["meta_info"]))
-        if body.get("return_logprob"):
-            _require_a_logprob_per_token(out)
         return out
 
     def generate_stream(self, input_ids: Sequence[int], *, max_new_tokens: int, rid: str,
@@ -305,7 +328,10 @@ class SGLangClient:
                              ignore_eos=ignore_eos)
         body.update(rid=rid, stream=True)
         what = "/generate (stream)"
-        with _failures("POST", what, self.timeout_s):
+        # Its tokens reach the cache unseen here: no later request gets a bound until a flush.
+        call_number, _ = self.since_flush.begin()
+        with contextlib.ExitStack() as stack, _failures("POST", what, self.timeout_s):
+            stack.callback(self.since_flush.end, call_number, False, [], None)
             stream = open_stream("POST", self.base_url + "/generate", body, self.timeout_s)
             with contextlib.closing(stream):
                 if stream.status_code != 200:
@@ -337,6 +363,7 @@ class SGLangClient:
             resp = self._request("POST", "/flush_cache")
             tries += 1
             if resp.status_code == 200:
+                self.since_flush.flushed()
                 return
             if resp.status_code != 400:
                 raise ServerError(f"/flush_cache: HTTP {resp.status_code}: {resp.text[:200]}")

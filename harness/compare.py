@@ -91,6 +91,8 @@ def compare_cells(config: str, probe: str, base: CellResult | None, cand: CellRe
         bad = [name for name, c in sides.items() if c.status == status]
         if bad:
             reasons = "; ".join(f"{n}: {sides[n].reason}" for n in bad)
+            if status == Status.NOT_APPLICABLE and len(bad) == 1:
+                return ProbeComparison(config, probe, Verdict.DIFFERENT, note=capability_change(bad[0], reasons))
             return ProbeComparison(config, probe, Verdict(status.value), note=reasons)
     judge = PROBES[probe].judge
     judged = {role: facts for role, facts in
@@ -235,12 +237,26 @@ def derive(probe: str, base: CellResult, cand: CellResult, params: dict[str, Any
     """What metric_pairs returns, with what a derived comparison adds (the base's facts, why it
     may not read *same*)."""
     kind = PROBES[probe]
-    if kind.versus is not None:
-        return kind.versus(base, cand, reference, params)
-    if kind.across is not None:
-        return kind.across(base, cand, params)
+    if kind.versus is not None or kind.across is not None:
+        derived = (kind.versus(base, cand, reference, params) if kind.versus is not None
+                   else kind.across(base, cand, params) if kind.across is not None else Across(()))
+        return dataclasses.replace(derived, metrics=(*derived.metrics, *_counter_pairs(base, cand)))
     # The candidate may lack a base metric (None: one_sided names it).
     return Across(tuple((m, cand.metric(m.name)) for m in base.metrics))
+
+
+def _counter_pairs(base: CellResult, cand: CellResult) -> tuple[tuple[Metric, Metric | None], ...]:
+    """A derived comparison's own cells' exact path counters (harness/path_proof.exact_metrics),
+    which no probe derives: paired by name, a side without one None (one_sided names it)."""
+    names = [m.name for c in (base, cand) for m in c.metrics if m.name.startswith(path_proof.METRIC_PREFIX)]
+    pairs: list[tuple[Metric, Metric | None]] = []
+    for name in dict.fromkeys(names):
+        b, c = base.metric(name), cand.metric(name)
+        if b is None and c is not None:
+            b = dataclasses.replace(c, values=())
+        if b is not None:
+            pairs.append((b, c))
+    return tuple(pairs)
 
 
 def reference_of(config: str, probe: str, cells: Mapping[tuple[str, str, Role], CellResult],
@@ -283,6 +299,15 @@ def finding_change(sides: dict[str, CellResult]) -> tuple[Verdict, str] | None:
         return Verdict.ERROR, f"both: {base.reason}"
     notes = "; ".join(f"{side}: {c.reason or 'serves'}" for side, c in sides.items())
     return Verdict.DIFFERENT, f"changed between the sides: {notes}"
+
+
+def capability_change(refusing: str, reasons: str) -> str:
+    """A configuration one side serves and the other refuses (a `not supported` at launch, a flag
+    its `--help` lacks, a probe it cannot answer): a change between the revisions, never the
+    neutral *n/a* both sides refusing reads, in words naming what was lost or gained."""
+    if refusing == "candidate":
+        return f"capability lost: the base serves this, the candidate refuses it ({reasons})"
+    return f"capability gained: the candidate serves this, the base refused it ({reasons})"
 
 
 def compare_run(cells: Iterable[CellResult], probe_params: dict[str, dict[str, Any]],

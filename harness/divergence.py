@@ -165,7 +165,9 @@ def _topk_kl(ref: TopLogprobs, test: TopLogprobs) -> float:
     p_of, q_of = {int(tok): float(lp) for lp, tok in ref}, {int(tok): float(lp) for lp, tok in test}
     if p_of == q_of:
         return 0.0  # bit-exact lists: exactly zero, not a sum of rounding errors
-    shared = p_of.keys() & q_of.keys()
+    # In token-id order: a set's iteration order follows insertion, and a float sum depends on
+    # its order, so two lists that differ only in order would give KLs a last bit apart.
+    shared = sorted(p_of.keys() & q_of.keys())
     p = [math.exp(p_of[tok]) for tok in shared]
     q = [math.exp(q_of[tok]) for tok in shared]
     p.append(max(0.0, 1.0 - math.fsum(p)))

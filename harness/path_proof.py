@@ -28,11 +28,13 @@ measured before this proof existed is reused for them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from harness.client import parse_prometheus_samples
 from harness.configs import Features
 from harness.logparse import retractions
+from harness.results import Metric
+from harness.verdict_stats import Kind
 
 METRICS_FLAG = "--enable-metrics"
 GRAPH_PASSES = "sglang:cuda_graph_passes_total"
@@ -186,6 +188,30 @@ def _retraction_unmet(demanded: tuple[str, ...], least: int, seen: int) -> str |
     if RETRACTION not in demanded or seen >= least:
         return None
     return f"under pressure, but {seen} retractions where at least {least} are required"
+
+
+# The counters whose growth over a probe is as exact as what it served, under deterministic
+# inference with no pressure (no retraction re-runs a request) and no noisy measurement (no
+# window cuts a request): the tokens found cached (a flush that left 16 reads 0 → 256 on the kl
+# probe's cell), decoded and verified. CUDA-graph passes count batches, which arrival times set.
+EXACT_COUNTERS = ("cached_tokens", "decoded_tokens", "verify_calls")
+METRIC_PREFIX = "path_"
+
+
+def counters_decide(features: Features, metrics: Sequence[Metric]) -> bool:
+    """Whether a cell's exact counters decide: a deterministic configuration not under pressure,
+    whose probe measured nothing noisy there."""
+    return features.deterministic and not min_retractions(features) and all(m.kind == Kind.EXACT for m in metrics)
+
+
+def exact_metrics(facts: dict[str, Any]) -> tuple[Metric, ...]:
+    """The path fact's exact counters as metrics (`path_cached_tokens`, …), one value each:
+    compared base vs candidate like any exact figure. None where the counters were not read."""
+    path = facts.get(FACT)
+    if not isinstance(path, dict):
+        return ()
+    return tuple(Metric(METRIC_PREFIX + name, Kind.EXACT, (float(path[name]),), headline="")
+                 for name in EXACT_COUNTERS if isinstance(path.get(name), int))
 
 
 def unproven(facts: dict[str, Any]) -> str | None:

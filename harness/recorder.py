@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from harness import __version__
+from harness import __version__, path_proof
 from harness.compare import compare_pair, reference_of
 from harness.jobs import Job, Outcome, RunRequest
 from harness.metadata import host_metadata
@@ -92,11 +92,14 @@ class RunRecorder:
         if probe in job.earlier:
             meta["earlier"] = job.earlier[probe]
         output = outcome.output
+        metrics = output.metrics if output else ()
+        if output is not None and path_proof.counters_decide(cp.server.features, metrics):
+            metrics = (*metrics, *path_proof.exact_metrics(output.facts))
         return CellResult(
             config=cp.spec.name, probe=probe, role=job.role, revision=job.revision.info,
             status=outcome.status,
             config_fingerprint=cp.server.fingerprint, workload_fingerprint=workload.fingerprint,
-            samples=output.samples if output else (), metrics=output.metrics if output else (),
+            samples=output.samples if output else (), metrics=metrics,
             facts=output.facts if output else {},
             reason=scrub(outcome.reason, secrets), log_tail=scrub(outcome.log_tail, secrets),
             metadata=meta, key=key.to_dict() if key else None)

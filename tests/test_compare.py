@@ -328,3 +328,22 @@ def test_an_unknown_that_already_leans_to_different_is_no_pass():
         assert leaning(undecided) == [] and run_exit_code(undecided, gaps=[]) == 0
         assert run_exit_code(undecided) == 1  # the record itself: no plan, never a pass
     assert leaning(row(-14.0, 0.01, Verdict.SAME)) == []
+
+
+def test_n_a_on_one_side_only_is_a_capability_lost_or_gained_and_on_both_stays_n_a():
+    """Issue 44: a configuration the base serves and the candidate refuses read a neutral *n/a*
+    (JUnit skipped, the run passed). One side's n/a is *different*, naming what was lost or gained."""
+    rev = RevisionInfo("HEAD", "a" * 40)
+    ok = [CellResult("det", "kl", role, rev, Status.OK, "f", "w", metrics=(Metric("k3", Kind.EXACT, (0.0,)),),
+                     facts={"k3_mean": 0.0}) for role in (Role.BASE, Role.CANDIDATE)]
+    refused = [CellResult("det", "kl", role, rev, Status.NOT_APPLICABLE, "f", "w",
+                          reason="n/a at this revision: rejected at launch: ValueError: X is not supported")
+               for role in (Role.BASE, Role.CANDIDATE)]
+    params = PROBES["kl"].defaults()
+    lost = compare_cells("det", "kl", ok[0], refused[1], params)
+    assert lost.verdict == Verdict.DIFFERENT and lost.note == (
+        "capability lost: the base serves this, the candidate refuses it (candidate: n/a at this revision: "
+        "rejected at launch: ValueError: X is not supported)")
+    gained = compare_cells("det", "kl", refused[0], ok[1], params)
+    assert gained.verdict == Verdict.DIFFERENT and gained.note.startswith("capability gained: the candidate serves this")
+    assert compare_cells("det", "kl", *refused, params).verdict == Verdict.NOT_APPLICABLE

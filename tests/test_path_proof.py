@@ -158,3 +158,28 @@ def test_a_row_whose_path_ran_says_what_showed_it():
     logged = path_proof.proof(RETRACT, False, None, None, 10, 11)
     assert path_proof.shown({"path": logged}) == "11 retractions (at least 10)"
     assert path_proof.shown({"path": path_proof.proof((), True, {}, {})}) is None
+
+
+def test_exact_counters_decide_under_deterministic_mode_only_where_nothing_is_noisy_or_under_pressure():
+    """Issue 44: the kl cell's cached-token counter growth moved 0 → 256 (a flush that left 16
+    per request) and, a descriptive fact, decided nothing. Under deterministic inference with no
+    pressure and nothing noisy, the path's exact counters are metrics, compared like any other."""
+    exact = (Metric("unique_outputs", Kind.EXACT, (1.0,)),)
+    assert path_proof.counters_decide(Features(deterministic=True), exact)
+    assert not path_proof.counters_decide(Features(deterministic=False), exact)
+    assert not path_proof.counters_decide(Features(deterministic=True), (Metric("k3", Kind.NOISY, (0.0,)),))
+    assert not path_proof.counters_decide(Features(deterministic=True, min_retractions=3), exact)
+
+    def cell(role: Role, cached: int) -> CellResult:
+        facts = {"path": {"demands": [], "metrics": True, "passes": {}, "verify_calls": 0,
+                          "cached_tokens": cached, "decoded_tokens": 6, "retractions": 0}}
+        metrics = (*exact, *path_proof.exact_metrics(facts))
+        return CellResult("det", "determinism", role, RevisionInfo(role.value, "a" * 40), Status.OK, "f", "w",
+                          metrics=metrics, facts=facts)
+
+    assert [m.name for m in path_proof.exact_metrics(cell(Role.BASE, 0).facts)] == [
+        "path_cached_tokens", "path_decoded_tokens", "path_verify_calls"]
+    params = PROBES["determinism"].defaults()
+    comp = compare_cells("det", "determinism", cell(Role.BASE, 0), cell(Role.CANDIDATE, 256), params)
+    assert comp.verdict == "different" and comp.decided_by == "path_cached_tokens", comp.note
+    assert compare_cells("det", "determinism", cell(Role.BASE, 0), cell(Role.CANDIDATE, 0), params).verdict == "same"

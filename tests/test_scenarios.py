@@ -151,3 +151,6 @@ def test_spec_accept_drops_accept_length_not_outputs(demo):
         assert cand["facts"]["verify_calls"] > base["facts"]["verify_calls"]
     base, cand = (cell(result, "eagle", "kl", r) for r in ("base", "candidate"))
     assert [s["output_ids"] for s in base["samples"]] == [s["output_ids"] for s in cand["samples"]]
+    # the outputs are the same; kl's decode verified more often, which decides under deterministic mode
+    kl = next(c for c in result["comparisons"] if (c["config"], c["probe"]) == ("eagle", "kl"))
+    assert kl["decided_by"] == "path_verify_calls" and kl["metrics"]["k3"]["verdict"] == "same", kl["note"]

@@ -45,9 +45,10 @@ def test_class1_a_decode_top_k_in_another_order_reads_different_on_kl_and_revisi
     suite = refserver_suite(tmp_path / "s.toml", ["kl", "revision_kl"], prompts=2, output_len=6)
     code, result, proc = run(repo, base, cand, suite, tmp_path / "out")
     kl, across = comparison(result, "kl"), comparison(result, "revision_kl")
-    assert kl["metrics"]["topk_kl"]["verdict"] == "same", kl  # the order-free KL cannot see it
-    assert kl["verdict"] == "different" and kl["decided_by"] == "topk_first_divergent", kl
-    assert across["verdict"] == "different" and across["decided_by"] == "greedy_topk", across
+    # Each answer is checked against itself (issue 44): a top-k list out of logprob order is a
+    # finding on the candidate, named by request and position, whatever the base served.
+    for comp in (kl, across):
+        assert comp["verdict"] == "different" and "is not sorted by logprob" in comp["note"], comp["note"]
     assert code == 1
 
 

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from harness.suite import WorkloadSpec
 from harness.probes import known_probes
-from harness.probes.base import ProbeKind
+from harness.probes.base import PIPELINE_FIGURES, Figure, FigureRole, ProbeKind
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,3 +52,29 @@ def docs_table(probes: Mapping[str, ProbeKind]) -> list[str]:
     (tests/probes/test_registry.py checks the file holds exactly this)."""
     rows = [f"| `{name}` | {metric_kinds(probes[name])} | {probes[name].summary} |" for name in sorted(probes)]
     return ["| probe | metrics | what it checks |", "|---|---|---|", *rows]
+
+
+def _figure_row(owner: str, figure: Figure) -> str:
+    role = figure.role
+    if role == FigureRole.METRIC:
+        decides = "decides (exact figures under deterministic mode; a noisy one against its floor)"
+    elif role in (FigureRole.SUMMARY, FigureRole.LOCATOR):
+        decides = f"decides through `{figure.of}` ({role.value} of it)"
+    elif role == FigureRole.PARAMETER:
+        decides = "input: the parameter"
+    elif role == FigureRole.INPUT:
+        decides = f"input: {figure.of}"
+    else:
+        aa = f"A/A: `{figure.aa}`" if figure.aa else "**no A/A test yet**"
+        decides = f"descriptive: {figure.of}; {aa}"
+    return f"| `{owner}` | `{figure.name}` | {decides} |"
+
+
+def figures_table(probes: Mapping[str, ProbeKind]) -> list[str]:
+    """docs/PROBES.md's table of every figure every shipped probe records (and what the pipeline
+    adds to every cell), deciding or not and why, each descriptive one with its A/A test
+    (tests/probes/test_registry.py checks the file holds exactly this)."""
+    rows = [_figure_row(name, f) for name in sorted(probes)
+            for f in sorted(probes[name].figures, key=lambda f: (f.name, f.role.value))]
+    rows += [_figure_row("every probe", f) for f in sorted(PIPELINE_FIGURES, key=lambda f: (f.name, f.role.value))]
+    return ["| probe | figure | decides? |", "|---|---|---|", *rows]

@@ -22,7 +22,7 @@ from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.params import Param
 from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
-                                 metric, parameter, register, summary)
+                                 given, metric, parameter, register, summary)
 from harness.probes.common import batches
 from harness.probes.shared_params import (BATCH_SIZE, JUDGING, MEASURED, MIN_HIT_FRACTION, PLACEMENT_SEED,
                                           SIDES_AT_ONCE, WORKLOAD)
@@ -102,6 +102,9 @@ def _request_place(samples: Sequence[dict[str, Any]], i: int) -> str:
 
 # accept_length's value i is one request: a (round, turn, prompt) of the workload.
 REQUEST = ValueIndex("request", _request_place)
+# draft_position_accept's value i is draft position i + 1, over every request's verify rounds.
+DRAFT_POSITION = ValueIndex("draft position", lambda samples, i: f"draft position {i + 1} (share of the verify "
+                                                                  f"rounds reaching it that accepted it)")
 
 
 def merge(outputs: list[ProbeOutput]) -> ProbeOutput:
@@ -129,8 +132,17 @@ def _output(samples: list[dict[str, Any]], floor: float, server_avg: float | Non
     # request that stopped elsewhere on one side reads *different*, never an accept length judged
     # over another span.
     tokens = Metric("request_tokens", Kind.EXACT, tuple(float(s["completion_tokens"]) for s in samples))
-    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens),
-                       facts={**_facts(samples, hit_fraction), "min_hit_fraction": floor,
+    facts = _facts(samples, hit_fraction)
+    # Under deterministic inference at temperature 0 the acceptance of each draft position is as
+    # exact as the accept length, and decides with it: a draft that now fails at position 2 and
+    # succeeds at 3 moves it while the mean accept length stays put (issue 44).
+    shares = facts["draft_position_accept"]
+    positions = (Metric("draft_position_accept", Kind.EXACT, tuple(shares), headline=""),) if exact and shares else ()
+    # So do the tokens each request found cached (turn 2's reach past its prompt, the gate's input).
+    cached = (Metric("cached_tokens", Kind.EXACT, tuple(float(s.get("cached_tokens") or 0) for s in samples),
+                     headline="", paired=True),) if exact else ()
+    return ProbeOutput(samples=tuple(samples), metrics=(metric, tokens, *positions, *cached),
+                       facts={**facts, "min_hit_fraction": floor,
                               # cumulative since the last flush, folded in at decode-log boundaries
                               "server_avg_accept_length": server_avg})
 
@@ -170,8 +182,10 @@ def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool)
     deterministic inference at temperature 0."""
     prompts = params["prompts"] or workload.prompts
     kind = Kind.EXACT if judged_exactly(deterministic, params["temperature"]) else Kind.NOISY
+    exact = ((PlannedMetric("draft_position_accept", Kind.EXACT), PlannedMetric("cached_tokens", Kind.EXACT, paired=True))
+             if kind == Kind.EXACT else ())
     return (PlannedMetric("accept_length", kind, paired=True, key="repeats", per_unit=2 * prompts),
-            PlannedMetric("request_tokens", Kind.EXACT))
+            PlannedMetric("request_tokens", Kind.EXACT), *exact)
 
 
 def describe(facts: dict[str, Any], primary: Metric | None) -> str:
@@ -258,16 +272,19 @@ PARAMS = (
 FIGURES = (
     metric("accept_length"),
     metric("request_tokens"),
+    metric("draft_position_accept"),
+    metric("cached_tokens"),
     *summary("accept_length", "aggregate_accept_length", "verify_calls", "requests_without_verify",
              "turn1_median", "turn2_median", "server_avg_accept_length", "draft_position_accept"),
     *parameter("min_hit_fraction"),
-    *descriptive("the workload's size, the same on both sides", "requests", "completion_tokens"),
-    *descriptive("the vacuity gate's input: whether turn 2 reached past its prompt; the hits themselves are "
-                 "compared by the cache-hit probes", "turn2_hit_fraction"),
+    *given("the workload's size, the same on both sides", "requests"),
+    *summary("request_tokens", "completion_tokens"),
+    # the vacuity gate's input, from each request's cached tokens: a metric under deterministic mode
+    *summary("cached_tokens", "turn2_hit_fraction"),
 )
 
 PROBE = register(ProbeKind("accept_length", run,
                            "speculative accept length, shared-prefix multi-turn (noisy)",
                            params=PARAMS, describe=describe, merge=merge, planned=planned,
-                           values=lambda metric: REQUEST, figures=FIGURES,
-                           reproduction=Reproduction(exact=_exact_reproducer)))
+                           values=lambda metric: DRAFT_POSITION if metric == "draft_position_accept" else REQUEST,
+                           figures=FIGURES, reproduction=Reproduction(exact=_exact_reproducer)))

@@ -163,8 +163,14 @@ class FigureRole(str, Enum):
     LOCATOR = "locator"
     # A parameter's value as the cell was measured or judged (tau, a gate's threshold).
     PARAMETER = "parameter"
-    # Recorded to be read, never to decide: `of` says why it cannot (wall time of an exact
-    # probe, a count the server's timing sets).
+    # What the run asked for or how it gathered the samples, not what a server served (the
+    # workload's size, how rounds were placed), or a status the verdict reads by itself (vacuous,
+    # not comparable): `of` says which.
+    INPUT = "input"
+    # Served, recorded to be read, never to decide: `of` says why it cannot, and `aa` names the
+    # A/A test that shows it varying between two servers of the same revision (issue 44: a
+    # figure stays descriptive only with that measured reason; docs/PROBES.md lists those
+    # still without one).
     DESCRIPTIVE = "descriptive"
 
 
@@ -177,9 +183,10 @@ class Figure:
     name: str
     role: FigureRole
     of: str = ""
+    aa: str = ""  # a descriptive figure's A/A test (tests/<file>.py::<test>), where one exists
 
     def __post_init__(self) -> None:
-        if self.role in (FigureRole.SUMMARY, FigureRole.LOCATOR, FigureRole.DESCRIPTIVE) and not self.of:
+        if self.role in (FigureRole.SUMMARY, FigureRole.LOCATOR, FigureRole.DESCRIPTIVE, FigureRole.INPUT) and not self.of:
             raise ValueError(f"figure {self.name!r} ({self.role.value}) must say what it is of, or why")
 
     def names(self, name: str) -> bool:
@@ -202,26 +209,32 @@ def parameter(*names: str) -> tuple[Figure, ...]:
     return tuple(Figure(n, FigureRole.PARAMETER, "the parameter") for n in names)
 
 
-def descriptive(why: str, *names: str) -> tuple[Figure, ...]:
-    return tuple(Figure(n, FigureRole.DESCRIPTIVE, why) for n in names)
+def descriptive(why: str, *names: str, aa: str = "") -> tuple[Figure, ...]:
+    return tuple(Figure(n, FigureRole.DESCRIPTIVE, why, aa) for n in names)
+
+
+def given(what: str, *names: str) -> tuple[Figure, ...]:
+    return tuple(Figure(n, FigureRole.INPUT, what) for n in names)
 
 
 # What the pipeline adds to every probe's facts: how an interleaved probe's rounds were placed,
 # and the looks of a sequential comparison. They say how the samples were gathered, not what a
 # server served.
 PIPELINE_FIGURES = (
-    *descriptive("how the rounds were placed between the sides, not what was served",
-                 "placement", "first_side", "placement_seed"),
-    *descriptive("how many looks measured the samples; the verdict is judged at the last of them",
-                 "sequential"),
+    *given("how the rounds were placed between the sides, not what was served",
+           "placement", "first_side", "placement_seed"),
+    *given("how many looks measured the samples; the verdict is judged at the last of them", "sequential"),
     # harness/path_proof.py: the counters' growth over the probe; its `vacuous` (a demanded
     # path not shown to have run) the verdict reads, as it reads a probe's own.
-    *descriptive("which paths ran (CUDA-graph passes, verify calls, cached tokens), from the server's "
-                 "counters; an unmet demand makes the cell vacuous (error unless different)", "path"),
+    *descriptive("which paths ran: CUDA-graph passes per mode count batches, which arrival times set; an unmet "
+                 "demand makes the cell vacuous (error unless different); its exact counters decide as the "
+                 "path_* metrics", "path"),
+    # harness/path_proof.exact_metrics: under deterministic inference, no pressure, nothing noisy.
+    metric("path_cached_tokens"), metric("path_decoded_tokens"), metric("path_verify_calls"),
     # harness/runner.py: another program's compute processes on the server's GPUs around a noisy
     # measurement; compare.py reads them as a finding on the row.
-    *descriptive("foreign GPU processes seen before or after a noisy measurement: the row's noisy figures "
-                 "are not judged (a finding)", "runner_foreign"),
+    *given("foreign GPU processes seen before or after a noisy measurement: the row's noisy figures "
+           "are not judged (a finding)", "runner_foreign"),
 )
 
 
@@ -305,9 +318,10 @@ class ProbeKind:
         """The figures of `output` (a cell's; `derived`: what compare time derived, `across` and
         `judge`) this probe does not declare (empty: all are). A cross-revision probe's own
         cells hold metrics that are never compared (only those `across` derives are): they may
-        be declared descriptive."""
+        be declared descriptive, or a summary of a derived metric."""
         derives = self.across is not None or self.versus is not None
-        own = (FigureRole.METRIC, FigureRole.DESCRIPTIVE) if derives and not derived else (FigureRole.METRIC,)
+        own = ((FigureRole.METRIC, FigureRole.DESCRIPTIVE, FigureRole.INPUT, FigureRole.SUMMARY) if derives and not derived
+               else (FigureRole.METRIC,))
         return undeclared(self.figures, [m.name for m in output.metrics], list(output.facts), own)
 
     def validate(self, raw: dict[str, Any], where: str) -> dict[str, Any]:

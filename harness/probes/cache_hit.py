@@ -31,8 +31,8 @@ from harness.client import OUTPUT_LOGPROBS, Generation, generate_body
 from harness.errors import ProbeNotApplicable, VacuousResult
 from harness.suite import WorkloadSpec
 from harness.params import Param
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, locator,
-                                 metric, parameter, register, summary)
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive, given,
+                                 locator, metric, parameter, register, summary)
 from harness.probes.determinism import departure
 from harness.probes.common import (KL_FIGURES, batches, cold_replay, describe_kl, judge_gate, kl_metric,
                                    require_output_logprobs)
@@ -216,9 +216,9 @@ FIGURES = (
     # A→B→A: the second A against the first, per hit; `aba` locates the first that departs.
     metric("aba_cached_tokens"), metric("aba_first_divergent"),
     *locator("aba_first_divergent", "aba"),
-    *descriptive("why too few hits vouch for no match (the verdict reads it: error unless different)", "vacuous"),
-    *descriptive("the prefix-cache settings /server_info reports: a row names a change between the sides",
-                 "cache_policy"),
+    *given("why too few hits vouch for no match (the verdict reads it: error unless different)", "vacuous"),
+    *given("the prefix-cache settings /server_info reports (a setting, not an answer): a row names a change "
+           "between the sides", "cache_policy"),
 )
 
 ABA = Param("aba", bool, True, "under deterministic mode, each hit's request again with another prefix's "

@@ -11,7 +11,7 @@ from harness import divergence
 from harness.client import Logprobs, SGLangClient
 from harness.errors import ServerFinding
 from harness.logparse import by_dp_rank, parse_batch_lines
-from harness.probes.base import Figure, descriptive, locator, metric, parameter, summary
+from harness.probes.base import Figure, given, locator, metric, parameter, summary
 from harness.results import Metric
 from harness.textfmt import fmt, value_label
 from harness.verdict_stats import Kind
@@ -171,7 +171,7 @@ KL_FIGURES: tuple[Figure, ...] = (
              "passes_threshold"),
     *locator("k3", "first_divergent", "first_divergent_prompt"),
     *parameter("tau", "threshold"),
-    *descriptive("the workload's size: prompts and output_len, the same on both sides", "tokens", "prompts"),
+    *given("the workload's size: prompts and output_len, the same on both sides", "tokens", "prompts"),
 )
 
 

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from harness.client import OUTPUT_LOGPROBS, Generation
 from harness.errors import ProbeNotApplicable
 from harness.params import Param
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, locator, metric,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, given, locator, metric,
                                  parameter, register)
 from harness.probes.determinism import departure
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
@@ -119,9 +119,9 @@ FIGURES = (
     metric("jitter_departure"),
     *locator("jitter_departure", "first_difference"),
     *parameter("rounds", "max_delay_s"),
-    *descriptive("how the rounds were sent (seeded order and delays, and when each request went): "
-                 "what replays a finding, not what was served", "schedule"),
-    *descriptive("the workload's size, the same on both sides", "prompts"),
+    *given("how the rounds were sent (seeded order and delays, and when each request went): "
+           "what replays a finding, not what was served", "schedule"),
+    *given("the workload's size, the same on both sides", "prompts"),
 )
 
 PARAMS = (

@@ -9,8 +9,9 @@ against off. Under deterministic inference the two must agree bit for bit.
 Each configuration's server gets the same requests (greedy, output logprobs with top-k), in
 phases: `cold` (after /flush_cache), `hit` (the same prompts again: prefix-cache hits at the
 track-interval multiple below each prompt's length, so prompts of varied lengths land at
-different multiples), `multiturn` (prompt + this server's cold output: a hit past the prompt),
-`multiturn_cold` (the same after a flush) and `single` (prompt 0 alone after a flush). Each cell
+different multiples), `multiturn` (prompt + this server's cold output: a hit past the prompt), `later_turns` (turns 3
+to `turns`, each the turn before's input and output, no flush: each a hit on the one cache entry
+the chat grew), `multiturn_cold` (turn 2 after a flush) and `single` (prompt 0 alone after a flush). Each cell
 holds what its server served; the comparison (`versus`) reads the reference configuration's cell
 of the same revision too (`[probe.reference] against`, configuration → its reference; the
 planner runs the reference wherever a configuration names it), and derives per side the
@@ -21,9 +22,13 @@ reads *different*, with each side's first divergent (phase, request, position) i
 
 A candidate that diverges from its reference never reads *same*: where both sides diverge alike
 (the metric equal on both) the row is an *error* that says so, as the same finding on both sides
-is. A reference whose cell is missing or failed makes the row an *error* with the reason. A
-configuration that is no other's (a reference, or one `against` does not name) is compared with
-itself across revisions (`revision_diverging`: the candidate's answers against the base's).
+is. A reference whose cell is missing or failed makes the row an *error* with the reason.
+
+Every configuration is also compared with itself across revisions, request by request (issue 44:
+under deterministic mode every per-request figure decides): `revision_diverging` (the candidate's
+answers against the base's) and `cached_tokens` (what each request found cached, every phase and
+turn), so a change both configurations of a revision share, or one in reuse alone, is no *same*.
+A configuration that is no other's (a reference, or one `against` does not name) has those alone.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from harness.errors import ProbeNotApplicable, UsageError
 from harness.params import Param
 from harness.suite import WorkloadSpec
 from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reference, Reproduction, ValueIndex,
-                                 descriptive, locator, metric, parameter, register, summary)
+                                 given, locator, metric, parameter, register, summary)
 from harness.probes.common import batches, degenerate_outputs, require_output_logprobs, require_top_logprobs
 from harness.probes.shared_params import BATCH_SIZE, JUDGED, JUDGING, MEASURED, WORKLOAD
 from harness.reproducer import (FLUSH, OWN_OUTPUT, Form, Observed, cell_top_k, decode_request, entry_values,
@@ -44,7 +49,7 @@ from harness.results import CellResult, Metric, ProbeComparison, ProbeOutput, Re
 from harness.textfmt import plural
 from harness.verdict_stats import Kind
 
-PHASES = ("cold", "hit", "multiturn", "multiturn_cold", "single")
+PHASES = ("cold", "hit", "multiturn", "later_turns", "multiturn_cold", "single")
 # A request's value where it is bit-identical to the reference's answer.
 IDENTICAL = -1
 GRAPH_SUFFIX = "-graphs-"  # suite.py's graph_modes names: <name>-graphs-<mode>
@@ -58,6 +63,8 @@ def _against(value: dict[str, str]) -> str | None:
 PARAMS = (
     *WORKLOAD, BATCH_SIZE,
     Param("top_k", int, 5, "top logprobs per output position", MEASURED, low=1, high=1000),
+    Param("turns", int, 4, "the last turn of the later_turns phase: turns 3 to this, each prompt + every earlier "
+          "turn's output, on the one cache entry the turns before it grew", MEASURED, low=3, high=16),
     Param("against", dict[str, str], {}, "configuration → the configuration of the same revision it is compared "
           "with (a name graph_modes expands matches each mode, with the reference's same mode)", JUDGED,
           check=_against),
@@ -84,12 +91,25 @@ def _serve(ctx: ProbeContext, phase: str, sequences: list[list[int]]) -> list[di
             for i, (seq, g, lp, top) in enumerate(zip(sequences, answers, lps, tops))]
 
 
+def _later_turns(ctx: ProbeContext, turn2: list[list[int]], multiturn: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turns 3 to `turns` of each prompt's chat, no flush between: turn k is turn k-1's input
+    and output, a hit on the one cache entry turn k-1 left (what a chat's later turns reuse).
+    Request index: (k - 3) × prompts + prompt."""
+    inputs, served = turn2, multiturn
+    samples: list[dict[str, Any]] = []
+    for turn in range(3, ctx.param("turns") + 1):
+        inputs = [seq + s["output_ids"] for seq, s in zip(inputs, served)]
+        served = _serve(ctx, "later_turns", inputs)
+        samples += [{**s, "request": len(samples) + i, "turn": turn, "prompt": i} for i, s in enumerate(served)]
+    return samples
+
+
 def run(ctx: ProbeContext) -> ProbeOutput:
     if not ctx.deterministic:
         raise ProbeNotApplicable("the reference probe compares two servers bit for bit: it needs deterministic "
                                  "inference (deterministic = true), without which batching alone moves the bits")
     prompts = [list(p) for p in ctx.workload.prompts]
-    total = 4 * len(prompts) + 1
+    total = (ctx.param("turns") + 2) * len(prompts) + 1
     ctx.client.flush_cache()
     cold = _serve(ctx, "cold", prompts)
     ctx.advance(len(prompts), total)
@@ -97,13 +117,15 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     ctx.advance(2 * len(prompts), total)
     turn2 = [p + s["output_ids"] for p, s in zip(prompts, cold)]
     multiturn = _serve(ctx, "multiturn", turn2)
+    later = _later_turns(ctx, turn2, multiturn)
+    ctx.advance((ctx.param("turns") + 1) * len(prompts), total)
     ctx.client.flush_cache()
     multiturn_cold = _serve(ctx, "multiturn_cold", turn2)
-    ctx.advance(4 * len(prompts), total)
+    ctx.advance((ctx.param("turns") + 2) * len(prompts), total)
     ctx.client.flush_cache()
     single = _serve(ctx, "single", prompts[:1])
     ctx.advance(total, total)
-    samples = (*cold, *hit, *multiturn, *multiturn_cold, *single)
+    samples = (*cold, *hit, *multiturn, *later, *multiturn_cold, *single)
     facts = {"deterministic": True, "prompts": len(prompts), "top_k": ctx.param("top_k"), "phases": list(PHASES),
              "requests": len(samples),
              "cached_tokens": {phase: [s["cached_tokens"] for s in samples if s["phase"] == phase] for phase in PHASES},
@@ -196,7 +218,8 @@ def versus(base: CellResult, cand: CellResult, reference: Reference | None, para
     base_facts = _summary(base, b, reference.config, reference.base)
     cand_facts = _summary(cand, c, reference.config, reference.candidate)
     metrics = ((Metric("diverging", Kind.EXACT, b, headline="", paired=True),
-                Metric("diverging", Kind.EXACT, c, headline="", paired=True)),)
+                Metric("diverging", Kind.EXACT, c, headline="", paired=True)),
+               *_revision_metrics(base, cand))
     # Both sides depart alike: equal metrics, and the candidate still serves other answers than
     # its reference. Never a *same*.
     not_same = (f"both sides diverge from {reference.config} alike ({divergence_text(cand_facts)})"
@@ -208,11 +231,22 @@ def _across_revisions(base: CellResult, cand: CellResult) -> Across:
     """A configuration that is no other's: the candidate's answers against the base's."""
     if sorted(_keys(base)) != sorted(_keys(cand)) or base.workload_fingerprint != cand.workload_fingerprint:
         return Across((), {"not_comparable": "the two sides served other requests (another workload or version)"})
+    return Across(_revision_metrics(base, cand), _summary(cand, divergences(cand, base), "the base", base))
+
+
+def _revision_metrics(base: CellResult, cand: CellResult) -> tuple[tuple[Metric, Metric], ...]:
+    """Base vs candidate on this configuration's own answers, per request in the base's order:
+    where the candidate's answer departs from the base's (`revision_diverging`), and the tokens
+    each request found cached (`cached_tokens`: under deterministic inference the same requests
+    in the same order reuse the same prefix, every phase and turn)."""
     c = divergences(cand, base)
-    facts = _summary(cand, c, "the base", base)
-    metrics = ((Metric("revision_diverging", Kind.EXACT, (float(IDENTICAL),) * len(c), headline="", paired=True),
-                Metric("revision_diverging", Kind.EXACT, c, headline="", paired=True)),)
-    return Across(metrics, facts)
+    cached = {(s["phase"], s["request"]): s.get("cached_tokens") for s in cand.samples}
+    return ((Metric("revision_diverging", Kind.EXACT, (float(IDENTICAL),) * len(c), headline="", paired=True),
+             Metric("revision_diverging", Kind.EXACT, c, headline="", paired=True)),
+            (Metric("cached_tokens", Kind.EXACT, tuple(float(s.get("cached_tokens") or 0) for s in base.samples),
+                    headline="", paired=True),
+             Metric("cached_tokens", Kind.EXACT, tuple(float(cached[(s["phase"], s["request"])] or 0)
+                                                      for s in base.samples), headline="", paired=True)))
 
 
 def reference_of(config: str, params: dict[str, Any], configs: Sequence[str]) -> str | None:
@@ -255,30 +289,44 @@ def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool)
     """Per request, where it departs from its reference (or, on a configuration that is none's
     but its own, from the base): exact."""
     return (PlannedMetric("diverging", Kind.EXACT, paired=True),
-            PlannedMetric("revision_diverging", Kind.EXACT, paired=True))
+            PlannedMetric("revision_diverging", Kind.EXACT, paired=True),
+            PlannedMetric("cached_tokens", Kind.EXACT, paired=True))
+
+
+def _request_place(samples: Sequence[dict[str, Any]], i: int) -> str:
+    if i >= len(samples):
+        return f"request {i}"
+    s = samples[i]
+    turn = f" (turn {s['turn']} of prompt {s['prompt']})" if "turn" in s else ""
+    return f"{s['phase']} request {s['request']}{turn}"
+
+
+def _cached_place(samples: Sequence[dict[str, Any]], i: int) -> str:
+    return f"{_request_place(samples, i)} (tokens found cached)"
 
 
 def _place(samples: Sequence[dict[str, Any]], i: int) -> str:
-    if i >= len(samples):
-        return f"request {i}"
-    return f"{samples[i]['phase']} request {samples[i]['request']} (first divergent output position, -1: identical)"
+    return f"{_request_place(samples, i)} (first divergent output position, -1: identical)"
 
 
 VALUES = {"diverging": ValueIndex("request", _place,
                                   sides="the base against its reference → the candidate against its reference"),
           "revision_diverging": ValueIndex("request", _place,
-                                           sides="the base against itself → the candidate against the base")}
+                                           sides="the base against itself → the candidate against the base"),
+          "cached_tokens": ValueIndex("request", _cached_place)}
 
 FIGURES = (
-    metric("diverging"), metric("revision_diverging"),
+    metric("diverging"), metric("revision_diverging"), metric("cached_tokens"),
     *summary("diverging", "diverging_requests", "diverging_phases"),
     *locator("diverging", "first_divergence"),
     *parameter("deterministic", "top_k", "reference"),
-    *descriptive("the workload's size and phases, the same on every configuration", "prompts", "phases", "requests"),
-    *descriptive("what each request reused from the prefix cache; the answers it served decide", "cached_tokens"),
-    *descriptive("a warning about one side's outputs; diverging compares them", "degenerate_prompts"),
-    *descriptive("why the configuration could not be compared with its reference (the row reads error)",
-                 "not_comparable"),
+    *given("the workload's size and phases, the same on every configuration", "prompts", "phases", "requests"),
+    # The fact is per phase, for the table; the metric of the same name (per request) decides.
+    *summary("cached_tokens", "cached_tokens"),
+    # a count over the cold outputs, which revision_diverging compares request by request
+    *summary("revision_diverging", "degenerate_prompts"),
+    *given("why the configuration could not be compared with its reference (the row reads error)",
+           "not_comparable"),
 )
 
 # --------------------------------------------------------------------------- reproducer
@@ -297,6 +345,8 @@ def _exact_reproducer(comp: ProbeComparison, base: CellResult, cand: CellResult)
     side, cell, facts = found
     first = facts["first_divergence"]
     phase, request, j = first["phase"], first["request"], first["position"]
+    if phase == "later_turns":
+        return None  # a chain of turns, each on its own server's output: located in words only
     sample = next((s for s in cell.samples if (s["phase"], s["request"]) == (phase, request)), None)
     cold = next((s for s in cell.samples if s["phase"] == "cold" and s["request"] == request), None)
     if sample is None or cold is None:

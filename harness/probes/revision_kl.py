@@ -29,7 +29,7 @@ from harness import divergence
 from harness.client import Logprobs
 from harness.params import Param
 from harness.suite import WorkloadSpec
-from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
+from harness.probes.base import (Across, PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, given,
                                  locator, metric, parameter, register, summary)
 from harness.probes.common import (Replayed, batches, cold_replay, degenerate_outputs, require_output_logprobs,
                                    require_top_logprobs)
@@ -326,18 +326,19 @@ VALUES = {
 FIGURES = (
     *(metric(name) for name in (*EXACT_METRICS, *NOISY_METRICS)),
     # each side's own cell: what it served, compared only through the derived metrics above
-    *descriptive("each side's own score; base vs candidate compare by the metrics derived from both",
-                 "scored_nll", "nll_mean"),
+    # each side's own score, a function of its scored logprobs (compared exactly under
+    # deterministic mode, by KL otherwise)
+    *summary("scored_logprobs", "scored_nll", "nll_mean"),
     *parameter("deterministic", "top_k", "continuation_len", "scoring_passes", "tau"),
-    *descriptive("the workload's size, the same on both sides", "prompts", "scored_tokens"),
-    *descriptive("a warning about one side's outputs; greedy_ids / greedy_match compare them", "degenerate_prompts"),
+    *given("the workload's size, the same on both sides", "prompts", "scored_tokens"),
+    *summary("greedy_ids", "degenerate_prompts"),
     *summary("kl", "kl_mean", "kl_p99", "kl_max", "kl_frac_over_tau", "base_self_kl_mean", "kl_infinite_prompts"),
     *summary("scored_logprobs", "k3_mean", "k3_p99", "k3_max", "k3_frac_over_tau", "prompts_diverged"),
     *summary("top1_agree", "top1_agree"),
     *summary("greedy_ids", "greedy_identical"),
     *locator("greedy_ids", "greedy_first_diff"), *locator("scored_logprobs", "first_divergent"),
     *locator("greedy_topk", "decode_first_divergent"),
-    *descriptive("why the sides could not be compared (the row reads error)", "not_comparable"),
+    *given("why the sides could not be compared (the row reads error)", "not_comparable"),
 )
 
 # --------------------------------------------------------------------------- reproducer

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from harness.client import Generation
 from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
 from harness.params import Param
-from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, descriptive, locator, metric,
+from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, ValueIndex, given, locator, metric,
                                  parameter, register)
 from harness.probes.determinism import departure
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
@@ -97,6 +97,8 @@ def run(ctx: ProbeContext) -> ProbeOutput:
         Metric("sampled_ids", Kind.EXACT, tuple(float(t) for g in reference for t in g.output_ids), headline="first"),
         Metric("sampled_logprobs", Kind.EXACT, tuple(float(v if v is not None else float("nan"))
                                                      for g in reference for v in g.output_logprobs), headline="first"),
+        # Under deterministic mode every exact figure decides: the alone-again request's reuse too.
+        Metric("hit_cached_tokens", Kind.EXACT, tuple(float(h.cached_tokens or 0) for h in hit), headline="sum"),
     )
     facts = {"seeds": seeds, "n": n, "temperature": ctx.param("temperature"), "first_difference": first,
              "hit_cached_tokens": [h.cached_tokens for h in hit], "prompts": len(prompts)}
@@ -128,8 +130,13 @@ def describe(facts: dict[str, Any], primary: Metric | None) -> str:
 
 def planned(params: dict[str, Any], workload: WorkloadSpec, deterministic: bool) -> tuple[PlannedMetric, ...]:
     """Exact, on a deterministic configuration (the probe is n/a elsewhere)."""
-    return tuple(PlannedMetric(name, Kind.EXACT, paired=name not in ("sampled_ids", "sampled_logprobs"))
-                 for name in (*VARIANTS, "seed_clones", "n_clones", "sampled_ids", "sampled_logprobs"))
+    return tuple(PlannedMetric(name, Kind.EXACT, paired=name not in UNPAIRED)
+                 for name in (*VARIANTS, *EXACT_ACROSS_SIDES))
+
+
+# Compared base vs candidate value for value (not one pair per prompt, as the departures are).
+UNPAIRED = ("sampled_ids", "sampled_logprobs", "hit_cached_tokens")
+EXACT_ACROSS_SIDES = ("seed_clones", "n_clones", *UNPAIRED)
 
 
 def _prompt_place(samples: Sequence[dict[str, Any]], i: int) -> str:
@@ -145,17 +152,16 @@ def _token_place(samples: Sequence[dict[str, Any]], i: int) -> str:
     return f"value {i}"
 
 
-VALUES = {**{name: ValueIndex("prompt", _prompt_place) for name in (*VARIANTS, "seed_clones", "n_clones")},
+VALUES = {**{name: ValueIndex("prompt", _prompt_place)
+             for name in (*VARIANTS, "seed_clones", "n_clones", "hit_cached_tokens")},
           "sampled_ids": ValueIndex("sampled token", _token_place),
           "sampled_logprobs": ValueIndex("sampled token", _token_place)}
 
 FIGURES = (
-    *(metric(name) for name in (*VARIANTS, "seed_clones", "n_clones", "sampled_ids", "sampled_logprobs")),
+    *(metric(name) for name in (*VARIANTS, *EXACT_ACROSS_SIDES)),
     *locator("batch_departure", "first_difference"),
-    *descriptive("the workload's size, the same on both sides", "prompts"),
+    *given("the workload's size, the same on both sides", "prompts"),
     *parameter("seeds", "n", "temperature"),
-    *descriptive("the cache's reuse on the alone-again request: it varies with the pool's alignment, and the "
-                 "tokens it serves decide (hit_departure)", "hit_cached_tokens"),
 )
 
 PARAMS = (

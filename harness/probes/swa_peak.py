@@ -24,7 +24,7 @@ from harness.errors import ProbeNotApplicable, ServerError
 from harness.params import Param
 from harness.suite import WorkloadSpec
 from harness.probes.base import (PlannedMetric, ProbeContext, ProbeKind, Reproduction, ValueIndex, descriptive,
-                                 metric, register, summary)
+                                 given, metric, register, summary)
 from harness.probes.common import SwaCurve, swa_curve
 from harness.probes.shared_params import JUDGING, MEASURED, WORKLOAD
 from harness.reproducer import FLUSH, Form, Observed, with_form, workload_prompts
@@ -299,8 +299,9 @@ FIGURES = (
     *summary("swa_peak", "swa_peak", "swa_peak_usage", "gauge_max", "gauge_within_log"),
     *summary("swa_plateau", "swa_plateau", "growth_slope"),
     *summary("retractions", "retractions"),
-    *descriptive("the workload's size, fixed by its requests and output_len (ignore_eos); what they held "
-                 "is compared by the peak and plateau", "generated_tokens", "requests", "aborted", "decode_lines"),
+    *given("the workload's size", "requests"),
+    *descriptive("fixed by the requests and output_len (ignore_eos); what they held is compared by the peak and "
+                 "plateau", "generated_tokens", "aborted", "decode_lines"),
 )
 
 PROBE = register(ProbeKind("swa_peak", run, "SWA pool tokens held over a long generation (peak, plateau)",

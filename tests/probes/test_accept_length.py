@@ -59,3 +59,30 @@ def test_accept_lengths_over_unequal_token_ranges_never_read_same():
                          params).verdict == "same"
     cut = compare_cells("eagle", "accept_length", cell(Role.BASE, [12] * 4), cell(Role.CANDIDATE, [12, 12, 9, 12]), params)
     assert cut.verdict == "different" and cut.decided_by == "request_tokens"
+
+
+def test_per_draft_position_acceptance_decides_under_deterministic_mode_with_the_mean_unchanged():
+    """Issue 44: the acceptance of each draft position moved (the same verify rounds, the same
+    accept length per request) and only results.json said so. Under deterministic mode at
+    temperature 0 it is an exact metric that decides; off it, a summary."""
+    from harness.compare import compare_cells
+    from harness.probes import PROBES
+    from harness.probes.accept_length import _output
+    from harness.results import CellResult, RevisionInfo, Role, Status
+
+    def cell(role: Role, hist: list[int], exact: bool) -> CellResult:
+        samples = [{"repeat": 0, "turn": turn, "completion_tokens": 12, "spec_verify_ct": 4, "accept_length": 3.0,
+                    "past_prompt": True, "correct_drafts_histogram": hist} for turn in (1, 2)]
+        out = _output(samples, 0.5, None, exact=exact)
+        return CellResult(config="eagle", probe="accept_length", role=role, revision=RevisionInfo(role.value, "a" * 40),
+                          status=Status.OK, config_fingerprint="f", workload_fingerprint="w",
+                          samples=out.samples, metrics=out.metrics, facts=out.facts)
+
+    params = PROBES["accept_length"].defaults()
+    moved = compare_cells("eagle", "accept_length", cell(Role.BASE, [0, 2, 1, 1], True),
+                          cell(Role.CANDIDATE, [0, 1, 2, 1], True), params)
+    assert moved.verdict == "different" and moved.decided_by == "draft_position_accept", moved.note
+    assert moved.metrics["accept_length"].verdict == "same"
+    noisy = compare_cells("eagle", "accept_length", cell(Role.BASE, [0, 2, 1, 1], False),
+                          cell(Role.CANDIDATE, [0, 1, 2, 1], False), params)
+    assert "draft_position_accept" not in noisy.metrics

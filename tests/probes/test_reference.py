@@ -93,7 +93,7 @@ def test_both_sides_departing_alike_is_an_error_never_same():
     comp = judge(run_cells(bent, bent))["unified"]
     assert comp.verdict == Verdict.ERROR
     assert comp.note.startswith("both sides diverge from static alike (diverges from static at hit request 0, "
-                                "position 0 (1 of 9 requests: hit 1))")
+                                "position 0 (1 of 11 requests: hit 1))")
 
 
 def test_both_sides_identical_to_their_reference_read_same():
@@ -108,7 +108,22 @@ def test_a_reference_that_changed_between_revisions_reads_different_on_its_own_r
     cells = run_cells(answers(), changed, ref_cand=cell("static", Role.CANDIDATE, changed))
     comps = judge(cells)
     assert comps["static"].verdict == Verdict.DIFFERENT
-    assert comps["unified"].verdict == Verdict.SAME  # unified still agrees with its (changed) reference
+    # unified still agrees with its (changed) reference, but serves other answers than the base's
+    # unified server: every per-request figure decides under deterministic mode (issue 44)
+    unified = comps["unified"]
+    assert unified.metrics["diverging"].verdict == Verdict.SAME
+    assert unified.verdict == Verdict.DIFFERENT and unified.decided_by == "revision_diverging"
+
+
+def test_cached_tokens_of_any_phase_decide_between_the_revisions():
+    """A later turn that reuses fewer cached tokens, every token and logprob the same, reads
+    *different* (issue 44: the third turn's 18% fewer cached tokens read *same*)."""
+    fewer = [{**s, "cached_tokens": 82} if s["phase"] == "later_turns" else {**s, "cached_tokens": 100}
+             for s in answers()]
+    base = [{**s, "cached_tokens": 100} for s in answers()]
+    comp = judge(run_cells(base, fewer))["unified"]
+    assert comp.verdict == Verdict.DIFFERENT and comp.decided_by == "cached_tokens", comp.note
+    assert comp.metrics["diverging"].verdict == comp.metrics["revision_diverging"].verdict == Verdict.SAME
 
 
 @pytest.mark.parametrize("ref, reason", [
@@ -143,9 +158,9 @@ def test_rows_derive_the_metrics_with_the_reference_cells():
                        candidate=RevisionInfo("candidate", "b" * 40), cells=tuple(cells), comparisons=comps,
                        launches=(), metadata={"probe_params": {"reference": {"against": AGAINST}}})
     row = next(r for r in rows(result) if r.config == "unified")
-    assert row.base == "diverges from static at hit request 1, position 2 (1 of 9 requests: hit 1)"
-    assert row.candidate == "bit-identical to static in every phase (9 requests)"
-    assert "first at hit request 1" in row.note and ": 2 → -1 (1 of 9 requests differs)" in row.note
+    assert row.base == "diverges from static at hit request 1, position 2 (1 of 11 requests: hit 1)"
+    assert row.candidate == "bit-identical to static in every phase (11 requests)"
+    assert "first at hit request 1" in row.note and ": 2 → -1 (1 of 11 requests differs)" in row.note
 
 
 def test_first_divergence_reads_ids_logprobs_top_k_and_length():

@@ -126,17 +126,17 @@ def test_a_toy_probe_in_a_module_of_its_own_runs_end_to_end(tmp_path):
 # recorded that no verdict reads without saying why.
 DECLARED = {
     'accept_length': {
-        'metric': ['accept_length', 'request_tokens'],
-        'summary': ['aggregate_accept_length', 'draft_position_accept', 'requests_without_verify', 'server_avg_accept_length', 'turn1_median', 'turn2_median', 'verify_calls'],
+        'metric': ['accept_length', 'cached_tokens', 'draft_position_accept', 'request_tokens'],
+        'summary': ['aggregate_accept_length', 'completion_tokens', 'draft_position_accept', 'requests_without_verify', 'server_avg_accept_length', 'turn1_median', 'turn2_hit_fraction', 'turn2_median', 'verify_calls'],
         'parameter': ['min_hit_fraction'],
-        'descriptive': ['completion_tokens', 'requests', 'turn2_hit_fraction'],
+        'input': ['requests'],
     },
     'decode_cache_hit': {
         'metric': ['aba_cached_tokens', 'aba_first_divergent', 'cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
         'locator': ['aba', 'first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
-        'descriptive': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
+        'input': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
     },
     'determinism': {
         'metric': ['ids_departure', 'logprob_departure', 'unique_outputs'],
@@ -148,46 +148,48 @@ DECLARED = {
         'metric': ['jitter_departure'],
         'locator': ['first_difference'],
         'parameter': ['max_delay_s', 'rounds'],
-        'descriptive': ['prompts', 'schedule'],
+        'input': ['prompts', 'schedule'],
     },
     'kl': {
         'metric': ['first_divergent', 'k3', 'topk_first_divergent', 'topk_kl'],
         'summary': ['frac_over_tau', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged', 'top1_agree', 'topk_frac_over_tau', 'topk_kl_max', 'topk_kl_mean', 'topk_kl_p99'],
         'locator': ['first_divergent', 'first_divergent_prompt'],
         'parameter': ['tau', 'threshold', 'top_k'],
-        'descriptive': ['degenerate_prompts', 'prompts', 'tokens'],
+        'input': ['prompts', 'tokens'],
+        'descriptive': ['degenerate_prompts'],
     },
     'prefill_cache_hit': {
         'metric': ['aba_cached_tokens', 'aba_first_divergent', 'cached_tokens', 'first_divergent', 'hit_fraction', 'k3'],
         'summary': ['frac_over_tau', 'hit_fraction', 'hit_lengths', 'k3_max', 'k3_mean', 'k3_median', 'k3_p99', 'passes_threshold', 'prompts_diverged'],
         'locator': ['aba', 'first_divergent', 'first_divergent_prompt'],
         'parameter': ['min_hit_fraction', 'tau', 'threshold'],
-        'descriptive': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
+        'input': ['cache_policy', 'prompts', 'tokens', 'vacuous'],
     },
     'reference': {
-        'metric': ['diverging', 'revision_diverging'],
-        'summary': ['diverging_phases', 'diverging_requests'],
+        'metric': ['cached_tokens', 'diverging', 'revision_diverging'],
+        'summary': ['cached_tokens', 'degenerate_prompts', 'diverging_phases', 'diverging_requests'],
         'locator': ['first_divergence'],
         'parameter': ['deterministic', 'reference', 'top_k'],
-        'descriptive': ['cached_tokens', 'degenerate_prompts', 'not_comparable', 'phases', 'prompts', 'requests'],
+        'input': ['not_comparable', 'phases', 'prompts', 'requests'],
     },
     'revision_kl': {
         'metric': ['greedy_ids', 'greedy_k3', 'greedy_logprobs', 'greedy_match', 'greedy_topk', 'kl', 'scored_logprobs', 'scored_topk', 'top1_agree'],
-        'summary': ['base_self_kl_mean', 'greedy_identical', 'k3_frac_over_tau', 'k3_max', 'k3_mean', 'k3_p99', 'kl_frac_over_tau', 'kl_infinite_prompts', 'kl_max', 'kl_mean', 'kl_p99', 'prompts_diverged', 'top1_agree'],
+        'summary': ['base_self_kl_mean', 'degenerate_prompts', 'greedy_identical', 'k3_frac_over_tau', 'k3_max', 'k3_mean', 'k3_p99', 'kl_frac_over_tau', 'kl_infinite_prompts', 'kl_max', 'kl_mean', 'kl_p99', 'nll_mean', 'prompts_diverged', 'scored_nll', 'top1_agree'],
         'locator': ['decode_first_divergent', 'first_divergent', 'greedy_first_diff'],
         'parameter': ['continuation_len', 'deterministic', 'scoring_passes', 'tau', 'top_k'],
-        'descriptive': ['degenerate_prompts', 'nll_mean', 'not_comparable', 'prompts', 'scored_nll', 'scored_tokens'],
+        'input': ['not_comparable', 'prompts', 'scored_tokens'],
     },
     'seeded_sampling': {
-        'metric': ['batch_departure', 'hit_departure', 'n_clones', 'sampled_ids', 'sampled_logprobs', 'seed_clones'],
+        'metric': ['batch_departure', 'hit_cached_tokens', 'hit_departure', 'n_clones', 'sampled_ids', 'sampled_logprobs', 'seed_clones'],
         'locator': ['first_difference'],
         'parameter': ['n', 'seeds', 'temperature'],
-        'descriptive': ['hit_cached_tokens', 'prompts'],
+        'input': ['prompts'],
     },
     'swa_peak': {
         'metric': ['retractions', 'swa_peak', 'swa_plateau'],
         'summary': ['gauge_max', 'gauge_within_log', 'growth_slope', 'retractions', 'swa_peak', 'swa_peak_usage', 'swa_plateau'],
-        'descriptive': ['aborted', 'decode_lines', 'generated_tokens', 'requests'],
+        'input': ['requests'],
+        'descriptive': ['aborted', 'decode_lines', 'generated_tokens'],
     },
     'throughput': {
         'metric': ['req_tok_s_c*', 'tok_s_c*'],
@@ -239,13 +241,15 @@ def test_a_figure_nobody_declared_fails_its_cell_and_its_comparison():
 def test_the_pipeline_declares_what_it_adds_to_every_cell():
     """The facts the pipeline writes into every probe's cells (round placement, looks, the path
     proof of harness/path_proof.py, the foreign GPU processes of harness/runner.py) are declared
-    once, as descriptive: none decides by itself (a path proof's `vacuous` and the foreign
-    processes are read by compare.py, as a probe's own vacuity)."""
+    once, as input or descriptive: none decides by itself (a path proof's `vacuous` and the foreign
+    processes are read by compare.py, as a probe's own vacuity); the path's exact counters are
+    metrics under deterministic mode (`path_*`, issue 44)."""
     from harness.probes.base import PIPELINE_FIGURES
 
     assert sorted((f.name, f.role.value) for f in PIPELINE_FIGURES) == [
-        ("first_side", "descriptive"), ("path", "descriptive"), ("placement", "descriptive"),
-        ("placement_seed", "descriptive"), ("runner_foreign", "descriptive"), ("sequential", "descriptive")]
+        ("first_side", "input"), ("path", "descriptive"), ("path_cached_tokens", "metric"),
+        ("path_decoded_tokens", "metric"), ("path_verify_calls", "metric"), ("placement", "input"),
+        ("placement_seed", "input"), ("runner_foreign", "input"), ("sequential", "input")]
 
 
 def test_the_golden_declarations_cover_every_shipped_probe():
@@ -344,3 +348,31 @@ def test_a_broken_plug_in_is_one_line_naming_it_and_exit_2_and_help_still_works(
     assert run.returncode == 2 and run.stderr.endswith(BROKEN_PLUG_INS[plug_in]), run.stderr
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "run").exists()
+
+
+# The served figures still descriptive with no A/A test showing them vary between two servers of
+# one revision (issue 44): reviewed, and pinned, so a figure added as descriptive without its A/A
+# test fails below instead of joining them unseen.
+AWAITING_AA = {
+    ("kl", "degenerate_prompts"), ("swa_peak", "aborted"), ("swa_peak", "decode_lines"),
+    ("swa_peak", "generated_tokens"), ("throughput", "requests_cut"), ("throughput", "requests_sent"),
+    ("throughput", "retraction_events"), ("throughput", "retractions"), ("throughput", "swa_peak_usage_c*"),
+    ("throughput", "swa_tokens_at_retraction"), ("every probe", "path"),
+}
+
+
+def test_every_recorded_figure_is_in_the_docs_table_and_a_descriptive_one_names_its_a_a_test():
+    """docs/PROBES.md's table of every figure (deciding, through which metric, input, or
+    descriptive with the A/A test that shows it varying) is generated from the registry."""
+    from harness.commands.probes import figures_table
+    from harness.probes.base import PIPELINE_FIGURES, FigureRole
+
+    assert "\n".join(figures_table(shipped_probes())) in (ROOT / "docs" / "PROBES.md").read_text()
+    owned = [(name, f) for name, kind in shipped_probes().items() for f in kind.figures]
+    owned += [("every probe", f) for f in PIPELINE_FIGURES]
+    descriptive = [(owner, f) for owner, f in owned if f.role == FigureRole.DESCRIPTIVE]
+    for owner, figure in descriptive:
+        if figure.aa:  # tests/<file>.py::<test>: the test exists
+            file, _, test = figure.aa.partition("::")
+            assert f"def {test}(" in (ROOT / file).read_text(), (owner, figure.name, figure.aa)
+    assert {(owner, f.name) for owner, f in descriptive if not f.aa} == AWAITING_AA
