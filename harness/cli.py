@@ -1,9 +1,11 @@
 """detcheck: deterministic-inference validation for SGLang revisions.
 
 Exit codes (README.md's table, word for word as far as each row goes here):
-  0    nothing differs: every compared probe reads same (or an unknown that does not lean
-       to different)
-  1    a probe differs, a cell failed (error), or an unknown row leans to different
+  0    earned by a complete record: every planned (configuration, probe) measured on both
+       sides in this run and judged with the suite's parameters, and each reads same (or an
+       unknown that does not lean to different)
+  1    a probe differs, a cell failed (error), an unknown row leans to different, or the
+       record is short of its plan (what is missing named)
   2    bad input, found before anything launched
   3    nothing measured: no probe was compared on both sides (e.g. every configuration n/a
        at a revision); never a pass
