@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness import completeness
 from harness.compare import overall
 from harness.report.format import portable
 from harness.report.markdown import rows_table
@@ -18,7 +19,10 @@ from harness.textfmt import md_code, md_table, md_text, plural
 def combined_markdown(runs: list[tuple[Path, RunResult]]) -> str:
     """`runs`: each run directory (as given) with its result, in the order given."""
     verdict = overall(tuple(c for _, result in runs for c in result.comparisons))
-    out = [f"## detcheck: {plural(len(runs), 'run')}: {verdict}", ""]
+    # a run that is no pass (its record incomplete) is said in the title, its line says why
+    short = sum(1 for _, result in runs if completeness.gaps(result))
+    shown = f"not a pass ({short} of {plural(len(runs), 'run')} incomplete); as recorded: {verdict}" if short else verdict
+    out = [f"## detcheck: {plural(len(runs), 'run')}: {shown}", ""]
     out += md_table(("run", "suite", "target", "base → candidate", "verdict"),
                     ((md_code(portable(str(path))), md_code(result.suite), result.target,
                       f"{revision_label(result.base)} → {revision_label(result.candidate)}", headline(result))
