@@ -225,8 +225,8 @@ def test_combined_report_over_two_matrix_entries_golden(tmp_path):
     proc = detcheck("report", *runs, "--format", "md", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     check_golden(DATA / "combined-entries.md", proc.stdout)
-    # --check judges each run with its suite's parameters (a temporary file, not here), and the
-    # suite is not here: no verdict is vouched for
+    # --check judges each run with its suite's parameters (a temporary file, not here): no
+    # verdict is vouched for
     check = detcheck("report", *runs, "--format", "md", "--check", cwd=tmp_path)
     assert check.returncode == 2 and "the suite the run names ('/tmp/detcheck/tp2.toml') is not here" in check.stderr
     assert "sides measured in turn" in proc.stdout.split("### ")[1] and "in turn" not in proc.stdout.split("### ")[2]
