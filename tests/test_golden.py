@@ -40,7 +40,7 @@ CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl", "softcap-
 def load(name: str) -> RunResult:
     """A golden run as its run ended: these files were written before results recorded their
     plan (schema 4), each by a run that finished every pair it set out to measure; read back
-    plan-less they are no pass (a report says so: tests/test_incomplete_report_e2e.py), so the
+    plan-less they are no pass (a report says so: tests/test_complete_record_e2e.py), so the
     plan each run would have recorded, marked complete, is given back to it here."""
     return finished(read_run(DATA / f"{name}.json"))
 
@@ -264,3 +264,53 @@ def test_a_server_line_runs_as_the_run_started_it_from_the_root_of_a_checkout(tm
     assert (tmp_path / "argv").read_text().splitlines() == [
         "-m", "refserver", "--model-path", "/models/tiny llama", "--port", "4001", "--chat-template",
         "python/templates/chat.jinja"]
+
+
+def test_a_killed_runs_reports_say_it_is_no_pass_first_golden():
+    """killed-run.json: `detcheck run` of four configurations (kl; the planted `rename`, which
+    changes nothing served) killed by SIGTERM once its first pair was recorded, as a CI job at its
+    time limit leaves it (paths scrubbed). Its one row reads same; report.md, the console table
+    and the JUnit file each say first that the record is no pass, list what it lacks, and show the
+    three pairs it never measured as rows that read missing."""
+    from xml.etree import ElementTree
+
+    from harness.report.junit import junit_xml
+
+    result = read_run(DATA / "killed-run.json")
+    markdown = MarkdownReport(result).render()
+    check_golden(DATA / "killed-run.md", markdown)
+    verdict = markdown.splitlines()[2]
+    assert verdict.startswith("**Verdict: not a pass: the record is incomplete (4 gaps, listed below); "
+                              "as recorded: same (1 same)"), verdict
+    assert "- c3 / kl: no base cell, no candidate cell, no comparison row" in markdown.split("| configuration |")[0]
+    assert ("| c3 | `kl` | – | – | ⛔ missing | not judged by this run: no base cell, no candidate cell, "
+            "no comparison row |") in markdown
+    buf = io.StringIO()
+    ConsoleReport(result).print(Console(file=buf, width=160, color_system=None))
+    check_golden(DATA / "killed-run.console.txt", buf.getvalue())
+    assert "verdict: not a pass: the record is incomplete" in buf.getvalue()
+    assert "not a pass: c2 / kl: no base cell, no candidate cell, no comparison row" in buf.getvalue()
+    text = junit_xml(result)
+    check_golden(DATA / "killed-run.junit.xml", text)
+    suite = ElementTree.fromstring(text.encode())
+    failed = {(case.get("classname"), case.get("name")): case.find("failure") for case in suite.findall("testcase")}
+    assert int(suite.get("tests")) == len(failed) == 5 and int(suite.get("failures")) == 4
+    assert failed[("record", "complete")].get("type") == "incomplete" and failed[("c0", "kl")] is None
+    assert all(failed[(f"c{i}", "kl")].get("type") == "missing" for i in (1, 2, 3))
+
+
+def test_a_long_list_of_gaps_is_cut_and_counted():
+    """A record short of many pairs names the first `completeness.SHOWN`, then counts the rest."""
+    from harness.completeness import SHOWN
+    from harness.results import RunPlan
+
+    result = read_run(DATA / "killed-run.json")
+    plan = result.plan
+    assert plan is not None
+    many = dataclasses.replace(result, plan=dataclasses.replace(
+        plan, cells=plan.cells + tuple((f"x{i}", "kl", role) for i in range(20) for _, _, role in plan.cells[:2])))
+    assert isinstance(many.plan, RunPlan)
+    markdown = MarkdownReport(many).render()
+    listed = [line for line in markdown.split("| configuration |")[0].splitlines() if line.startswith("- ")]
+    assert len(listed) == SHOWN + 1 and listed[-1] == f"- and {4 + 20 - SHOWN} more", listed
+    assert markdown.count("⛔ missing") == 23  # every pair it lacks is a row, however many
