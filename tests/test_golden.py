@@ -314,3 +314,19 @@ def test_a_long_list_of_gaps_is_cut_and_counted():
     listed = [line for line in markdown.split("| configuration |")[0].splitlines() if line.startswith("- ")]
     assert len(listed) == SHOWN + 1 and listed[-1] == f"- and {4 + 20 - SHOWN} more", listed
     assert markdown.count("⛔ missing") == 23  # every pair it lacks is a row, however many
+
+
+def test_a_combined_reports_title_says_a_run_is_no_pass_and_counts_each_runs_verdict():
+    """Seen: `report D1 D2` over a finished run and a killed one titled the set by the rows it
+    had ("2 runs: different"), and a run that measured nothing read as part of a *same* set."""
+    from pathlib import Path
+
+    from harness.report.combined import combined_markdown
+
+    killed = read_run(DATA / "killed-run.json")
+    title = combined_markdown([(Path("a"), load("demo-cache")), (Path("b"), killed)]).splitlines()[0]
+    assert title == "## detcheck: 2 runs: not a pass (1 of 2 runs incomplete); as recorded: different (1 different, 1 same)"
+    nothing = dataclasses.replace(killed, comparisons=tuple(dataclasses.replace(c, verdict="n/a") for c in killed.comparisons),
+                                  plan=dataclasses.replace(killed.plan, complete=True, cells=killed.plan.cells[:2]))
+    title = combined_markdown([(Path("a"), load("revision-kl")), (Path("b"), nothing)]).splitlines()[0]
+    assert title == "## detcheck: 2 runs: different (1 different, 1 nothing measured)", title

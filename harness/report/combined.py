@@ -19,9 +19,15 @@ from harness.textfmt import md_code, md_table, md_text, plural
 def combined_markdown(runs: list[tuple[Path, RunResult]]) -> str:
     """`runs`: each run directory (as given) with its result, in the order given."""
     verdict = overall(tuple(c for _, result in runs for c in result.comparisons))
-    # a run that is no pass (its record incomplete) is said in the title, its line says why
+    # Each run's verdict counted where they differ: a run that measured nothing is no *same*
+    # of the set; a run that is no pass (its record incomplete) is said first, its line says why.
+    each: dict[str, int] = {}
+    for _, result in runs:
+        each[overall(result.comparisons).value] = each.get(overall(result.comparisons).value, 0) + 1
+    shown = verdict.value + (f" ({', '.join(f'{n} {v}' for v, n in sorted(each.items()))})" if len(each) > 1 else "")
     short = sum(1 for _, result in runs if completeness.gaps(result))
-    shown = f"not a pass ({short} of {plural(len(runs), 'run')} incomplete); as recorded: {verdict}" if short else verdict
+    if short:
+        shown = f"not a pass ({short} of {plural(len(runs), 'run')} incomplete); as recorded: {shown}"
     out = [f"## detcheck: {plural(len(runs), 'run')}: {shown}", ""]
     out += md_table(("run", "suite", "target", "base → candidate", "verdict"),
                     ((md_code(portable(str(path))), md_code(result.suite), result.target,
