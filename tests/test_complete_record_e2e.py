@@ -208,7 +208,7 @@ def test_a_killed_runs_report_says_it_is_no_pass_where_a_reader_looks_first(tmp_
 
 def rendered(out: Path, result: dict, name: str, *extra: str) -> str:
     """report.md of `result` written into a copy of the run's folder, by `report` (`extra`: its options)."""
-    where = out.parent / name
+    where = out.parent / f"rendered-{name}"  # beside `check`'s folders, never one of them
     where.mkdir()
     (where / "results.json").write_text(json.dumps(result))
     detcheck("report", str(where), "--format", "md", *extra)
