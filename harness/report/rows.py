@@ -148,8 +148,9 @@ def rows(result: RunResult, sides: dict[tuple[str, str], Sides] | None = None) -
         else:
             out.append(Row(comp.config, comp.probe, base_text, cand_text, comp.verdict, portable(note)))
     judged = {(c.config, c.probe) for c in result.comparisons}
-    out += [Row(config, probe, *(side_text(result.cell(config, probe, role)) for role in (Role.BASE, Role.CANDIDATE)),
-                MISSING, missing_text(lacks)) for (config, probe), lacks in lacking.items() if (config, probe) not in judged]
+    out += [Row(config, probe, side_text(result.cell(config, probe, Role.BASE)),
+                side_text(result.cell(config, probe, Role.CANDIDATE)), MISSING, missing_text(lacks))
+            for (config, probe), lacks in lacking.items() if (config, probe) not in judged]
     return out
 
 
