@@ -5,6 +5,7 @@ table as report.md has it; each run's own report.md keeps its details, figures a
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from harness import completeness
@@ -21,9 +22,7 @@ def combined_markdown(runs: list[tuple[Path, RunResult]]) -> str:
     verdict = overall(tuple(c for _, result in runs for c in result.comparisons))
     # Each run's verdict counted where they differ: a run that measured nothing is no *same*
     # of the set; a run that is no pass (its record incomplete) is said first, its line says why.
-    each: dict[str, int] = {}
-    for _, result in runs:
-        each[overall(result.comparisons).value] = each.get(overall(result.comparisons).value, 0) + 1
+    each = Counter(overall(result.comparisons).value for _, result in runs)
     shown = verdict.value + (f" ({', '.join(f'{n} {v}' for v, n in sorted(each.items()))})" if len(each) > 1 else "")
     short = sum(1 for _, result in runs if completeness.gaps(result))
     if short:
