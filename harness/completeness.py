@@ -34,14 +34,33 @@ def gaps(result: RunResult) -> list[str]:
     out = [] if plan.complete else [
         "the run did not finish: its last step never marked the record complete (killed, interrupted, "
         "or a Slurm job's results not all merged)"]
-    cells = {(c.config, c.probe, c.role): c for c in result.cells}
-    planned = set(plan.cells)
-    rows = {(c.config, c.probe) for c in result.comparisons}
     sides = {role for _, _, role in plan.cells}
     if len(sides) < 2:
         out.append(f"the plan measures {' and '.join(sorted(r.value for r in sides)) or 'no'} side only: "
                    f"no pair is judged")
-    for config, probe in plan.pairs():  # what each planned pair lacks, in one line
+    out += [f"{config} / {probe}: {', '.join(lacks)}" for (config, probe), lacks in pair_lacks(result).items()]
+    planned = set(plan.cells)
+    out += [f"{c.config} / {c.probe}: a {c.role.value} cell the plan never had" for c in result.cells
+            if (c.config, c.probe, c.role) not in planned]
+    pairs = set(plan.pairs())
+    out += [f"{c.config} / {c.probe}: a comparison row the plan never had" for c in result.comparisons
+            if (c.config, c.probe) not in pairs]
+    return out
+
+
+def pair_lacks(result: RunResult) -> dict[tuple[str, str], list[str]]:
+    """What each planned (configuration, probe) pair lacks of this run's evidence, in words (a
+    side's cell, a cell of this run's revision, its comparison row), in plan order; a pair that
+    lacks nothing is left out, and so is every pair of a record with no plan."""
+    plan = result.plan
+    if plan is None:
+        return {}
+    cells = {(c.config, c.probe, c.role): c for c in result.cells}
+    planned = set(plan.cells)
+    rows = {(c.config, c.probe) for c in result.comparisons}
+    both_sides = len({role for _, _, role in plan.cells}) == 2
+    out: dict[tuple[str, str], list[str]] = {}
+    for config, probe in plan.pairs():
         lacks = []
         for side in (Role.BASE, Role.CANDIDATE):
             if (config, probe, side) not in planned:
@@ -52,15 +71,10 @@ def gaps(result: RunResult) -> list[str]:
             elif sha is not None and cell.revision.sha != sha:
                 lacks.append(f"its {side.value} cell measured {cell.revision.short}, not the run's {side.value} "
                              f"{sha[:12]}")
-        if len(sides) == 2 and (config, probe) not in rows:
+        if both_sides and (config, probe) not in rows:
             lacks.append("no comparison row")
         if lacks:
-            out.append(f"{config} / {probe}: {', '.join(lacks)}")
-    out += [f"{c.config} / {c.probe}: a {c.role.value} cell the plan never had" for c in result.cells
-            if (c.config, c.probe, c.role) not in planned]
-    pairs = set(plan.pairs())
-    out += [f"{c.config} / {c.probe}: a comparison row the plan never had" for c in result.comparisons
-            if (c.config, c.probe) not in pairs]
+            out[(config, probe)] = lacks
     return out
 
 

@@ -125,11 +125,10 @@ def test_report_check_names_floor_and_alpha_narrowed_in_the_file(tmp_path):
     assert "prefill_cache_hit.floor_rel: the file's 0.5, the suite's 0.0 (narrows what decides)" in proc.stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_a_run_killed_part_way_is_never_a_pass(tmp_path, sig):
-    """Seen: a run killed by SIGKILL or SIGTERM (what a CI job at its time limit uploads) left a
-    results.json whose missing pairs were simply absent: `report --check` read *same*, exit 0."""
-    repo, base, cand = planted(tmp_path, "rename")  # nothing served changes: every row reads same
+def killed_run(tmp_path: Path, sig: signal.Signals) -> Path:
+    """`detcheck run` of four configurations (kl; the planted `rename`: nothing served changes,
+    every row reads same) killed by `sig` once its first pair is recorded: its --out."""
+    repo, base, cand = planted(tmp_path, "rename")
     suite = tmp_path / "four.toml"
     configs = "".join(f'[[config]]\nname = "c{i}"\ndeterministic = true\nprobes = ["kl"]\n' for i in range(4))
     suite.write_text(f'name = "four"\n[models]\nrefserver = "{ROOT / "fixtures/refmodels/hybrid"}"\n'
@@ -157,6 +156,14 @@ def test_a_run_killed_part_way_is_never_a_pass(tmp_path, sig):
             proc.wait()
     result = json.loads((out / "results.json").read_text())
     assert 1 <= len(result["comparisons"]) < 4 and {c["verdict"] for c in result["comparisons"]} == {"same"}
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_run_killed_part_way_is_never_a_pass(tmp_path, sig):
+    """Seen: a run killed by SIGKILL or SIGTERM (what a CI job at its time limit uploads) left a
+    results.json whose missing pairs were simply absent: `report --check` read *same*, exit 0."""
+    out = killed_run(tmp_path, sig)
     checked = detcheck("report", str(out), "--check")
     assert checked.returncode == 1, checked.stderr
     assert "not a pass: the run did not finish: its last step never marked the record complete" in checked.stderr
@@ -164,6 +171,84 @@ def test_a_run_killed_part_way_is_never_a_pass(tmp_path, sig):
     from harness.result_files import read_run
     missing = gaps(read_run(out))
     assert "c3 / kl: no base cell, no candidate cell, no comparison row" in missing
+
+
+def test_a_killed_runs_report_says_it_is_no_pass_where_a_reader_looks_first(tmp_path):
+    """Seen: a killed run's report.md and console table read *same* (only stderr and the exit
+    code said otherwise), and a JUnit file of it was all green. Now the headline says no pass and
+    lists what is missing, the pairs never measured are rows that read missing, and the JUnit
+    file fails a `record`/`complete` case."""
+    out = killed_run(tmp_path, signal.SIGTERM)
+    md = detcheck("report", str(out), "--format", "md")
+    assert md.returncode == 0, md.stderr  # a report without --check renders, and exits 0
+    verdict = md.stdout.splitlines()[2]
+    assert verdict.startswith("**Verdict: not a pass: the record is incomplete ("), verdict
+    above_table = md.stdout.split("| configuration |")[0]
+    assert "- the run did not finish: its last step never marked the record complete" in above_table
+    assert "- c3 / kl: no base cell, no candidate cell, no comparison row" in above_table
+    assert ("| c3 | `kl` | – | – | ⛔ missing | not judged by this run: no base cell, no candidate cell, "
+            "no comparison row |") in md.stdout
+    assert (out / "report.md").read_text() == md.stdout
+    console = detcheck("report", str(out))
+    assert "verdict: not a pass: the record is incomplete" in console.stdout
+    assert "not a pass: c3 / kl: no base cell, no candidate cell, no comparison row" in console.stdout
+    assert console.stdout.count(" missing ") >= 1
+    printed = json.loads(detcheck("report", str(out), "--format", "json").stdout)
+    assert printed["verdict"] == "same" and "c3 / kl: no base cell, no candidate cell, no comparison row" in printed["gaps"]
+    checked = detcheck("report", str(out), "--check", "--junit-xml", str(tmp_path / "junit.xml"))
+    assert checked.returncode == 1, checked.stderr
+    from xml.etree import ElementTree
+    suite = ElementTree.fromstring((tmp_path / "junit.xml").read_bytes())
+    record = next(case for case in suite.findall("testcase") if case.get("classname") == "record")
+    failure = record.find("failure")
+    assert failure is not None and failure.get("message", "").startswith("not a pass: the record is incomplete")
+    assert "c3 / kl: no base cell, no candidate cell, no comparison row" in (failure.text or "")
+    assert int(suite.get("failures")) >= 2  # the record, and at least the last pair: missing
+
+
+def rendered(out: Path, result: dict, name: str, *extra: str) -> str:
+    """report.md of `result` written into a copy of the run's folder, by `report` (`extra`: its options)."""
+    where = out.parent / f"rendered-{name}"  # beside `check`'s folders, never one of them
+    where.mkdir()
+    (where / "results.json").write_text(json.dumps(result))
+    detcheck("report", str(where), "--format", "md", *extra)
+    return (where / "report.md").read_text()
+
+
+def test_every_record_that_is_no_pass_says_so_in_its_report(cache_run):
+    """Seen: a row-dropped file, a plan-less (schema 3) record, a cell of another run (a stale
+    Slurm merge) and a check with narrowed parameters each rendered a report that read as a
+    pass: its headline the recorded verdict, the pair it lacks simply absent."""
+    out, result = cache_run
+    complete = rendered(out, result, "complete")
+    assert complete.splitlines()[2].startswith("**Verdict: different (1 different, 1 same)"), complete.splitlines()[2]
+    assert "not a pass" not in complete and "missing" not in complete
+    dropped = json.loads(json.dumps(result))
+    del dropped["comparisons"][0]
+    text = rendered(out, dropped, "row-dropped")
+    assert text.splitlines()[2].startswith("**Verdict: not a pass: the record is incomplete (1 gap, listed below)")
+    assert "| det | `kl` | measured | measured | ⛔ missing | not judged by this run: no comparison row |" in text
+    planless = json.loads(json.dumps(result))
+    del planless["plan"]
+    text = rendered(out, planless, "plan-less")
+    assert text.splitlines()[2].startswith("**Verdict: not a pass: the record is incomplete (1 gap, listed below)")
+    assert "- the file records no plan" in text.split("| configuration |")[0]
+    stale = json.loads(json.dumps(result))
+    kl_candidate = next(c for c in stale["cells"] if c["probe"] == "kl" and c["role"] == "candidate")
+    kl_candidate["revision"] = stale["base"]  # the candidate's cell measured at the base: another run's
+    text = rendered(out, stale, "stale")
+    base_short = stale["base"]["sha"][:12]
+    assert text.splitlines()[2].startswith("**Verdict: not a pass: the record is incomplete"), text.splitlines()[2]
+    row = next(line for line in text.splitlines() if line.startswith("| det | `kl` |"))
+    assert f"| ⛔ missing | not judged by this run: its candidate cell measured {base_short}, not the run's " \
+           f"candidate {stale['candidate']['sha'][:12]}; as recorded: same: " in row, row
+    narrowed = json.loads(json.dumps(result))
+    params_of(narrowed)["kl"]["verdict_metrics"] = ["k3"]
+    narrowed["comparisons"] = rejudged(out, narrowed)
+    text = rendered(out, narrowed, "narrowed", "--check")
+    assert text.splitlines()[2].startswith("**Verdict: not a pass: it is not judged as its suite judges (1 gap, "
+                                           "listed below)"), text.splitlines()[2]
+    assert "- kl.verdict\\_metrics: the file's \\['k3'\\], the suite's None (narrows what decides)" in text  # escaped
 
 
 def test_baseline_check_that_checked_nothing_is_no_pass(tmp_path):

@@ -38,7 +38,26 @@ CASES = ["demo-cache", "h200-pools", "h200-swa-dflash", "revision-kl", "softcap-
 
 
 def load(name: str) -> RunResult:
-    return read_run(DATA / f"{name}.json")
+    """A golden run as its run ended: these files were written before results recorded their
+    plan (schema 4), each by a run that finished every pair it set out to measure; read back
+    plan-less they are no pass (a report says so: tests/test_complete_record_e2e.py), so the
+    plan each run would have recorded, marked complete, is given back to it here."""
+    return finished(read_run(DATA / f"{name}.json"))
+
+
+def finished(result: RunResult) -> RunResult:
+    """`result` with the plan of the cells it holds, marked complete by its last step."""
+    from harness.results import RunPlan
+
+    plan = RunPlan(run_id="golden", cells=tuple((c.config, c.probe, c.role) for c in result.cells),
+                   probe_params=result.metadata.get("probe_params") or {}, complete=True)
+    return dataclasses.replace(result, plan=plan)
+
+
+def write_finished(name: str, run_dir) -> None:
+    """A golden run's results.json (with the plan its run finished: `finished`) in `run_dir`."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "results.json").write_text(json.dumps(load(name).to_dict()))
 
 
 def check_golden(path, text: str) -> None:
@@ -85,7 +104,7 @@ def per_row_argv_run() -> RunResult:
                               "metadata": {**cell["metadata"], "server_argv": argv + flags[cell["role"]]}})
     data["launches"] += [{**launch, "config": "graphs"} for launch in data["launches"]]
     data["comparisons"] += [{**comp, "config": "graphs"} for comp in data["comparisons"]]
-    return RunResult.from_dict(data)
+    return finished(RunResult.from_dict(data))
 
 
 def test_each_rows_reproducer_starts_that_rows_servers_shell_quoted():
@@ -113,8 +132,7 @@ def test_round_trip_is_lossless():
 
 def test_report_command_prints_the_stored_table(tmp_path):
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "results.json").write_text((DATA / "demo-cache.json").read_text())
+    write_finished("demo-cache", run_dir)
     proc = detcheck("report", str(run_dir), "--format", "md")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (DATA / "demo-cache.md").read_text()
@@ -166,8 +184,7 @@ def test_combined_report_golden(tmp_path):
     """Several runs (a matrix's suites or entries) as one Markdown report, in the order given."""
     runs = ["demo-cache", "revision-kl"]
     for name in runs:
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text((DATA / f"{name}.json").read_text())
+        write_finished(name, tmp_path / name)
     proc = detcheck("report", *runs, "--format", "md", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     check_golden(DATA / "combined.md", proc.stdout)
@@ -207,14 +224,13 @@ def test_combined_report_over_two_matrix_entries_golden(tmp_path):
     side), from tests/test_gpus_per_server_e2e.py, paths scrubbed."""
     runs = []
     for entry in ("two", "four"):
-        (tmp_path / entry / "tp2").mkdir(parents=True)
-        (tmp_path / entry / "tp2" / "results.json").write_text((DATA / f"entry-{entry}.json").read_text())
+        write_finished(f"entry-{entry}", tmp_path / entry / "tp2")
         runs.append(f"{entry}/tp2")
     proc = detcheck("report", *runs, "--format", "md", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     check_golden(DATA / "combined-entries.md", proc.stdout)
-    # --check judges each run with its suite's parameters (a temporary file, not here), and the
-    # files were written before runs recorded their plan (schema 3): no verdict is vouched for
+    # --check judges each run with its suite's parameters (a temporary file, not here): no
+    # verdict is vouched for
     check = detcheck("report", *runs, "--format", "md", "--check", cwd=tmp_path)
     assert check.returncode == 2 and "the suite the run names ('/tmp/detcheck/tp2.toml') is not here" in check.stderr
     assert "sides measured in turn" in proc.stdout.split("### ")[1] and "in turn" not in proc.stdout.split("### ")[2]
@@ -273,3 +289,69 @@ def test_the_console_table_takes_a_terminals_width_and_200_columns_elsewhere():
     finally:
         os.close(leader)
         os.close(follower)
+
+
+def test_a_killed_runs_reports_say_it_is_no_pass_first_golden():
+    """killed-run.json: `detcheck run` of four configurations (kl; the planted `rename`, which
+    changes nothing served) killed by SIGTERM once its first pair was recorded, as a CI job at its
+    time limit leaves it (paths scrubbed). Its one row reads same; report.md, the console table
+    and the JUnit file each say first that the record is no pass, list what it lacks, and show the
+    three pairs it never measured as rows that read missing."""
+    from xml.etree import ElementTree
+
+    from harness.report.junit import junit_xml
+
+    result = read_run(DATA / "killed-run.json")
+    markdown = MarkdownReport(result).render()
+    check_golden(DATA / "killed-run.md", markdown)
+    verdict = markdown.splitlines()[2]
+    assert verdict.startswith("**Verdict: not a pass: the record is incomplete (4 gaps, listed below); "
+                              "as recorded: same (1 same)"), verdict
+    assert "- c3 / kl: no base cell, no candidate cell, no comparison row" in markdown.split("| configuration |")[0]
+    assert ("| c3 | `kl` | – | – | ⛔ missing | not judged by this run: no base cell, no candidate cell, "
+            "no comparison row |") in markdown
+    buf = io.StringIO()
+    ConsoleReport(result).print(Console(file=buf, width=160, color_system=None))
+    check_golden(DATA / "killed-run.console.txt", buf.getvalue())
+    assert "verdict: not a pass: the record is incomplete" in buf.getvalue()
+    assert "not a pass: c2 / kl: no base cell, no candidate cell, no comparison row" in buf.getvalue()
+    text = junit_xml(result)
+    check_golden(DATA / "killed-run.junit.xml", text)
+    suite = ElementTree.fromstring(text.encode())
+    failed = {(case.get("classname"), case.get("name")): case.find("failure") for case in suite.findall("testcase")}
+    assert int(suite.get("tests")) == len(failed) == 5 and int(suite.get("failures")) == 4
+    assert failed[("record", "complete")].get("type") == "incomplete" and failed[("c0", "kl")] is None
+    assert all(failed[(f"c{i}", "kl")].get("type") == "missing" for i in (1, 2, 3))
+
+
+def test_a_long_list_of_gaps_is_cut_and_counted():
+    """A record short of many pairs names the first `completeness.SHOWN`, then counts the rest."""
+    from harness.completeness import SHOWN
+    from harness.results import RunPlan
+
+    result = read_run(DATA / "killed-run.json")
+    plan = result.plan
+    assert plan is not None
+    many = dataclasses.replace(result, plan=dataclasses.replace(
+        plan, cells=plan.cells + tuple((f"x{i}", "kl", role) for i in range(20) for _, _, role in plan.cells[:2])))
+    assert isinstance(many.plan, RunPlan)
+    markdown = MarkdownReport(many).render()
+    listed = [line for line in markdown.split("| configuration |")[0].splitlines() if line.startswith("- ")]
+    assert len(listed) == SHOWN + 1 and listed[-1] == f"- and {4 + 20 - SHOWN} more", listed
+    assert markdown.count("⛔ missing") == 23  # every pair it lacks is a row, however many
+
+
+def test_a_combined_reports_title_says_a_run_is_no_pass_and_counts_each_runs_verdict():
+    """Seen: `report D1 D2` over a finished run and a killed one titled the set by the rows it
+    had ("2 runs: different"), and a run that measured nothing read as part of a *same* set."""
+    from pathlib import Path
+
+    from harness.report.combined import combined_markdown
+
+    killed = read_run(DATA / "killed-run.json")
+    title = combined_markdown([(Path("a"), load("demo-cache")), (Path("b"), killed)]).splitlines()[0]
+    assert title == "## detcheck: 2 runs: not a pass (1 of 2 runs incomplete); as recorded: different (1 different, 1 same)"
+    nothing = dataclasses.replace(killed, comparisons=tuple(dataclasses.replace(c, verdict="n/a") for c in killed.comparisons),
+                                  plan=dataclasses.replace(killed.plan, complete=True, cells=killed.plan.cells[:2]))
+    title = combined_markdown([(Path("a"), load("revision-kl")), (Path("b"), nothing)]).splitlines()[0]
+    assert title == "## detcheck: 2 runs: different (1 different, 1 nothing measured)", title

@@ -443,7 +443,7 @@ def conclude(result: RunResult, fmt: str, out_dir: Path | None, baseline_file: P
     if baseline_file is not None:
         gated, gate_lines = gate_result(baseline_file, result)
         code = max(code, gated)
-    emit(result, fmt, out_dir, exit_code=code)
+    emit(result, fmt, out_dir, exit_code=code, also=also or ())
     if gate_lines:
         print("\n".join(gate_lines), file=sys.stderr if fmt == "json" else None)
     return code

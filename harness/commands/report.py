@@ -18,7 +18,8 @@ from harness.errors import CorruptResult, UsageError
 from harness.paths import PROJECT_ROOT
 from harness.probes import known_probes
 from harness.report.combined import combined_markdown
-from harness.result_files import read_run
+from harness.report.junit import junit_xml
+from harness.result_files import atomic_write_text, read_run
 from harness.results import RunResult
 from harness.suite import Suite, load_suite
 
@@ -38,6 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --check: the suite whose parameters judge the run (default: the suite file the "
                         "run names, which must be here); parameters stored in the file that differ are named, "
                         "and no pass")
+    p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
+                   help="also write the stored run as JUnit XML, as `run --junit-xml` does: a test case per "
+                        "(configuration, probe), failed when it differs, errs or is missing, and a failed "
+                        "`record`/`complete` case where the record is no pass (a killed run's, say)")
     p.set_defaults(func=run)
 
 
@@ -51,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = path if path.is_dir() else path.parent
     if not args.check:
         check_verdicts(result, path, strict=False)
+        write_junit(args.junit_xml, result)
         conclude(result, args.format, out_dir, judged=False)
         return 0
     try:
@@ -62,7 +68,14 @@ def run(args: argparse.Namespace) -> int:
             also = suite_gaps(result, suite_of(result, args.suite))
             print("\n".join(gap_lines(path, also)), end="\n" if also else "", file=sys.stderr)
         raise
-    return conclude(result, args.format, out_dir, also=suite_gaps(result, suite_of(result, args.suite)))
+    also = suite_gaps(result, suite_of(result, args.suite))
+    write_junit(args.junit_xml, result, also)
+    return conclude(result, args.format, out_dir, also=also)
+
+
+def write_junit(path: Path | None, result: RunResult, also: list[str] | None = None) -> None:
+    if path is not None:
+        atomic_write_text(path, junit_xml(result, also or ()))
 
 
 def suite_of(result: RunResult, given: Path | None) -> Suite:
@@ -89,6 +102,8 @@ def combined(args: argparse.Namespace) -> int:
     """Several runs as one Markdown report on stdout; --check: the worst of their exit codes."""
     if args.format == "json":
         raise UsageError("several runs make one Markdown report: --format md (or console), not json")
+    if args.junit_xml is not None:
+        raise UsageError("--junit-xml writes one run: give one run directory (or run it once per run)")
     runs = [(path, read_run(path)) for path in args.path]
     for path, result in runs:
         check_verdicts(result, path, strict=args.check)

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.report.rows import Sides, headline, launches_text, revision_label, rows, torch_change_text
+from harness import completeness
+from harness.report.rows import (MISSING, Sides, gap_items, headline, launches_text, revision_label, rows,
+                                 torch_change_text)
 from harness.results import CellResult, Launch, RunResult, Status
 from harness.textfmt import printable
 
 VERDICT_STYLE = {"same": "green", "different": "bold red", "unknown": "yellow",
-                 "n/a": "dim", "error": "bold magenta"}
+                 "n/a": "dim", "error": "bold magenta", MISSING: "bold red"}
 
 
 class ConsoleReport:
-    def __init__(self, result: RunResult, sides: dict[tuple[str, str], Sides] | None = None):
+    def __init__(self, result: RunResult, sides: dict[tuple[str, str], Sides] | None = None,
+                 also: Sequence[str] = ()):
         self.result = result
         self.sides = sides  # rows.all_metric_sides of the result, where the caller has them
+        self.also = also  # what keeps the run from being a pass beside its record's own gaps
 
     def table(self) -> Table:
         r = self.result
@@ -33,7 +37,8 @@ class ConsoleReport:
         # characters (a set-title, a clear-screen) never reach the terminal as such.
         t = Table(title=printable(f"detcheck {r.suite} ({r.target}{f', configuration {one}' if one else ''}): "
                                   f"base {revision_label(r.base)} → candidate {revision_label(r.candidate)}"),
-                  caption=printable(f"verdict: {headline(r)} · {launches_text(r)}"), show_lines=False)
+                  caption=printable(f"verdict: {headline(r, self.also, listed=True)} · {launches_text(r)}"),
+                  show_lines=False)
         columns = ("probe", "base", "candidate", "verdict", "comparison")
         for col in columns if one else ("configuration", *columns):
             t.add_column(col, overflow="fold")
@@ -47,6 +52,10 @@ class ConsoleReport:
     def print(self, console: Console | None = None) -> None:
         console = console or Console()
         console.print(self.table())
+        # A record that is no pass says why right under its table, before anything else.
+        found = [*completeness.gaps(self.result), *self.also]
+        for gap in gap_items(found):
+            console.print(f"[bold red]not a pass:[/] {escape(printable(gap))}", soft_wrap=True)
         if (torch_change := torch_change_text(self.result)) is not None:
             console.print(f"[yellow]{escape(torch_change)}[/]", soft_wrap=True)
         # One line per reason and job: a launch that failed is every probe's reason, said once.

@@ -6,10 +6,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Sequence, TextIO
 
 from rich.console import Console
 
+from harness import completeness
 from harness.compare import overall
 from harness.report.console import ConsoleReport
 from harness.report.files import REPORT_FILE
@@ -48,30 +49,32 @@ class _DisplayableStream:
 
 
 def emit(result: RunResult, fmt: str, out_dir: Path | None = None, stream=None,
-         exit_code: int | None = None) -> None:
+         exit_code: int | None = None, also: Sequence[str] = ()) -> None:
     """Print `result` in `fmt`; also write report.md and plots into `out_dir` where it can (a
-    read-only run directory still prints, with a warning). JSON opens with the run's verdict and
-    `exit_code`, the status the command exits with (or, for `report` without --check, would)."""
+    read-only run directory still prints, with a warning). JSON opens with the run's verdict,
+    `exit_code`, the status the command exits with (or, for `report` without --check, would),
+    and `gaps`, what keeps the run from being a pass (every renderer names them first). `also`:
+    those found beside the record's own gaps (`completeness.gaps`): its suite's parameters."""
     stream = _DisplayableStream(stream or sys.stdout)
     sides = all_metric_sides(result)  # one derivation for report.md and the console table
     try:
         plots = plots_for(result, out_dir)
-        markdown = displayable(MarkdownReport(result, plots, sides).render())
+        markdown = displayable(MarkdownReport(result, plots, sides, also).render())
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(out_dir / REPORT_FILE, markdown)
     except OSError as exc:
         print(f"detcheck: warning: report.md and plots not written to {out_dir}: "
               f"{exc.strerror or exc}", file=sys.stderr)
-        markdown = displayable(MarkdownReport(result, {}, sides).render())
+        markdown = displayable(MarkdownReport(result, {}, sides, also).render())
     if fmt == "md":
         stream.write(markdown)
     elif fmt == "json":
-        json.dump({"verdict": overall(result.comparisons).value, "exit_code": exit_code, **result.to_dict()},
-                  stream, indent=1)
+        json.dump({"verdict": overall(result.comparisons).value, "exit_code": exit_code,
+                   "gaps": [*completeness.gaps(result), *also], **result.to_dict()}, stream, indent=1)
         stream.write("\n")
     else:
-        ConsoleReport(result, sides).print(Console(file=stream, width=console_width(stream)))
+        ConsoleReport(result, sides, also).print(Console(file=stream, width=console_width(stream)))
 
 
 # Off a terminal (a CI log, a file) the table is as wide as its cells want, up to this.

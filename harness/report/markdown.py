@@ -15,8 +15,9 @@ from harness.revisions import WORKTREES
 from harness.targets import TARGETS, Target, configuration_may_set, foreign_server_argv
 from harness.paths import safe_name
 from harness.report.format import portable, portable_path
-from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, headline,
-                                 index_item, launches_text, metric_label, metric_text, relaunch_texts,
+from harness import completeness
+from harness.report.rows import (VERDICT_MARK, Sides, all_metric_sides, failure_text, figure_cells, gap_items,
+                                 headline, index_item, launches_text, metric_label, metric_text, relaunch_texts,
                                  revision_label, rows, run_sessions, torch_change_text)
 from harness.results import (REPRODUCER_PORT, CellResult, Metric, ProbeComparison, Reproducer, Role,
                              RunResult, Status)
@@ -46,18 +47,22 @@ class MarkdownReport:
     `sides`: rows.all_metric_sides of the result where the caller has them (else derived here)."""
 
     def __init__(self, result: RunResult, plots: dict[tuple[str, str], str] | None = None,
-                 sides: dict[tuple[str, str], Sides] | None = None):
+                 sides: dict[tuple[str, str], Sides] | None = None, also: Sequence[str] = ()):
         self.result = result
         self.plots = plots or {}
         self.sides = sides if sides is not None else all_metric_sides(result)
+        self.also = also  # what keeps the run from being a pass beside its record's own gaps
 
     def render(self) -> str:
         r = self.result
+        found = [*completeness.gaps(r), *self.also]
         out = [f"## detcheck {md_code(r.suite)} on {md_text(r.target)}: base {md_text(revision_label(r.base))} → "
                f"candidate {md_text(revision_label(r.candidate))}",
                "",
-               f"**Verdict: {headline(r)}**",
+               f"**Verdict: {md_text(headline(r, self.also, listed=True)) if found else headline(r)}**",
                "",
+               *(f"- {md_text(gap)}" for gap in gap_items(found)),
+               *([""] if found else []),
                f"Base: {_rev(r.base)}  ",
                f"Candidate: {_rev(r.candidate)}",
                ""]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, TypeGuard
+from typing import Callable, Sequence, TypeGuard
 
-from harness import path_proof
+from harness import completeness, path_proof
 from harness.compare import CHANGED_NOT_DECIDING, leaning, metric_pairs, overall, reference_of
 from harness.logparse import last_exception
 from harness.probes import PROBES
@@ -15,8 +15,11 @@ from harness.results import CellResult, Metric, ProbeComparison, Role, RunResult
 from harness.verdict_stats import Comparison, Kind, Verdict
 from harness.textfmt import fmt, fmt_pair, plural
 
+# A planned pair this run's evidence does not judge (a side's cell absent or another run's, its
+# row absent): its row reads so in the verdict column, never left out nor shown as recorded.
+MISSING = "missing"
 VERDICT_MARK = {"same": "✅ same", "different": "❌ different", "unknown": "❔ unknown",
-                "n/a": "➖ n/a", "error": "⚠️ error"}
+                "n/a": "➖ n/a", "error": "⚠️ error", MISSING: "⛔ missing"}
 
 
 @dataclass(frozen=True)
@@ -131,14 +134,36 @@ def rows(result: RunResult, sides: dict[tuple[str, str], Sides] | None = None) -
     """The table's rows; `sides`: each comparison's metric_sides where the caller has them
     already (all_metric_sides), so a render derives a cross-revision probe's metrics once."""
     sides = sides if sides is not None else all_metric_sides(result)
+    lacking = completeness.pair_lacks(result)
     out = []
     for comp in result.comparisons:
         base = result.cell(comp.config, comp.probe, Role.BASE)
         cand = result.cell(comp.config, comp.probe, Role.CANDIDATE)
         base_text, cand_text = without_shared_side_notes(cell_text(base, comp), cell_text(cand, comp))
         note = _row_note(comp, base, cand, sides[(comp.config, comp.probe)])
-        out.append(Row(comp.config, comp.probe, base_text, cand_text, comp.verdict, portable(note)))
+        lacks = lacking.get((comp.config, comp.probe))
+        if lacks:  # judged from a cell that is not this run's: what it recorded is no verdict of this run
+            out.append(Row(comp.config, comp.probe, base_text, cand_text, MISSING,
+                           portable(f"{missing_text(lacks)}; as recorded: {comp.verdict}" + (f": {note}" if note else ""))))
+        else:
+            out.append(Row(comp.config, comp.probe, base_text, cand_text, comp.verdict, portable(note)))
+    judged = {(c.config, c.probe) for c in result.comparisons}
+    out += [Row(config, probe, side_text(result.cell(config, probe, Role.BASE)),
+                side_text(result.cell(config, probe, Role.CANDIDATE)), MISSING, missing_text(lacks))
+            for (config, probe), lacks in lacking.items() if (config, probe) not in judged]
     return out
+
+
+def missing_text(lacks: list[str]) -> str:
+    """A missing row's reason: what this run's evidence lacks for its pair."""
+    return f"not judged by this run: {', '.join(lacks)}"
+
+
+def side_text(cell: CellResult | None) -> str:
+    """A side of a pair that has no comparison row: whether its cell is there, and how it ended."""
+    if cell is None:
+        return "–"
+    return "measured" if cell.status == Status.OK else cell.status.value
 
 
 def without_shared_side_notes(base: str, cand: str) -> tuple[str, str]:
@@ -373,7 +398,36 @@ def figure_cells(result: RunResult, comp: ProbeComparison) -> dict[Role, CellRes
             if cell is not None and cell.status == Status.OK and cell.samples}
 
 
-def headline(result: RunResult) -> str:
+def headline(result: RunResult, also: Sequence[str] = (), listed: bool = False) -> str:
+    """The run's verdict in a line: first, where the record is no pass (`no_pass_text`), that and
+    why; then the rows' verdicts as recorded and the cells. `also`: what the caller found beside
+    the record's own gaps (the suite's parameters); `listed`: the gaps are listed below the line
+    (`gap_items`), so the line only counts them."""
+    recorded = recorded_headline(result)
+    found = [*completeness.gaps(result), *also]
+    if not found:
+        return recorded
+    return f"{no_pass_text(result, found, listed)}; as recorded: {recorded}"
+
+
+def no_pass_text(result: RunResult, found: Sequence[str], listed: bool) -> str:
+    """"not a pass: the record is incomplete (3 gaps: …)": the record's gaps (`completeness.gaps`)
+    and those of its judging (`found` beyond them), named before any verdict a reader reads."""
+    own = len(completeness.gaps(result))
+    why = " and ".join(w for w, n in (("the record is incomplete", own),
+                                      ("it is not judged as its suite judges", len(found) - own)) if n)
+    return (f"not a pass: {why} ({plural(len(found), 'gap')}"
+            f"{', listed below' if listed else ': ' + completeness.summary(list(found))})")
+
+
+def gap_items(found: Sequence[str]) -> list[str]:
+    """The gaps as list items: the first `completeness.SHOWN`, then how many more."""
+    shown = list(found[:completeness.SHOWN])
+    return shown + ([f"and {len(found) - completeness.SHOWN} more"] if len(found) > completeness.SHOWN else [])
+
+
+def recorded_headline(result: RunResult) -> str:
+    """The rows' verdicts and the cells as the record holds them."""
     verdict = overall(result.comparisons)
     counts: dict[str, int] = {}
     for c in result.comparisons:
