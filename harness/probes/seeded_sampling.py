@@ -16,6 +16,7 @@ batch shapes: *n/a*); a server whose API refuses `sampling_seed` or `n` is *n/a*
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from harness.client import Generation
@@ -29,21 +30,24 @@ from harness.results import Metric, ProbeOutput
 from harness.suite import WorkloadSpec
 from harness.verdict_stats import Kind
 
+# An answer that refused the request (client.py words an HTTP error `HTTP <status>: …`).
+_REFUSED = re.compile(r"\bHTTP 4\d\d: ")
 # The reference's departure per prompt from each variant that must reproduce it.
 VARIANTS = ("batch_departure", "hit_departure")
 
 
 def _sample(ctx: ProbeContext, prompts: Sequence[Sequence[int]], seeds: Sequence[int], n: int = 1) -> list[Generation]:
     """One /generate of `prompts` (a batch), prompt i sampled with seeds[i] (and `n` parallel
-    samples each, prompt-major), with output logprobs. A 400 that names the seed or `n` is the
-    revision's API lacking them: n/a."""
+    samples each, prompt-major), with output logprobs. A refusal (HTTP 4xx) that names the seed or
+    `n` is the revision's API lacking them: n/a; a server failing on them (5xx, a dropped
+    connection) is no such answer, whatever its message names."""
     params = [{"max_new_tokens": ctx.workload.output_len, "temperature": ctx.param("temperature"),
                "ignore_eos": True, "sampling_seed": seed, **({"n": n} if n > 1 else {})} for seed in seeds]
     body = {"input_ids": [list(p) for p in prompts], "sampling_params": params, "return_logprob": True}
     try:
         return ctx.client.generate_from(body, expected=len(prompts) * n)
     except ServerError as exc:
-        if "sampling_seed" in str(exc) or "'n'" in str(exc):
+        if _REFUSED.search(str(exc)) and ("sampling_seed" in str(exc) or "'n'" in str(exc)):
             raise ProbeNotApplicable(f"the server's API refuses seeded or parallel sampling: {exc}") from exc
         raise
 
