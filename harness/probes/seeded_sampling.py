@@ -18,7 +18,7 @@ batch shapes: *n/a*); a server whose API refuses `sampling_seed` or `n` is *n/a*
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from harness.client import Generation
 from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
@@ -130,7 +130,7 @@ def clones_text(n: int, n_clones: Sequence[float], seeds: Sequence[int], seed_cl
 VARIANT_WORDS = {"batch_departure": "in one batch of every prompt", "hit_departure": "alone again (a cache hit)"}
 
 
-def unreproduced_text(departures: dict[str, Sequence[float]], lengths: Sequence[int]) -> str:
+def unreproduced_text(departures: Mapping[str, Sequence[float]], lengths: Sequence[int]) -> str:
     """Where a (prompt, seed) was not served as its reference was, in words (empty: everywhere
     it was): deterministic inference promises the same sample across batch shapes and hits."""
     said = []
