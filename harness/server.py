@@ -219,6 +219,9 @@ class ServerProcess:
     log_start: int = 0  # the log's size when this server started: what came before is another's
     # Set when the harness itself signals the server: its death is then no finding about it.
     stopped_by_harness: bool = False
+    # How far the KV canary's lines were read (None: none yet, from log_start on): each probe's
+    # cell takes every violation logged since the cell before it (pipeline/outcome.py).
+    canary_read: int | None = None
 
     @property
     def url(self) -> str:
@@ -328,16 +331,17 @@ class ServerProcess:
         except FileNotFoundError:
             return 0
 
-    def log_since(self, offset: int) -> str:
-        """Log text written after byte `offset` (probes mark offsets around their requests), up
-        to SERVER_LOG (TooLarge past it: a server that logs gigabytes fails the probe that reads
-        them, never the harness's memory)."""
+    def log_since(self, offset: int, upto: int | None = None) -> str:
+        """Log text written after byte `offset` (probes mark offsets around their requests), and
+        before byte `upto` where given, up to SERVER_LOG (TooLarge past it: a server that logs
+        gigabytes fails the probe that reads them, never the harness's memory)."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(offset)
-                return read_bounded(f.read, SERVER_LOG, str(self.log_path)).decode("utf-8", "replace")
+                data = read_bounded(f.read, SERVER_LOG, str(self.log_path))
         except FileNotFoundError:
             return ""
+        return (data if upto is None else data[:max(0, upto - offset)]).decode("utf-8", "replace")
 
     def launch_output(self, limit: int = 256 * 1024) -> str:
         """What this server wrote since it started (its last `limit` bytes): a relaunch appends

@@ -126,9 +126,11 @@ def md_code(text: str) -> str:
 def md_fence(lines: Iterable[str], info: str = "") -> list[str]:
     """Lines as a fenced code block whose fence no line of theirs can close: one backtick more
     than the longest run that opens any of them (a log line of ``` would end a fixed fence and
-    let the rest render as Markdown and HTML)."""
+    let the rest render as Markdown and HTML). An item may hold line breaks (a shell word quoted
+    across lines): each of its lines counts."""
     lines = [printable(line) for line in lines]
-    longest = max((len(m.group(1)) for line in lines if (m := re.match(r"\s*(`+)", line))), default=0)
+    longest = max((len(m.group(1)) for item in lines for line in item.split("\n")
+                   if (m := re.match(r"\s*(`+)", line))), default=0)
     fence = "`" * max(3, longest + 1)
     return [f"{fence}{info}", *lines, fence]
 

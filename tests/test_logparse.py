@@ -79,3 +79,22 @@ def test_kv_canary_violations_are_read_line_by_line():
            f"[2026-12-04 23:03:15 TP0] {line.replace('86', '87')}\nKV cache canary violation detected (kernel_kind=verify)\n"
     assert canary_violations(text) == [line, line.replace("86", "87")]
     assert canary_violations("install_canary: disaggregation_mode=null config=CanaryConfig(mode=log)") == []
+
+
+def test_no_canary_violation_falls_between_two_cells(tmp_path):
+    # One logged at warm-up or between two probes (after one cell read the log, before the next
+    # probe's mark) was read by no cell: a server whose canary fired there passed.
+    from harness.pipeline.outcome import unread_canary_violations
+    from harness.server import ServerProcess
+
+    log = tmp_path / "server.log"
+    log.write_text("another server's line: kv_canary violation: launch_tag=A fail_reason=x\n")
+    server = ServerProcess(argv=["-m", "refserver"], env={}, log_path=log, port=1, log_start=log.stat().st_size)
+    violation = "kv_canary violation: launch_tag=SWEEP_FULL fail_reason=real_kv_hash slot_idx={} position={}"
+    with open(log, "a") as f:
+        f.write(f"warm-up\n{violation.format(3, 3)}\n")
+    assert unread_canary_violations(server) == [violation.format(3, 3)]  # the first cell: since the start
+    with open(log, "a") as f:
+        f.write(f"{violation.format(9, 9)}\n")  # after that cell, before the next probe began
+    assert unread_canary_violations(server) == [violation.format(9, 9)]
+    assert unread_canary_violations(server) == []  # each line in one cell only

@@ -71,7 +71,7 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
     foreign = watch.foreign() if watch is not None else []
     if foreign:
         output = dataclasses.replace(output, facts={**output.facts, FOREIGN_FACT: foreign})
-    canary = canary_violations(server.log_since(scrape.mark))
+    canary = unread_canary_violations(server)
     if canary:  # the KV canary's report is a finding of the row, whatever the probe measured
         return Outcome(Status.FINDING, canary_text(canary), server.log_tail(), ProbeOutput(output.samples, ()),
                        wall_s=wall_s)
@@ -83,6 +83,16 @@ def probe_outcome(run: Run, job: Job, client: SGLangClient, probe: str,
         return Outcome(Status.ERROR, f"probe {probe} recorded undeclared figures: {', '.join(unknown)} "
                                      f"(each goes in its ProbeKind.figures)", server.log_tail())
     return Outcome(Status.OK, "", server.log_tail(12), output, wall_s=wall_s)
+
+
+def unread_canary_violations(server: ServerProcess) -> list[str]:
+    """The KV canary's violations the server logged since the last cell that read them (the
+    first: since it started), so none is lost: one logged at warm-up, between two probes, or by
+    a probe that ended in n/a or an error falls to the next cell that completes."""
+    start = server.log_start if server.canary_read is None else server.canary_read
+    end = server.log_size()
+    server.canary_read = end
+    return canary_violations(server.log_since(start, end))
 
 
 def canary_text(violations: list[str]) -> str:

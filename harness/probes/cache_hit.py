@@ -96,7 +96,9 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
         facts["vacuous"] = what
     aba_metrics: tuple[Metric, ...] = ()
     if ctx.param("aba") and ctx.deterministic:
-        aba_metrics, facts["aba"] = _aba_phase(ctx, [turn2[i] for i in hits], hits)
+        aba_metrics, facts["aba"], unhit = _aba_phase(ctx, [turn2[i] for i in hits], hits, [min_hit[i] for i in hits])
+        if unhit:  # the phase vouches for nothing: the row is no match unless it differs
+            facts["vacuous"] = "; ".join(filter(None, (facts.get("vacuous"), unhit)))
     sequences = [list(turn2[i]) + list(outputs[i]) for i in hits]
     replay = [r.logprobs for r in cold_replay(ctx.client, sequences, [len(outputs[i]) for i in hits], batch)]
     ctx.advance(total_steps, total_steps)
@@ -121,12 +123,15 @@ def _hit_run(ctx: ProbeContext, turn2: Sequence[Sequence[int]], min_hit: Sequenc
                        facts={**kl_facts, **facts})
 
 
-def _aba_phase(ctx: ProbeContext, turns: Sequence[Sequence[int]], prompts: Sequence[int]
-               ) -> tuple[tuple[Metric, ...], dict[str, Any]]:
+def _aba_phase(ctx: ProbeContext, turns: Sequence[Sequence[int]], prompts: Sequence[int], min_hit: Sequence[int]
+               ) -> tuple[tuple[Metric, ...], dict[str, Any], str]:
     """The hits' turns (A), then each reversed (B: other prefixes, prefilled cold, writing state
     of their own), then A again, each in `batch_size` chunks as the hit was sent: per prompt, the
     second A's cached tokens and the output position where it first departs from the first A
-    (its ids or logprobs; its length where it never does)."""
+    (its ids or logprobs; its length where it never does). Last, why the phase is vacuous ("":
+    it is not): a second A that reuses no more than `min_hit` was prefilled cold (B evicted
+    it), and two cold prefills agree whatever B overwrote, so too few such hits
+    (`min_hit_fraction`) vouch for nothing."""
     new, size = ctx.workload.output_len, ctx.param("batch_size") or len(turns)
 
     def send(seqs: Sequence[Sequence[int]], logprobs: bool) -> list[Generation]:
@@ -144,9 +149,13 @@ def _aba_phase(ctx: ProbeContext, turns: Sequence[Sequence[int]], prompts: Seque
         if first is None and (at < len(a1.output_ids) or a1.cached_tokens != a2.cached_tokens):
             first = {"prompt": prompt, "position": at, "cached_tokens": [a1.cached_tokens, a2.cached_tokens]}
     reused = tuple(float(a2.cached_tokens) for a2 in second_a)
+    hit = sum(a2.cached_tokens > m for a2, m in zip(second_a, min_hit))
+    floor = ctx.param("min_hit_fraction")
+    unhit = (f"A→B→A: the second A hit the cache on {hit} of {len(turns)} prompts (at least {floor:.0%} must)"
+             if not hit or hit < floor * len(turns) else "")
     return ((Metric("aba_cached_tokens", Kind.EXACT, reused, unit="tokens", headline="sum", paired=True),
              Metric("aba_first_divergent", Kind.EXACT, tuple(departs), headline="min", paired=True)),
-            {"prompts": len(turns), "first_divergence": first})
+            {"prompts": len(turns), "first_divergence": first}, unhit)
 
 
 def hit_text(cached: Sequence[int], min_hit: Sequence[int], reached: int, floor: float) -> str:

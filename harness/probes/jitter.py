@@ -12,7 +12,8 @@ recorded in the cell (`schedule`), so a finding can be replayed: the same seed d
 
 It runs on a pressure configuration only (`retract_interval` or `max_total_tokens`; elsewhere
 *n/a*); the pipeline demands its retractions there (`harness/path_proof.py`: at least
-`min_retractions`, upstream's 10, during this probe, else the cell is vacuous).
+`min_retractions`, upstream's 10, during this probe, else the cell is vacuous). A configuration
+whose `min_retractions` is below upstream's 10 is *n/a*: fewer vouch for nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
+from harness import path_proof
 from harness.client import OUTPUT_LOGPROBS, Generation
 from harness.errors import ProbeNotApplicable
 from harness.params import Param
@@ -69,6 +71,10 @@ def run(ctx: ProbeContext) -> ProbeOutput:
     if not ctx.deterministic:
         raise ProbeNotApplicable("under pressure without deterministic inference a retracted request may "
                                  "legitimately answer otherwise: nothing exact to compare")
+    floor = path_proof.min_retractions(features)
+    if floor < path_proof.MIN_RETRACTIONS:  # a suite may lower its pressure rows' floor; jitter keeps upstream's
+        raise ProbeNotApplicable(f"jitter vouches only for at least {path_proof.MIN_RETRACTIONS} retractions "
+                                 f"(upstream's floor); this configuration's min_retractions is {floor}")
     prompts = list(ctx.workload.prompts)
     rounds, seed, max_delay = ctx.param("rounds"), ctx.param("jitter_seed"), ctx.param("max_delay_s")
     ctx.client.flush_cache()

@@ -6,7 +6,8 @@ reference), again in one batch of every prompt (another batch size, a cold cache
 more (a prefix-cache hit); each must serve the reference's tokens and logprobs bit for bit. The
 other seeds must give other samples, and the `n` parallel samples of one request must differ from
 each other (a downstream RL framework found deterministic mode cloning every sample of a group:
-one seed for all): samples that repeat are a finding of the cell (on both sides: an error, never
+one seed for all): samples that repeat, or a (prompt, seed) that the batch or the hit does not
+reproduce (a seed the server ignores), are a finding of the cell (on both sides: an error, never
 *same*). The reference's own tokens and logprobs are metrics too, so the two revisions are
 compared on what they sample.
 
@@ -16,7 +17,8 @@ batch shapes: *n/a*); a server whose API refuses `sampling_seed` or `n` is *n/a*
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import re
+from typing import Any, Mapping, Sequence
 
 from harness.client import Generation
 from harness.errors import ProbeNotApplicable, ServerError, ServerFinding
@@ -29,21 +31,24 @@ from harness.results import Metric, ProbeOutput
 from harness.suite import WorkloadSpec
 from harness.verdict_stats import Kind
 
+# An answer that refused the request (client.py words an HTTP error `HTTP <status>: …`).
+_REFUSED = re.compile(r"\bHTTP 4\d\d: ")
 # The reference's departure per prompt from each variant that must reproduce it.
 VARIANTS = ("batch_departure", "hit_departure")
 
 
 def _sample(ctx: ProbeContext, prompts: Sequence[Sequence[int]], seeds: Sequence[int], n: int = 1) -> list[Generation]:
     """One /generate of `prompts` (a batch), prompt i sampled with seeds[i] (and `n` parallel
-    samples each, prompt-major), with output logprobs. A 400 that names the seed or `n` is the
-    revision's API lacking them: n/a."""
+    samples each, prompt-major), with output logprobs. A refusal (HTTP 4xx) that names the seed or
+    `n` is the revision's API lacking them: n/a; a server failing on them (5xx, a dropped
+    connection) is no such answer, whatever its message names."""
     params = [{"max_new_tokens": ctx.workload.output_len, "temperature": ctx.param("temperature"),
                "ignore_eos": True, "sampling_seed": seed, **({"n": n} if n > 1 else {})} for seed in seeds]
     body = {"input_ids": [list(p) for p in prompts], "sampling_params": params, "return_logprob": True}
     try:
         return ctx.client.generate_from(body, expected=len(prompts) * n)
     except ServerError as exc:
-        if "sampling_seed" in str(exc) or "'n'" in str(exc):
+        if _REFUSED.search(str(exc)) and ("sampling_seed" in str(exc) or "'n'" in str(exc)):
             raise ProbeNotApplicable(f"the server's API refuses seeded or parallel sampling: {exc}") from exc
         raise
 
@@ -87,8 +92,12 @@ def run(ctx: ProbeContext) -> ProbeOutput:
                      "seed_outputs": [list(outputs[i]) for outputs in by_seed],
                      "parallel_outputs": [list(g.output_ids) for g in parallel[i]]}
                     for i, (ref, h) in enumerate(zip(reference, hit)))
-    if cloned:  # each side must sample apart: clones on both sides are no match (an error), never same
-        raise ServerFinding(cloned, samples)
+    # Each side must sample apart and reproduce its own samples: a server that ignores the seed
+    # reproduces nothing, alike on both sides where its generator is seeded at launch (no match, an
+    # error, never same).
+    unseeded = unreproduced_text(departures, [len(r.output_ids) for r in reference])
+    if cloned or unseeded:
+        raise ServerFinding("; ".join(filter(None, (unseeded, cloned))), samples)
     metrics = (
         *(Metric(name, Kind.EXACT, values, headline="min", paired=True) for name, values in departures.items()),
         Metric("seed_clones", Kind.EXACT, seed_clones, better="lower", headline="sum", paired=True),
@@ -116,6 +125,22 @@ def clones_text(n: int, n_clones: Sequence[float], seeds: Sequence[int], seed_cl
     if any(seed_clones):
         said.append(f"different sampling seeds ({', '.join(map(str, seeds))}) gave the same sample on "
                     f"{sum(1 for c in seed_clones if c)} of {len(seed_clones)} prompts")
+    return "; ".join(said)
+
+
+# What each variant is, in words.
+VARIANT_WORDS = {"batch_departure": "in one batch of every prompt", "hit_departure": "alone again (a cache hit)"}
+
+
+def unreproduced_text(departures: Mapping[str, Sequence[float]], lengths: Sequence[int]) -> str:
+    """Where a (prompt, seed) was not served as its reference was, in words (empty: everywhere
+    it was): deterministic inference promises the same sample across batch shapes and hits."""
+    said = []
+    for name, values in departures.items():
+        off = [i for i, (at, n) in enumerate(zip(values, lengths)) if at < n]
+        if off:
+            said.append(f"the same prompt and sampling_seed {VARIANT_WORDS[name]} departed from its sample alone on "
+                        f"{len(off)} of {len(values)} prompts (prompt {off[0]}, sampled token {int(values[off[0]])})")
     return "; ".join(said)
 
 
