@@ -155,6 +155,8 @@ def populate(runs: Iterable[tuple[str, RunResult]], side: Role, margin: float) -
                 continue
             seen.add(measured)
             for metric in cell.metrics:
+                if not metric.headline:  # no statistic says anything (token ids, counters): no bound to hold
+                    continue
                 key = (*identity(cell), cell.probe, metric.name)
                 groups.setdefault(key, []).append((label, cell))
     if not groups:
