@@ -117,10 +117,10 @@ def test_populate_then_gate_a_real_run(tmp_path):
     assert first.returncode == 0, first.stderr
     pop = detcheck("baseline", "populate", "--results", str(tmp_path / "clean"), "--out", str(tmp_path / "b.json"), env=env)
     # k3, the hit fraction, the tokens each hit reused and (deterministic mode) each hit's first
-    # divergent position
-    assert pop.returncode == 0 and "4 entries" in pop.stdout, pop.stderr
+    # divergent position and its A→B→A phase's reuse and first divergent position
+    assert pop.returncode == 0 and "6 entries" in pop.stdout, pop.stderr
     ok = detcheck("baseline", "check", "--results", str(tmp_path / "clean"), "--baseline", str(tmp_path / "b.json"), env=env)
-    assert ok.returncode == 0 and "4 checks, 4 pass, 0 fail" in ok.stdout
+    assert ok.returncode == 0 and "6 checks, 6 pass, 0 fail" in ok.stdout
     gated = detcheck("run", *common, "--base", clean, "--candidate", broken, "--out", str(tmp_path / "broken"),
                      "--baseline", str(tmp_path / "b.json"), env=env)
     assert gated.returncode == 1
