@@ -65,8 +65,11 @@ def test_release_sweep_finds_each_seed_fix_at_its_release_and_measures_each_rele
     results, outs = {}, []
     for base, candidate in pairs:
         out = tmp_path / "runs" / f"{base}-{candidate}"
+        # --reproducer-budget 0: a *different* row's reproducer comes from the stored samples, so
+        # that every server start counted below is a measurement's.
         _, results[base, candidate], _ = run_pair(repo, shas[base], shas[candidate], suite, out, *probes,
-                                                  "--store", str(tmp_path / "store"), env=env)
+                                                  "--store", str(tmp_path / "store"), "--reproducer-budget", "0",
+                                                  "--slots", "2", env=env)
         outs.append(out)
 
     # Each (release, configuration) started at most once over the whole sweep, and every release
