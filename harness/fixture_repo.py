@@ -1,7 +1,7 @@
 """Git repositories of the reference server, made in a temp dir, with planted regressions.
 
 A revision models one SGLang release (fixtures/refserver/release.py, the line marked
-`# release-line`): `set_release` rewrites it, as a real checkout's version is a line of its
+`# release-line`, and `# backports-line` off): `set_release` rewrites them, as a real checkout's version is a line of its
 source. A regression is a one-line edit listed in fixtures/regressions.toml (file, the exact line,
 its replacement). Commits carry fixed dates and author, so the same history always gets the
 same shas and stored results are reused across demo runs.
@@ -23,6 +23,7 @@ REGRESSIONS_FILE = FIXTURES / "regressions.toml"
 PACKAGE = "refserver"
 RELEASE_FILE = "release.py"
 RELEASE_MARKER = "# release-line"
+BACKPORTS_MARKER = "# backports-line"
 # What a [<name>] table of regressions.toml may set.
 REGRESSION_KEYS = ("file", "replace", "description", "hook")
 
@@ -69,13 +70,16 @@ def _regression(name: str, table: TomlTable) -> Regression:
 
 
 def set_release(package_parent: Path, release: str) -> None:
-    """Rewrite the release line of the reference server under `package_parent`."""
+    """Make the reference server under `package_parent` model SGLang `release` as shipped: its
+    release line rewritten, and its backports line off (the tree carries the seeds' fixes as
+    backports; a release has only the fixes it shipped with)."""
     file = package_parent / PACKAGE / RELEASE_FILE
     lines = file.read_text().split("\n")
-    hits = [i for i, line in enumerate(lines) if line.rstrip().endswith(RELEASE_MARKER)]
-    if len(hits) != 1:
-        raise RuntimeError(f"{len(hits)} lines of {file} carry {RELEASE_MARKER!r}")
-    lines[hits[0]] = f'RELEASE = "{release}"  {RELEASE_MARKER}'
+    for marker, line in ((RELEASE_MARKER, f'RELEASE = "{release}"'), (BACKPORTS_MARKER, "SEED_FIXES_BACKPORTED = False")):
+        hits = [i for i, text in enumerate(lines) if text.rstrip().endswith(marker)]
+        if len(hits) != 1:
+            raise RuntimeError(f"{len(hits)} lines of {file} carry {marker!r}")
+        lines[hits[0]] = f"{line}  {marker}"
     file.write_text("\n".join(lines))
 
 
