@@ -110,11 +110,14 @@ def answer_violations(body: dict[str, Any], prompts: Sequence[Sequence[int]],
     """Every check above on each answer of one /generate call (`answers`: client.Generation),
     `cache_bound[i]` the most tokens answer i may have found cached (None: unknown)."""
     params = body.get("sampling_params") or {}
+    # One table for every prompt, or one per prompt (a batch of seeded samples: each its own seed).
+    per_prompt = params if isinstance(params, list) else [params] * len(prompts)
     top_k = int(body.get("top_logprobs_num") or 0) if body.get("return_logprob") else 0
-    greedy = params.get("temperature") == 0
     out: list[Violation] = []
     for i, (prompt, gen) in enumerate(zip(prompts, answers)):
         found: list[Violation] = []
+        own = per_prompt[i] if i < len(per_prompt) and isinstance(per_prompt[i], dict) else {}
+        greedy = own.get("temperature") == 0
         if body.get("return_logprob"):
             out_top = gen.output_top_logprobs if top_k else []
             if top_k and len(out_top) != len(gen.output_ids):

@@ -88,3 +88,14 @@ def test_what_was_sent_since_a_flush_bounds_the_cached_tokens():
     assert since.end(call, alone, [PROMPT], None) == [None]  # a failed call: unknown until a flush
     call, alone = since.begin()
     assert since.end(call, alone, [PROMPT], [[1]]) == [None]
+
+
+def test_a_batch_with_sampling_parameters_per_prompt_is_checked_prompt_by_prompt():
+    """Seen: seeded_sampling sends one sampling_params table per prompt (each its own seed); the
+    checks read the body's table as one and failed (AttributeError) on every such answer."""
+    second = answer([1], [-2.0], [[(-0.1, 3), (-2.0, 1)]])
+    body = generate_body(PROMPT, max_new_tokens=1, temperature=0.0, logprobs=Logprobs(top_k=2))
+    body["input_ids"] = [PROMPT, PROMPT]
+    body["sampling_params"] = [{"temperature": 0.7, "sampling_seed": 1}, {"temperature": 0.0, "sampling_seed": 2}]
+    found = answer_violations(body, [PROMPT, PROMPT], [second, second], [None, None])
+    assert [(v.check, v.answer) for v in found] == [("greedy token not first in its top-k", 1)]

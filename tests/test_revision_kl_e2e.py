@@ -40,7 +40,7 @@ def pair(tmp_path_factory):
 
     def run(candidate: str) -> tuple[dict, str]:
         if candidate not in runs:
-            out = tmp / candidate
+            out = tmp / f"run-{candidate}"  # never the cache dir: the planted `cache` is a candidate
             proc = detcheck("run", "--repo", str(repo.path), "--base", revs["base"], "--candidate", revs[candidate],
                             "--suite", str(suite), "--out", str(out), "--no-progress", "--format", "md",
                             env={"DETCHECK_CACHE_DIR": str(tmp / "cache")})

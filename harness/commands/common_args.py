@@ -238,7 +238,7 @@ def hold_out_dir(out: Path) -> None:
         # never through a link: the pid written below would truncate whatever file it names
         handle = os.fdopen(os.open(out / OUT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
     except OSError as exc:  # not a directory, not writable, the lock a link
-        raise UsageError(f"--out {out}: {exc.filename or out}: {exc.strerror or exc}") from None
+        raise UsageError(f"--out {out} is not writable ({exc.filename or out}: {exc.strerror or exc})") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -258,7 +258,8 @@ def release_out_dirs() -> None:
     it made that holds nothing but the lock (bad input ended the command) is removed."""
     while _held:
         out, (handle, made) = _held.popitem()
-        if made and [p.name for p in out.iterdir()] == [OUT_LOCK]:
+        # (a command that removed its directory itself, the demo's temporary one, left nothing)
+        if made and out.is_dir() and [p.name for p in out.iterdir()] == [OUT_LOCK]:
             (out / OUT_LOCK).unlink()
             out.rmdir()
         handle.close()  # closing the file releases its lock

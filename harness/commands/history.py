@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
           f"({history.cost.reused_revisions} of {len(revisions)} revisions wholly from the store), "
           f"{history.cost.confirmation_servers} to confirm change points")
     print(f"dashboard: {index}")
-    changed = any(t.confirmed_changes or any(m.verdict == "different" for m in t.marks) for t in history.timelines)
+    # A change point its paired run could not decide (unknown) is no pass either: only a rejected
+    # one (the paired run read same) is left out of the changes.
+    changed = any(t.changes for t in history.timelines)
     gaps = history.gaps()
     for gap in gaps[:MAX_GAPS_SHOWN]:
         print(f"detcheck: history: not a pass: {gap}", file=sys.stderr)

@@ -110,7 +110,7 @@ def run(ctx: ProbeContext) -> ProbeOutput:
         Metric("hit_cached_tokens", Kind.EXACT, tuple(float(h.cached_tokens or 0) for h in hit), headline="sum"),
     )
     facts = {"seeds": seeds, "n": n, "temperature": ctx.param("temperature"), "first_difference": first,
-             "hit_cached_tokens": [h.cached_tokens for h in hit], "prompts": len(prompts)}
+             "prompts": len(prompts)}
     return ProbeOutput(samples=samples, metrics=metrics, facts=facts)
 
 

@@ -46,7 +46,9 @@ def test_live_top_k_kl_is_zero_under_deterministic_mode(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     cell = next(c for c in result["cells"] if c["role"] == "base")
-    assert [m["name"] for m in cell["metrics"]] == ["k3", "topk_kl", "first_divergent", "topk_first_divergent"]
+    # and, under deterministic mode, the path's exact counters (they decide too)
+    assert [m["name"] for m in cell["metrics"]] == ["k3", "topk_kl", "first_divergent", "topk_first_divergent",
+                                                    "path_cached_tokens", "path_decoded_tokens", "path_verify_calls"]
     assert cell["facts"]["topk_kl_mean"] == 0.0 and cell["facts"]["top1_agree"] == 1.0
     sample = cell["samples"][0]
     assert len(sample["decode_top_logprobs"]) == len(sample["replay_top_logprobs"]) == 6
