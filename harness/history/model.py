@@ -163,11 +163,6 @@ class Timeline:
                       for cp in s.change_points if cp.confirmation != "same"]
         return sorted(found)
 
-    @property
-    def confirmed_changes(self) -> int:
-        return (sum(m.verdict == "different" and m.confirmation == "different" for m in self.marks)
-                + sum(cp.confirmation == "different" for s in self.series for cp in s.change_points))
-
 
 def confirmed(confirmation: str) -> str:
     return {"different": "confirmed by a paired run", "": "not confirmed"}.get(
